@@ -1,0 +1,1 @@
+"""Deterministic generators for the bundled demo catalog (text tokens, images, video, RL)."""

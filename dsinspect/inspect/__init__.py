@@ -1,0 +1,1 @@
+"""dsinspect.inspect — placeholder, built in a later issue."""

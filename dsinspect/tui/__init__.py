@@ -1,0 +1,1 @@
+"""dsinspect.tui — placeholder, built in a later issue."""

@@ -1,0 +1,1 @@
+"""dsinspect.web — placeholder, built in a later issue."""
