@@ -1,0 +1,39 @@
+"""Which catalog to open when none is named: DSINSPECT_CATALOG, else the bundled sample catalog."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dsinspect.loaders.catalog import Catalog
+
+__all__ = ["open_catalog", "bundled_catalog_path", "cache_dir"]
+
+BUNDLED = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def open_catalog(url: str | None = None) -> Catalog:
+    """The catalog at `url`; None means $DSINSPECT_CATALOG, else the bundled sample catalog."""
+    url = url or os.environ.get("DSINSPECT_CATALOG") or str(bundled_catalog_path())
+    return Catalog(url)
+
+
+def cache_dir() -> Path:
+    """$DSINSPECT_CACHE, else the user's cache directory."""
+    env = os.environ.get("DSINSPECT_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsinspect"
+
+
+def bundled_catalog_path() -> Path:
+    """The sample catalog shipped in the source tree; an installed wheel (which has no such folder)
+    generates the same deterministic catalog into the cache once instead."""
+    if (BUNDLED / "datasets").is_dir():
+        return BUNDLED
+    from dsinspect.demo.build import GENERATOR_VERSION, write_sample_catalog
+
+    target = cache_dir() / f"sample-catalog-{GENERATOR_VERSION}"
+    if not (target / "datasets").is_dir():
+        write_sample_catalog(str(target))
+    return target

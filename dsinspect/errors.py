@@ -1,0 +1,29 @@
+"""The project's error types: one clear line for a person, and the exit code the CLI uses."""
+
+from __future__ import annotations
+
+__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError"]
+
+
+class DsinspectError(Exception):
+    """Base of every error dsinspect raises on purpose; its message is one line naming what and where."""
+
+    exit_code = 2
+
+
+class UserError(DsinspectError):
+    """Bad input from the user: a malformed address, an unknown option, a wrong type (exit 2)."""
+
+
+class NotFoundError(UserError):
+    """A dataset, version, tag or row that does not exist (exit 2)."""
+
+
+class ManifestError(UserError):
+    """A manifest or tags file that is malformed or inconsistent (exit 2)."""
+
+
+class IntegrityError(DsinspectError):
+    """Stored bytes do not match their recorded hash (exit 1: a failed check, not a user mistake)."""
+
+    exit_code = 1

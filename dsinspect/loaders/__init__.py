@@ -1,0 +1,20 @@
+"""The read engine: catalog, immutable versions of Parquet shards, and (later) the streaming loader.
+
+Imports no UI library. Public names are re-exported here; code lives in one module per concern.
+"""
+
+from dsinspect.loaders.address import Address, parse_address
+from dsinspect.loaders.canonical import encode_column, field_hashes, row_hashes
+from dsinspect.loaders.catalog import LATEST, Catalog
+from dsinspect.loaders.derive import derive_version
+from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest, Shard
+from dsinspect.loaders.roles import Role
+from dsinspect.loaders.verify import ShardReport, VerifyReport, verify_version
+from dsinspect.loaders.version import DatasetVersion
+from dsinspect.loaders.writer import VersionWriter, WriteOptions
+
+__all__ = [
+    "Address", "parse_address", "encode_column", "field_hashes", "row_hashes", "LATEST", "Catalog",
+    "derive_version", "HASH_COLUMN", "Field", "Manifest", "Shard", "Role", "ShardReport", "VerifyReport",
+    "verify_version", "DatasetVersion", "VersionWriter", "WriteOptions",
+]

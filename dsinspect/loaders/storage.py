@@ -1,0 +1,80 @@
+"""The one boundary to storage: fsspec URLs, path joins and atomic writes, for any filesystem."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir"]
+
+
+def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem and root path of `url` (a plain path is a local directory)."""
+    fs, path = fsspec.core.url_to_fs(str(url))
+    if is_local(fs):
+        path = os.path.abspath(path)
+    return fs, path.rstrip("/") or "/"
+
+
+def join(*parts: str) -> str:
+    return "/".join(p.strip("/") if i else p.rstrip("/") for i, p in enumerate(parts))
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write `data` so that readers see the old file or the new one, never a part."""
+    if is_local(fs):
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+    else:
+        fs.pipe_file(path, data)  # object stores publish a whole object at once
+
+
+def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> bool:
+    """Move a finished local file to `path` unless that content-addressed path already exists.
+
+    True when this call published it. The local file is gone afterwards either way.
+    """
+    try:
+        if fs.exists(path):
+            return False
+        if is_local(fs):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.replace(local_path, path)
+        else:
+            fs.put_file(local_path, path)
+        return True
+    finally:
+        _unlink_quietly(local_path)
+
+
+def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
+    """Where to write a file before publishing it: beside its destination when local (so the final
+    rename is atomic), else the system temp directory."""
+    if is_local(fs):
+        os.makedirs(near, exist_ok=True)
+        return near
+    return tempfile.gettempdir()
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

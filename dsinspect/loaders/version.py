@@ -1,0 +1,171 @@
+"""One immutable dataset version: row lookup by global index, read by row group, not whole shards."""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest
+
+if TYPE_CHECKING:
+    from dsinspect.loaders.catalog import Catalog
+
+__all__ = ["DatasetVersion", "RowLocation"]
+
+_OPEN_SHARDS = 8  # open Parquet footers kept per version (an LRU: random access jumps between shards)
+
+
+class RowLocation(tuple):
+    """(shard index, row group index, row within that group, row within the shard)."""
+
+    shard = property(lambda self: self[0])
+    row_group = property(lambda self: self[1])
+    group_row = property(lambda self: self[2])
+    shard_row = property(lambda self: self[3])
+
+
+class DatasetVersion:
+    def __init__(self, catalog: "Catalog", name: str, version_id: str, manifest: Manifest):
+        self.catalog, self.name, self.id, self.manifest = catalog, name, version_id, manifest
+        self._files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
+        self._starts: dict[int, list[int]] = {}
+
+    def __repr__(self) -> str:
+        return f"DatasetVersion({self.address!r}, rows={self.num_rows})"
+
+    @property
+    def address(self) -> str:
+        return f"{self.name}@{self.id[:12]}"
+
+    @property
+    def num_rows(self) -> int:
+        return self.manifest.num_rows
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        return self.manifest.fields
+
+    @cached_property
+    def shard_starts(self) -> np.ndarray:
+        """Global index of each shard's first row, plus the total at the end."""
+        return np.concatenate([[0], np.cumsum([s.rows for s in self.manifest.shards], dtype=np.int64)])
+
+    def shard_path(self, shard: int) -> str:
+        return self.catalog.shard_path(self.name, self.manifest.shards[shard].sha256)
+
+    def shard_url(self, shard: int) -> str:
+        return self.catalog.display(self.shard_path(shard))
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    def check_index(self, index: int) -> int:
+        """`index` as a non-negative index (negative counts from the end), or a clear error."""
+        n = self.num_rows
+        if not -n <= index < n:
+            raise NotFoundError(f"{self.address}: index {index} is out of range (the version has {n} rows)")
+        return index + n if index < 0 else index
+
+    def shard_of(self, index: int) -> tuple[int, int]:
+        """(shard index, row within that shard) of a global index."""
+        index = self.check_index(index)
+        shard = bisect.bisect_right(self.shard_starts, index) - 1
+        return shard, index - int(self.shard_starts[shard])
+
+    def locate(self, index: int) -> RowLocation:
+        shard, row = self.shard_of(index)
+        starts = self._group_starts(shard)
+        group = bisect.bisect_right(starts, row) - 1
+        return RowLocation((shard, group, row - starts[group], row))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def parquet(self, shard: int) -> pq.ParquetFile:
+        """The shard's Parquet file, opened lazily: only its footer is read until a row group is asked for."""
+        pf = self._files.get(shard)
+        if pf is None:
+            path = self.shard_path(shard)
+            try:
+                pf = pq.ParquetFile(self.catalog.fs.open(path, "rb"))
+            except FileNotFoundError:
+                raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
+            except (pa.ArrowInvalid, OSError) as e:
+                raise IntegrityError(f"shard {shard} of {self.address} is not readable Parquet "
+                                     f"({self.shard_url(shard)}): {e}") from None
+            self._files[shard] = pf
+            if len(self._files) > _OPEN_SHARDS:
+                self._files.popitem(last=False)
+        else:
+            self._files.move_to_end(shard)
+        return pf
+
+    def read_row_group(self, shard: int, group: int, columns: Sequence[str] | None = None) -> pa.Table:
+        try:
+            return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
+                                 f"({self.shard_url(shard)}): {e}") from None
+
+    def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
+        try:
+            return self.parquet(shard).read(columns=list(columns) if columns else None)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
+
+    def row_table(self, index: int, columns: Sequence[str] | None = None) -> pa.Table:
+        """One row as a one-row table with its stored row hash; reads a single row group."""
+        loc = self.locate(index)
+        return self.read_row_group(loc.shard, loc.row_group, columns).slice(loc.group_row, 1)
+
+    def row(self, index: int) -> dict[str, Any]:
+        """One row as Python values (the data fields only)."""
+        return self.row_table(index, [f.name for f in self.fields]).to_pylist()[0]
+
+    def row_hash(self, index: int) -> bytes:
+        return self.row_table(index, [HASH_COLUMN]).column(0)[0].as_py()
+
+    def take(self, indices: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """The rows at `indices` in that order, reading each needed row group once."""
+        locs = [self.locate(int(i)) for i in indices]
+        groups: dict[tuple[int, int], pa.Table] = {}
+        for loc in locs:
+            key = (loc.shard, loc.row_group)
+            if key not in groups:
+                groups[key] = self.read_row_group(loc.shard, loc.row_group, columns)
+        keys = list(groups)
+        starts = np.cumsum([0] + [groups[k].num_rows for k in keys])
+        position = {k: int(s) for k, s in zip(keys, starts)}
+        combined = pa.concat_tables([groups[k] for k in keys]) if keys else self._empty(columns)
+        return combined.take(pa.array([position[(l.shard, l.row_group)] + l.group_row for l in locs], pa.int64()))
+
+    def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
+        """(global index of the first row, row group) for every row group, in order."""
+        for shard in range(len(self.manifest.shards)):
+            starts = self._group_starts(shard)
+            for group in range(len(starts) - 1):
+                yield int(self.shard_starts[shard]) + starts[group], self.read_row_group(shard, group, columns)
+
+    def _group_starts(self, shard: int) -> list[int]:
+        """Row offset of each row group in the shard, plus its row count; checked against the manifest."""
+        if shard in self._starts:
+            return self._starts[shard]
+        meta = self.parquet(shard).metadata
+        starts = [0]
+        for g in range(meta.num_row_groups):
+            starts.append(starts[-1] + meta.row_group(g).num_rows)
+        if starts[-1] != self.manifest.shards[shard].rows:
+            raise IntegrityError(f"shard {shard} of {self.address} has {starts[-1]} rows, its manifest says "
+                                 f"{self.manifest.shards[shard].rows} ({self.shard_url(shard)})")
+        self._starts[shard] = starts
+        return starts
+
+    def _empty(self, columns: Sequence[str] | None) -> pa.Table:
+        schema = self.manifest.schema.append(pa.field(HASH_COLUMN, pa.binary(16), nullable=False))
+        table = schema.empty_table()
+        return table.select(list(columns)) if columns else table
