@@ -1,0 +1,3 @@
+from dsinspect.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""The `dsinspect` command: every feature from the shell, rich output for people, --json for scripts."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dsinspect.cli import catalog_cmds
+from dsinspect.cli.output import fail
+from dsinspect.errors import DsinspectError
+
+__all__ = ["main", "cli"]
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--catalog", "catalog_url", metavar="URL", envvar="DSINSPECT_CATALOG",
+              help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
+@click.version_option(package_name="dsinspect")
+@click.pass_context
+def cli(ctx: click.Context, catalog_url: str | None) -> None:
+    """Versioned datasets for ML training, and the tools to see exactly what training read."""
+    ctx.obj = {"catalog_url": catalog_url}
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(catalog_cmds.ls)  # the terminal UI takes this place once it exists
+
+
+for command in catalog_cmds.COMMANDS:
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a user mistake ends in one line on stderr and exit 2, a failed check in exit 1."""
+    try:
+        cli.main(args=argv, prog_name="dsinspect", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    except DsinspectError as e:
+        fail(str(e), e.exit_code)
+    except (OSError, PermissionError) as e:
+        fail(f"{e.__class__.__name__}: {e}", 2)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,128 @@
+"""Catalog commands: ls, info, tag, verify, sample-data."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, human_bytes, json_option, out, progress
+from dsinspect.loaders.describe import catalog_listing, version_info
+from dsinspect.loaders.verify import verify_version
+
+
+@click.command()
+@catalog_option
+@json_option
+@click.pass_context
+def ls(ctx: click.Context, catalog_url: str | None, as_json: bool) -> None:
+    """Datasets, their versions and tags."""
+    catalog = catalog_from(ctx, catalog_url)
+    listing = catalog_listing(catalog)
+    if as_json:
+        return emit_json(listing)
+    table = Table(title=f"catalog {catalog.url}", title_justify="left")
+    for col in ("dataset", "version", "tags", "rows", "bytes", "shards", "created", "message"):
+        table.add_column(col, justify="right" if col in ("rows", "bytes", "shards") else "left",
+                         no_wrap=col != "message")
+    for ds in listing["datasets"]:
+        for i, v in enumerate(reversed(ds["versions"])):
+            table.add_row(ds["name"] if i == 0 else "", v["short_id"], ", ".join(v["tags"]), f"{v['rows']:,}",
+                          human_bytes(v["bytes"]), str(v["shards"]), (v["created_at"] or "")[:10], v["message"])
+        table.add_section()
+    out.print(table if listing["datasets"] else f"catalog {catalog.url} has no datasets")
+
+
+@click.command()
+@click.argument("address")
+@catalog_option
+@json_option
+@click.pass_context
+def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: bool) -> None:
+    """Schema with roles, shards, rows, bytes and ids of one version."""
+    version = catalog_from(ctx, catalog_url).resolve(address)
+    data = version_info(version)
+    if as_json:
+        return emit_json(data)
+    out.print(f"[bold]{version.name}[/] version [bold]{version.id}[/]")
+    out.print(f"tags: {', '.join(data['tags']) or '-'}   parent: {data['parent'] or '-'}   created: {data['created_at']}")
+    out.print(f"rows: {data['rows']:,}   bytes: {human_bytes(data['bytes'])}   shards: {len(data['shards'])}   "
+              f"key: {data['key'] or '-'}   message: {data['message'] or '-'}")
+    schema = Table(title="schema", title_justify="left")
+    for col in ("field", "type", "role", "nullable", "options"):
+        schema.add_column(col)
+    for f in version.fields:
+        schema.add_row(f.name, str(f.type), f.role.value, "yes" if f.nullable else "no",
+                       ", ".join(f"{k}={v}" for k, v in f.options.items()))
+    out.print(schema)
+    shards = Table(title="shards", title_justify="left")
+    for col in ("#", "sha256", "rows", "first row", "bytes"):
+        shards.add_column(col, justify="left" if col == "sha256" else "right")
+    for s in data["shards"]:
+        shards.add_row(str(s["index"]), s["sha256"], f"{s['rows']:,}", f"{s['first_row']:,}", human_bytes(s["bytes"]))
+    out.print(shards)
+
+
+@click.command()
+@click.argument("address")
+@click.argument("tag")
+@catalog_option
+@json_option
+@click.pass_context
+def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_json: bool) -> None:
+    """Point TAG at the version ADDRESS names."""
+    catalog = catalog_from(ctx, catalog_url)
+    version = catalog.resolve(address)
+    catalog.set_tag(version.name, tag, version.id)
+    if as_json:
+        return emit_json({"name": version.name, "tag": tag, "id": version.id})
+    out.print(f"{version.name}@{tag} -> {version.id}")
+
+
+@click.command()
+@click.argument("address")
+@catalog_option
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, address: str, catalog_url: str | None, as_json: bool) -> None:
+    """Re-hash every shard (sha256) and every row; exit 1 naming each mismatch."""
+    version = catalog_from(ctx, catalog_url).resolve(address)
+    with progress(f"verify {version.address}", version.manifest.num_bytes, unit_bytes=True) as advance:
+        report = verify_version(version, on_bytes=advance)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        table = Table(title=f"verify {version.address}", title_justify="left")
+        for col in ("#", "sha256", "rows", "result"):
+            table.add_column(col)
+        for s in report.shards:
+            table.add_row(str(s.index), s.sha256[:16], f"{s.rows:,}", "[green]ok[/]" if s.ok else "[red]FAILED[/]")
+        out.print(table)
+    for problem in report.problems:
+        err.print(f"dsinspect: verify: {version.address}: {problem}", markup=False)
+    for s in report.shards:
+        for problem in s.problems:
+            rows = f" (rows {', '.join(map(str, s.bad_rows[:10]))}{'…' if s.bad_row_count > 10 else ''})" if s.bad_rows else ""
+            err.print(f"dsinspect: verify: shard {s.index} {s.url}: {problem}{rows}", markup=False, soft_wrap=True)
+    if not report.ok:
+        fail(f"{version.address}: verification failed", 1)
+    if not as_json:
+        out.print(f"[green]ok[/]: {len(report.shards)} shards, {version.num_rows:,} rows verified")
+
+
+@click.command("sample-data")
+@click.argument("directory", metavar="DIR")
+@json_option
+def sample_data(directory: str, as_json: bool) -> None:
+    """Write the deterministic demo catalog (text tokens, images, video, RL; two versions each) to DIR."""
+    from dsinspect.demo.build import write_sample_catalog
+
+    with progress("writing sample catalog", None) as advance:
+        record = write_sample_catalog(directory, on_rows=advance)
+    if as_json:
+        return emit_json(record)
+    out.print(f"wrote the sample catalog to {directory}:")
+    for name, ds in record["datasets"].items():
+        out.print(f"  {name}: v1 {ds['v1'][:12]}  v2 {ds['v2'][:12]}")
+
+
+COMMANDS = [ls, info, tag, verify, sample_data]

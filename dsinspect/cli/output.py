@@ -1,0 +1,58 @@
+"""Shared output helpers: rich for people on stdout, progress and errors on stderr, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from dsinspect.defaults import open_catalog
+from dsinspect.loaders.catalog import Catalog
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int) -> None:
+    """One line on stderr, then exit with `code`."""
+    click.echo(f"dsinspect: error: {message}", err=True)
+    sys.exit(code)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def catalog_from(ctx: click.Context, url: str | None) -> Catalog:
+    """The catalog named on this command, else on the group, else the default."""
+    root = ctx.find_root().obj or {}
+    return open_catalog(url or root.get("catalog_url"))
+
+
+catalog_option = click.option("--catalog", "catalog_url", metavar="URL", default=None,
+                              help="Catalog URL; overrides the one given before the command.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+@contextmanager
+def progress(description: str, total: int | None, unit_bytes: bool = False) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal; yields `advance(n)`."""
+    columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn()]
+    columns += [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [TextColumn("{task.completed}/{task.total}")]
+    columns.append(TimeRemainingColumn())
+    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

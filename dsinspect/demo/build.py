@@ -1,0 +1,142 @@
+"""Write the demo catalog: four datasets, two versions each, byte-for-byte the same on every run.
+
+v2 of each dataset updates, removes and adds rows relative to v1 through copy-on-write
+derivation; the changes are recorded in `<catalog>/sample-data.json` so tests can hold diffs to them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.derive import derive_version
+from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.storage import join, write_atomic
+from dsinspect.loaders.writer import WriteOptions
+
+__all__ = ["GENERATOR_VERSION", "write_sample_catalog", "DATASETS"]
+
+GENERATOR_VERSION = "1"
+CREATED = {"v1": "2026-01-05T09:00:00+00:00", "v2": "2026-02-16T09:00:00+00:00"}
+SEED = 20260105
+
+
+@dataclass(frozen=True)
+class DemoDataset:
+    name: str
+    key: str
+    count: int
+    options: WriteOptions
+    fields: Callable[[Catalog], list[Field]]
+    rows: Callable[[int, int, int], list[dict]]          # (start_id, count, seed) -> rows
+    mutate: Callable[[dict, int], dict]                   # (row, seed) -> changed row, same key
+    update: tuple[int, ...]                               # keys changed in v2
+    remove: tuple[int, ...]                               # keys removed in v2
+    add: int                                              # rows added in v2
+    describe: str
+
+
+def _text_fields(catalog: Catalog) -> list[Field]:
+    from dsinspect.demo.tokenizer import tokenizer_bytes
+
+    blob = catalog.put_blob("demo-text", tokenizer_bytes(), ".json")
+    return [Field("doc_id", pa.int64(), "scalar", nullable=False), Field("lang", pa.string(), "scalar"),
+            Field("text", pa.string(), "text"),
+            Field("tokens", pa.list_(pa.int32()), "tokens", options={"tokenizer": {"kind": "huggingface", "blob": blob}})]
+
+
+def _image_fields(_: Catalog) -> list[Field]:
+    return [Field("image_id", pa.int64(), "scalar", nullable=False), Field("image", pa.binary(), "image"),
+            Field("format", pa.string(), "scalar"), Field("label", pa.string(), "scalar"),
+            Field("caption", pa.string(), "text"), Field("width", pa.int32(), "scalar"),
+            Field("height", pa.int32(), "scalar")]
+
+
+def _video_fields(_: Catalog) -> list[Field]:
+    return [Field("clip_id", pa.int64(), "scalar", nullable=False), Field("video", pa.binary(), "video"),
+            Field("caption", pa.string(), "text"), Field("fps", pa.int32(), "scalar"),
+            Field("num_frames", pa.int32(), "scalar"), Field("width", pa.int32(), "scalar"),
+            Field("height", pa.int32(), "scalar"), Field("info", pa.string(), "json")]
+
+
+TRAJECTORY = pa.struct([("observation", pa.list_(pa.list_(pa.float32()))), ("action", pa.list_(pa.int32())),
+                        ("reward", pa.list_(pa.float32())), ("terminated", pa.list_(pa.bool_())),
+                        ("truncated", pa.list_(pa.bool_()))])
+
+
+def _rl_fields(_: Catalog) -> list[Field]:
+    return [Field("episode_id", pa.int64(), "scalar", nullable=False), Field("env", pa.string(), "scalar"),
+            Field("trajectory", TRAJECTORY, "trajectory"), Field("episode_return", pa.float64(), "scalar"),
+            Field("length", pa.int32(), "scalar")]
+
+
+def _video_info(row: dict) -> dict:
+    """Video rows carry a JSON `info` field too, so the demo exercises the json role."""
+    info = {"codec": "h264", "container": "mp4", "fps": row["fps"], "num_frames": row["num_frames"],
+            "size": [row["width"], row["height"]]}
+    return {**row, "info": json.dumps(info, sort_keys=True)}
+
+
+def _video_rows(start_id: int, count: int, seed: int) -> list[dict]:
+    from dsinspect.demo.video import video_rows
+
+    return [_video_info(r) for r in video_rows(start_id, count, seed)]
+
+
+def _mutate_video(row: dict, seed: int) -> dict:
+    from dsinspect.demo.video import mutate_video_row
+
+    return _video_info(mutate_video_row(row, seed))
+
+
+def _datasets() -> list[DemoDataset]:
+    from dsinspect.demo import images, rl, text
+
+    return [
+        DemoDataset("demo-text", "doc_id", 240, WriteOptions(shard_rows=60, row_group_rows=16), _text_fields,
+                    text.text_rows, text.mutate_text_row, update=(3, 130), remove=(131,), add=3,
+                    describe="documents tokenised by a byte-level BPE trained on the shipped corpus"),
+        DemoDataset("demo-images", "image_id", 48, WriteOptions(shard_rows=12, row_group_rows=4), _image_fields,
+                    images.image_rows, images.mutate_image_row, update=(13, 14), remove=(40, 41), add=4,
+                    describe="procedurally drawn JPEG and PNG images with labels and captions"),
+        DemoDataset("demo-video", "clip_id", 8, WriteOptions(shard_rows=3, row_group_rows=1), _video_fields,
+                    _video_rows, _mutate_video,
+                    update=(1,), remove=(6,), add=1, describe="short H.264 MP4 clips of moving shapes"),
+        DemoDataset("demo-rl", "episode_id", 40, WriteOptions(shard_rows=10, row_group_rows=5), _rl_fields,
+                    rl.episode_rows, rl.mutate_episode_row, update=(2, 7), remove=(5,), add=2,
+                    describe="episodes of a small numpy environment under a noisy policy"),
+    ]
+
+
+DATASETS = ("demo-text", "demo-images", "demo-video", "demo-rl")
+
+
+def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Write (or re-write, as a no-op) the demo catalog at `url`; the record of what v2 changed."""
+    catalog = Catalog(url)
+    record: dict[str, Any] = {"generator": GENERATOR_VERSION, "datasets": {}}
+    for i, ds in enumerate(_datasets()):
+        seed = SEED + 1000 * i
+        fields = ds.fields(catalog)
+        v1_rows = list(ds.rows(0, ds.count, seed))
+        v1 = catalog.write_version(ds.name, v1_rows, fields, key=ds.key, parent=None, tags=["v1"],
+                                   message=f"v1: {ds.count} {ds.describe}", options=ds.options,
+                                   created_at=CREATED["v1"], on_rows=on_rows)
+        by_key = {r[ds.key]: r for r in v1_rows}
+        updates = {k: ds.mutate(by_key[k], seed + k) for k in ds.update}
+        added = list(ds.rows(ds.count + 1000, ds.add, seed + 1))
+        v2 = derive_version(v1, update=updates, remove=ds.remove, add=added, tags=["v2"], options=ds.options,
+                            message=f"v2: {len(updates)} changed, {len(ds.remove)} removed, {len(added)} added",
+                            created_at=CREATED["v2"])
+        record["datasets"][ds.name] = {
+            "v1": v1.id, "v2": v2.id, "key": ds.key,
+            "updated": {str(k): sorted(f for f in row if row[f] != by_key[k][f]) for k, row in updates.items()},
+            "removed": list(ds.remove), "added": [r[ds.key] for r in added],
+        }
+    write_atomic(catalog.fs, join(catalog.root, "sample-data.json"),
+                 (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    return record
