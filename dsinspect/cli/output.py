@@ -14,7 +14,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColum
 from dsinspect.defaults import open_catalog
 from dsinspect.loaders.catalog import Catalog
 
-out = Console(highlight=False)
+# Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 err = Console(stderr=True, highlight=False)
 
 

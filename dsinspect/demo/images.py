@@ -208,17 +208,14 @@ def _invert(img: Image.Image) -> Image.Image:
 
 
 def mutate_image_row(row: dict, seed: int) -> dict:
-    """Return a copy with the same image_id whose picture is resized, mirrored or colour-inverted."""
+    """Return a copy with the same image_id whose picture is shrunk or colour-inverted."""
     rng = _rng(seed, row["image_id"], salt=_SALT + 1)
     src = Image.open(io.BytesIO(row["image"]))
     orientation = src.getexif().get(_ORIENTATION_TAG)
-    img, op = src.copy(), int(rng.integers(3))
-    if op == 0:
-        w, h = max(16, img.width * 3 // 4), max(16, img.height * 3 // 4)
-        img, note = img.resize((w, h), Image.Resampling.LANCZOS), f"resized to {w}x{h}"
-    elif op == 1:
-        img, note = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT), "mirrored"
-    if op == 2 or (op == 1 and img.tobytes() == src.tobytes()):
+    if rng.random() < 0.5:
+        w, h = max(16, src.width * 3 // 4), max(16, src.height * 3 // 4)
+        img, note = src.resize((w, h), Image.Resampling.LANCZOS), f"shrunk to {w}x{h}"
+    else:
         img, note = _invert(src.copy()), "colours inverted"
     data = encode(img, row["format"], orientation)
     return {**row, "image": data, "caption": f"{row['caption']}, {note}", "width": img.width, "height": img.height}

@@ -50,6 +50,7 @@ class Field:
         object.__setattr__(self, "role", _role(self.role, self.name))
         if not isinstance(self.name, str) or not self.name or self.name.startswith("__dsinspect"):
             raise ManifestError(f"bad field name {self.name!r} (empty, or uses the reserved __dsinspect prefix)")
+        type_to_json(self.type)  # refuses types the canonical encoding does not cover
         reason = check_role_type(self.name, self.role, self.type)
         if reason:
             raise ManifestError(reason)

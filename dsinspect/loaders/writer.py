@@ -98,8 +98,9 @@ class VersionWriter:
         self.data_schema = self._template.schema
         self._file_schema = self.data_schema.append(pa.field(HASH_COLUMN, pa.binary(16), nullable=False))
         self._names = [f.name for f in self.fields]
+        self._name_set = set(self._names)
         self._meta = {"dataset": name, "parent": parent, "message": message,
-                      "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                      "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
                       "writer": _writer_versions()}
         self._tags = tuple(tags)
         self._on_rows = on_rows
@@ -128,9 +129,16 @@ class VersionWriter:
                     self.write_rows(chunk)
 
     def write_rows(self, rows: list[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        for row in rows:  # from_pylist would quietly turn a missing (e.g. misspelt) key into a null
+            if row.keys() != self._name_set:
+                self._check_columns(set(row.keys()))
         try:
-            batch = pa.RecordBatch.from_pylist(list(rows), schema=self.data_schema)
+            batch = pa.RecordBatch.from_pylist(rows, schema=self.data_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            for f in self.fields:  # name the usual culprit plainly
+                if not f.nullable and any(r[f.name] is None for r in rows):
+                    raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls") from None
             raise UserError(f"dataset {self.name!r}: rows do not fit the schema: {e}") from None
         self.write_batch(batch)
 
@@ -192,20 +200,22 @@ class VersionWriter:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        have = set(batch.schema.names)
+    def _check_columns(self, have: set[str]) -> None:
         missing = [n for n in self._names if n not in have]
-        extra = sorted(have - set(self._names))
+        extra = sorted(have - self._name_set)
         if missing or extra:
             raise UserError(f"dataset {self.name!r}: columns do not match the schema "
                             f"(missing {missing}, unexpected {extra})")
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self._check_columns(set(batch.schema.names))
+        for f in self.fields:
+            if not f.nullable and batch.column(f.name).null_count:
+                raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls")
         try:
             table = pa.Table.from_batches([batch]).select(self._names).cast(self.data_schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as e:
             raise UserError(f"dataset {self.name!r}: cannot convert rows to the schema: {e}") from None
-        for f in self.fields:
-            if not f.nullable and table.column(f.name).null_count:
-                raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls")
         return table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
 
     def _flush_group(self) -> None:
@@ -215,8 +225,8 @@ class VersionWriter:
         if self._pending_bytes >= self.options.row_group_bytes:
             per_row = max(1, self._pending_bytes // max(1, self._pending_rows))
             n = min(n, max(1, self.options.row_group_bytes // per_row))
-        if self.options.shard_rows is not None and self._shard is not None:
-            n = min(n, self.options.shard_rows - self._shard.rows)
+        if self.options.shard_rows is not None:
+            n = min(n, self.options.shard_rows - (self._shard.rows if self._shard else 0))
         group, rest = table.slice(0, n), table.slice(n)
         self._pending = rest.to_batches() if rest.num_rows else []
         self._pending_rows = rest.num_rows
