@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from dsinspect.loaders.catalog import Catalog
@@ -35,5 +37,15 @@ def bundled_catalog_path() -> Path:
 
     target = cache_dir() / f"sample-catalog-{GENERATOR_VERSION}"
     if not (target / "datasets").is_dir():
-        write_sample_catalog(str(target))
+        staging = Path(tempfile.mkdtemp(prefix=".sample-catalog-", dir=_made(target.parent)))
+        write_sample_catalog(str(staging))
+        try:
+            staging.rename(target)  # atomic: a concurrent first run sees all of it or none
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)  # another process got there first
     return target
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory

@@ -106,3 +106,16 @@ def test_tokenizer_is_stored_in_the_catalog_by_hash(bundled):
     option = v.manifest.field("tokens").options["tokenizer"]
     raw = bundled.read_blob("demo-text", option["blob"], ".json")
     assert hashlib.sha256(raw).hexdigest() == option["blob"] and b'"<|endoftext|>"' in raw
+
+
+def test_an_install_without_the_bundled_folder_generates_the_same_catalog(monkeypatch, tmp_path, bundled):
+    import dsinspect.defaults as defaults
+
+    monkeypatch.setattr(defaults, "BUNDLED", tmp_path / "not-shipped")
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DSINSPECT_CATALOG", raising=False)
+    generated = defaults.open_catalog()
+    assert generated.root.startswith(str(tmp_path / "cache"))
+    for name in DATASETS:
+        assert generated.resolve(f"{name}@v2").num_rows == bundled.resolve(f"{name}@v2").num_rows
+    assert defaults.open_catalog().root == generated.root  # generated once, then reused
