@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -130,19 +130,37 @@ class DatasetVersion:
     def row_hash(self, index: int) -> bytes:
         return self.row_table(index, [HASH_COLUMN]).column(0)[0].as_py()
 
-    def take(self, indices: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
-        """The rows at `indices` in that order, reading each needed row group once."""
-        locs = [self.locate(int(i)) for i in indices]
-        groups: dict[tuple[int, int], pa.Table] = {}
-        for loc in locs:
-            key = (loc.shard, loc.row_group)
-            if key not in groups:
-                groups[key] = self.read_row_group(loc.shard, loc.row_group, columns)
-        keys = list(groups)
-        starts = np.cumsum([0] + [groups[k].num_rows for k in keys])
-        position = {k: int(s) for k, s in zip(keys, starts)}
-        combined = pa.concat_tables([groups[k] for k in keys]) if keys else self._empty(columns)
-        return combined.take(pa.array([position[(l.shard, l.row_group)] + l.group_row for l in locs], pa.int64()))
+    def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Vectorised `locate`: (shard, row group, row within group) arrays for global indices."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.num_rows):
+            bad = int(indices[(indices < 0) | (indices >= self.num_rows)][0])
+            self.check_index(bad)
+        shards = np.searchsorted(self.shard_starts, indices, side="right") - 1
+        rows = indices - self.shard_starts[shards]
+        groups = np.empty(len(indices), np.int64)
+        group_rows = np.empty(len(indices), np.int64)
+        for shard in np.unique(shards):
+            sel = shards == shard
+            starts = np.asarray(self._group_starts(int(shard)), dtype=np.int64)
+            g = np.searchsorted(starts, rows[sel], side="right") - 1
+            groups[sel], group_rows[sel] = g, rows[sel] - starts[g]
+        return shards, groups, group_rows
+
+    def take(self, indices: Sequence[int], columns: Sequence[str] | None = None,
+             read_group: Callable[[int, int], pa.Table] | None = None) -> pa.Table:
+        """The rows at `indices` in that order, reading each needed row group once (through
+        `read_group(shard, group)` when given, e.g. a cache)."""
+        read_group = read_group or (lambda shard, group: self.read_row_group(shard, group, columns))
+        shards, groups, group_rows = self.locate_many(np.asarray(indices, dtype=np.int64))
+        if not len(shards):
+            return self._empty(columns)
+        keys = shards * (1 << 32) + groups
+        unique, inverse = np.unique(keys, return_inverse=True)
+        tables = [read_group(int(k >> 32), int(k & 0xFFFFFFFF)) for k in unique]
+        offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
+        combined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return combined.take(pa.array(offsets[inverse.ravel()] + group_rows, pa.int64()))
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """(global index of the first row, row group) for every row group, in order."""
