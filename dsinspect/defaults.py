@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.storage import cache_dir
 
 __all__ = ["open_catalog", "bundled_catalog_path", "cache_dir"]
 
@@ -18,14 +19,6 @@ def open_catalog(url: str | None = None) -> Catalog:
     """The catalog at `url`; None means $DSINSPECT_CATALOG, else the bundled sample catalog."""
     url = url or os.environ.get("DSINSPECT_CATALOG") or str(bundled_catalog_path())
     return Catalog(url)
-
-
-def cache_dir() -> Path:
-    """$DSINSPECT_CACHE, else the user's cache directory."""
-    env = os.environ.get("DSINSPECT_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsinspect"
 
 
 def bundled_catalog_path() -> Path:

@@ -1,3 +1,5 @@
+import os
+import tempfile
 import uuid
 
 import pyarrow as pa
@@ -25,3 +27,9 @@ TOY_FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens",
 
 def toy_rows(n, start=0):
     return [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)} for i in range(start, start + n)]
+
+
+def pytest_configure(config):
+    """Tests (and the processes they start) use a private shard cache, never the user's."""
+    if "DSINSPECT_CACHE" not in os.environ or not os.environ["DSINSPECT_CACHE"].startswith(tempfile.gettempdir()):
+        os.environ["DSINSPECT_CACHE"] = tempfile.mkdtemp(prefix="dsinspect-test-cache-")

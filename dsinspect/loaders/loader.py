@@ -6,6 +6,7 @@ thread reads ahead along the known order, across epoch boundaries.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.cache import ShardCache
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch
@@ -21,6 +23,7 @@ from dsinspect.loaders.reader import BatchReader
 from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.spec import RunSpec
 from dsinspect.loaders.state import LoaderState
+from dsinspect.loaders.stats import PeriodicLogger
 
 __all__ = ["Batch", "Loader"]
 
@@ -57,20 +60,31 @@ class Batch:
         return self.table.to_pylist()
 
 
+_WARM_EVERY = 8      # steps between look-aheads for shards to fetch
+_WARM_AHEAD = 32     # steps looked ahead
+
+
 class Loader:
+    """One rank's batches. `cache` is the node-local shard cache (default: $DSINSPECT_CACHE, no
+    bound); `stats_interval` logs a stats line (and a starvation warning) every so many seconds."""
+
     def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
-                 columns: Sequence[str] | None = None, prefetch: int = 2, record_dir: str | None = None):
+                 columns: Sequence[str] | None = None, prefetch: int = 2, record_dir: str | None = None,
+                 cache: ShardCache | None = None, stats_interval: float | None = None):
         if catalog is None:
             from dsinspect.defaults import open_catalog
             catalog = open_catalog()
         plan_batch(spec, spec.start.step, rank)  # validates the rank now, not at the first batch
         self.spec, self.rank, self.catalog = spec, rank, catalog
-        self._reader = BatchReader(catalog, spec, columns)
+        self._reader = BatchReader(catalog, spec, columns, cache)
         self._step = spec.start.step
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: deque[tuple[int, Future]] = deque()
         self._recorder = RunRecorder(record_dir, spec, rank) if record_dir else None
+        self._stats = self._reader.cache.stats
+        self._logger = PeriodicLogger(self._stats, stats_interval)
+        self._last_yield: float | None = None
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -99,6 +113,10 @@ class Loader:
 
     def _next(self) -> Batch:
         step = self._step
+        asked = time.monotonic()
+        if step % _WARM_EVERY == 0 or self._last_yield is None:
+            self._reader.warm(plan_batch(self.spec, s, self.rank)
+                              for s in range(step + self._prefetch + 1, step + _WARM_AHEAD))
         if self._prefetch <= 0:
             batch = self.batch_at(step)
         else:
@@ -107,9 +125,20 @@ class Loader:
             assert ahead_step == step
             batch = future.result()
         self._step = step + 1  # consumed: a state saved now resumes after this batch
+        now = time.monotonic()
+        self._stats.consumed(now - asked, now - (self._last_yield or asked))
+        self._last_yield = now
+        self._logger.tick()
         if self._recorder:
             self._recorder.record(step, batch.epoch, batch.fingerprint, len(batch))
         return batch
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for debugging a slow or stuck job: fetches, cache hits and misses, fetch
+        latency, retries, verification failures, evictions, and time spent waiting for batches."""
+        snapshot = self._stats.snapshot()
+        snapshot["starved"] = self._stats.starvation()
+        return snapshot
 
     def _fill(self, step: int) -> None:
         if self._pool is None:
@@ -142,7 +171,9 @@ class Loader:
         self._drop_ahead()
         self.spec = resumed
         self._step = resumed.start.step
+        self._reader.close()
         self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
+        self._last_yield = None
         if self._recorder:
             self._recorder.write_spec(resumed)
 
@@ -151,6 +182,7 @@ class Loader:
         if self._pool:
             self._pool.shutdown(wait=True)
             self._pool = None
+        self._reader.close()
         if self._recorder:
             self._recorder.close()
 

@@ -1,53 +1,31 @@
-"""Gather a planned batch from the run's versions: batched per row group, through a small LRU."""
+"""Gather a planned batch from the run's versions through the shard cache, shard by shard, and warm
+the cache along the known future order."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from typing import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.cache import CachedShard, ShardCache
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.version import DatasetVersion
+from dsinspect.loaders.spec import RunSpec, Shuffle
 
-__all__ = ["BatchReader", "RowGroupCache"]
-
-
-class RowGroupCache:
-    """Decoded row groups, least recently used out first, bounded by bytes."""
-
-    def __init__(self, max_bytes: int = 256 << 20):
-        self.max_bytes = max_bytes
-        self._tables: OrderedDict[tuple, pa.Table] = OrderedDict()
-        self._bytes = 0
-        self.hits = self.misses = 0
-
-    def get(self, key: tuple, load) -> pa.Table:
-        table = self._tables.get(key)
-        if table is not None:
-            self.hits += 1
-            self._tables.move_to_end(key)
-            return table
-        self.misses += 1
-        table = load()
-        self._tables[key] = table
-        self._bytes += table.nbytes
-        while self._bytes > self.max_bytes and len(self._tables) > 1:
-            _, old = self._tables.popitem(last=False)
-            self._bytes -= old.nbytes
-        return table
+__all__ = ["BatchReader"]
 
 
 class BatchReader:
     """Reads the rows a BatchPlan names, in plan order, with their stored row hashes."""
 
     def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None,
-                 cache: RowGroupCache | None = None):
+                 cache: ShardCache | None = None, fetch_threads: int = 2):
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
             if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
@@ -55,7 +33,13 @@ class BatchReader:
         self.columns = list(columns) if columns else [f.name for f in self.versions[0].fields]
         self._check_columns()
         self._read = [*self.columns, HASH_COLUMN]
-        self.cache = cache or RowGroupCache()
+        self.cache = cache or ShardCache()
+        self._max_open = self._plan_budget(spec)
+        self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
+        self._pending: dict[tuple[int, int], Future] = {}
+        self._lock = threading.Lock()
+        self._fetch_threads = fetch_threads
+        self._pool: ThreadPoolExecutor | None = None
 
     def read(self, plan: BatchPlan) -> pa.Table:
         """The rows of `plan` (requested columns plus the row-hash column) in plan order."""
@@ -70,21 +54,108 @@ class BatchReader:
         where[np.concatenate(order)] = np.arange(len(plan.indices))
         return pa.concat_tables(parts).take(pa.array(where))
 
+    def warm(self, plans: Iterable[BatchPlan]) -> None:
+        """Start fetching the shards these future batches need (at most half the open budget ahead)."""
+        wanted: list[tuple[int, int]] = []
+        for plan in plans:
+            for k in np.unique(plan.sources):
+                version = self.versions[int(k)]
+                shards = np.searchsorted(version.shard_starts, plan.indices[plan.sources == k], side="right") - 1
+                wanted += [(int(k), int(s)) for s in np.unique(shards)]
+        with self._lock:
+            budget = max(1, self._max_open // 2) - len(self._pending)
+            for key in dict.fromkeys(wanted):
+                if budget <= 0:
+                    break
+                if key not in self._open and key not in self._pending:
+                    self._pending[key] = self._executor().submit(self._load, key)
+                    budget -= 1
+
+    def close(self) -> None:
+        if self._pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        with self._lock:
+            for shard in self._open.values():
+                shard.release()
+            self._open.clear()
+            self._pending.clear()
+
+    # -- internals -----------------------------------------------------------------------------
+
     def _take(self, k: int, indices: np.ndarray) -> pa.Table:
         version = self.versions[k]
-        load = lambda shard, group: self.cache.get(  # noqa: E731
-            (k, shard, group), lambda: version.read_row_group(shard, group, self._read))
-        return version.take(indices, self._read, read_group=load)
+        shards = np.searchsorted(version.shard_starts, indices, side="right") - 1
+        unique = np.unique(shards)
+        if len(unique) == 1:
+            s = int(unique[0])
+            return self._shard(k, s).take(indices - version.shard_starts[s], self._read)
+        parts, order = [], []
+        for s in unique:
+            sel = np.flatnonzero(shards == s)
+            parts.append(self._shard(k, int(s)).take(indices[sel] - version.shard_starts[s], self._read))
+            order.append(sel)
+        where = np.empty(len(indices), np.int64)
+        where[np.concatenate(order)] = np.arange(len(indices))
+        return pa.concat_tables(parts).take(pa.array(where))
+
+    def _shard(self, k: int, shard: int) -> CachedShard:
+        key = (k, shard)
+        with self._lock:
+            cached = self._open.get(key)
+            if cached is not None:
+                self._open.move_to_end(key)
+                return cached
+            pending = self._pending.get(key)
+        if pending is not None:
+            pending.result()  # fetched in the background; _load has put it in _open
+            with self._lock:
+                if key in self._open:
+                    return self._open[key]
+        return self._load(key)
+
+    def _load(self, key: tuple[int, int]) -> CachedShard:
+        cached = self.cache.open(self.versions[key[0]], key[1])
+        with self._lock:
+            self._pending.pop(key, None)
+            if key in self._open:  # loaded twice (foreground and background): keep one pin
+                cached.release()
+                return self._open[key]
+            self._open[key] = cached
+            while len(self._open) > self._max_open:
+                _, old = self._open.popitem(last=False)
+                old.release()  # unpinned: evictable; its memory map stays valid for readers holding it
+        return cached
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._fetch_threads, thread_name_prefix="dsinspect-fetch")
+        return self._pool
+
+    def _plan_budget(self, spec: RunSpec) -> int:
+        """How many shards to keep open, and a clear error now if the cache bound cannot hold the
+        working set of this shuffle mode."""
+        need, shards = 0, 0
+        for version in self.versions:
+            sizes = sorted((s.bytes for s in version.manifest.shards), reverse=True)
+            if spec.shuffle is Shuffle.GLOBAL:
+                take, what = len(sizes), "the whole version (global shuffle reads anywhere in it)"
+            elif spec.shuffle is Shuffle.WINDOW:
+                take, what = spec.window_shards, f"one shuffle window ({spec.window_shards} shards)"
+            else:
+                take, what = 1, "one shard"
+            need += sum(sizes[:take])
+            shards += min(2 * take, len(sizes)) if spec.shuffle is not Shuffle.GLOBAL else len(sizes)
+            self.cache.check_fits(need, f"{what} of {version.address}")
+        return max(2, shards)
 
     def _check_columns(self) -> None:
+        first = {f.name: f.type for f in self.versions[0].fields}
         for version in self.versions:
             types = {f.name: f.type for f in version.fields}
             missing = [c for c in self.columns if c not in types]
             if missing:
                 raise UserError(f"{version.address} has no field(s) {missing}")
-            first = {f.name: f.type for f in self.versions[0].fields}
             differ = [c for c in self.columns if types[c] != first[c]]
             if differ:
                 raise UserError(f"mixture sources disagree on the type of {differ}: pick common columns with columns=[...]")
-
-

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir"]
+__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir", "cache_dir"]
+
+
+def cache_dir() -> Path:
+    """$DSINSPECT_CACHE, else the user's cache directory (~/.cache/dsinspect)."""
+    env = os.environ.get("DSINSPECT_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsinspect"
 
 
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:

@@ -1,0 +1,274 @@
+"""The node-local shard cache, shared by every process on the machine.
+
+A shard enters the cache once: downloaded to a temp file while hashing, its sha256 checked against
+the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read: no decode, no
+copy), and only then published by rename, with a sidecar recording a hash per record batch (one
+per Parquet row group). A process re-checks each record batch's hash the first time it reads it,
+so a cached byte is never trusted without a check, and a restart costs nothing up front.
+
+Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
+shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
+it can lock exclusively, least recently used first.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.fetch import fetch_verified
+from dsinspect.loaders.stats import ReadStats
+from dsinspect.loaders.storage import cache_dir
+from dsinspect.loaders.version import DatasetVersion
+
+__all__ = ["ShardCache", "CachedShard"]
+
+log = logging.getLogger("dsinspect.cache")
+_FORMAT = "dsinspect.cache/1"
+
+
+class CachedShard:
+    """A verified shard, memory-mapped and pinned against eviction until `release()`."""
+
+    def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, sidecar: dict):
+        self.cache, self.sha256, self._pin_fd = cache, sha256, pin_fd
+        self._reader = pa.ipc.open_file(pa.memory_map(str(cache._arrow(sha256))))
+        self._digests = sidecar["batches"]
+        self.batch_starts = np.concatenate([[0], np.cumsum(sidecar["rows"])]).astype(np.int64)
+        self.num_rows = int(self.batch_starts[-1])
+
+    def batch(self, i: int) -> pa.RecordBatch:
+        """Record batch `i` (one row group), hash-checked on its first use in this process."""
+        rb = self._reader.get_batch(i)
+        if (self.sha256, i) not in self.cache._checked:
+            if _batch_digest(rb) != self._digests[i]:
+                self.cache._discard(self.sha256)
+                raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: record batch {i} does not "
+                                     "match the hash taken when it was cached (it will be fetched again)")
+            self.cache._checked.add((self.sha256, i))
+        return rb
+
+    def take(self, rows: np.ndarray, columns: list[str]) -> pa.Table:
+        """Rows of this shard, in the given order, with only `columns`."""
+        groups = np.searchsorted(self.batch_starts, rows, side="right") - 1
+        unique = np.unique(groups)
+        if len(unique) == 1:
+            g = int(unique[0])
+            return pa.Table.from_batches([self.batch(g).select(columns).take(pa.array(rows - self.batch_starts[g]))])
+        parts = [self.batch(int(g)).select(columns) for g in unique]
+        offsets = np.concatenate([[0], np.cumsum([p.num_rows for p in parts])])
+        position = np.searchsorted(unique, groups)
+        table = pa.Table.from_batches(parts)
+        return table.take(pa.array(offsets[position] + rows - self.batch_starts[groups]))
+
+    def release(self) -> None:
+        if self._pin_fd >= 0:
+            os.close(self._pin_fd)  # drops the shared pin lock
+            self._pin_fd = -1
+
+
+class ShardCache:
+    """Verified shards keyed by sha256 under `root` (default $DSINSPECT_CACHE/shards), at most
+    `max_bytes` of them when they are not in use."""
+
+    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int | None = None,
+                 stats: ReadStats | None = None, retries: int = 4, backoff: float = 0.1):
+        self.root = Path(root) if root else cache_dir() / "shards"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_bytes, self.retries, self.backoff = max_bytes, retries, backoff
+        self.stats = stats or ReadStats()
+        self._checked: set[tuple[str, int]] = set()
+
+    # -- public --------------------------------------------------------------------------------
+
+    def open(self, version: DatasetVersion, shard: int) -> CachedShard:
+        """The shard, from the cache or fetched into it; pinned until the caller releases it."""
+        entry = version.manifest.shards[shard]
+        pin_fd = self._pin(entry.sha256)
+        try:
+            sidecar = self._trusted(entry.sha256)
+            if sidecar is None:
+                with self._locked(self._path(entry.sha256, ".lock")):
+                    sidecar = self._trusted(entry.sha256)  # another process may have filled it meanwhile
+                    if sidecar is None:
+                        self.stats.add("cache_misses")
+                        sidecar = self._fill(version, shard)
+                        self._evict_over_bound()
+                    else:
+                        self.stats.add("cache_hits")
+            else:
+                self.stats.add("cache_hits")
+            os.utime(self._path(entry.sha256, ".json"))  # recency, for eviction
+            return CachedShard(self, entry.sha256, pin_fd, sidecar)
+        except BaseException:
+            os.close(pin_fd)
+            raise
+
+    def check_fits(self, need_bytes: int, what: str) -> None:
+        """Refuse at start a working set the bound cannot hold (rather than thrash or stall later)."""
+        if self.max_bytes is not None and need_bytes > self.max_bytes:
+            raise UserError(f"cache bound of {self.max_bytes:,} bytes is smaller than {what} ({need_bytes:,} bytes "
+                            "as stored): raise the bound, or use shuffle='window' with fewer window_shards")
+
+    def cached_bytes(self) -> int:
+        return sum(meta["arrow_bytes"] for _, meta in self._entries())
+
+    # -- filling -------------------------------------------------------------------------------
+
+    def _fill(self, version: DatasetVersion, shard: int) -> dict:
+        entry = version.manifest.shards[shard]
+        url = version.shard_url(shard)
+        parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
+                                 str(self.root), self.stats, self.retries, self.backoff)
+        try:
+            arrow_tmp, rows = self._convert(parquet, url)
+        finally:
+            os.unlink(parquet)
+        try:
+            batches = _digests_of(arrow_tmp)
+            os.replace(arrow_tmp, self._arrow(entry.sha256))
+        except BaseException:
+            if os.path.exists(arrow_tmp):
+                os.unlink(arrow_tmp)
+            raise
+        sidecar = {"format": _FORMAT, "sha256": entry.sha256, "rows": rows, "batches": batches,
+                   "arrow_bytes": self._arrow(entry.sha256).stat().st_size}
+        _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
+        return sidecar
+
+    def _convert(self, parquet: str, url: str) -> tuple[str, list[int]]:
+        """Parquet -> uncompressed Arrow IPC, one record batch per row group; (temp path, rows per batch)."""
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
+        os.close(fd)
+        rows = []
+        try:
+            pf = pq.ParquetFile(parquet)
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, pf.schema_arrow) as writer:
+                for g in range(pf.num_row_groups):
+                    table = pf.read_row_group(g).combine_chunks()
+                    for rb in table.to_batches() or [pa.RecordBatch.from_pylist([], pf.schema_arrow)]:
+                        writer.write_batch(rb)
+                        rows.append(rb.num_rows)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except (pa.ArrowException, OSError) as e:
+            os.unlink(tmp)
+            raise IntegrityError(f"shard {url} has the right sha256 but is not readable Parquet: {e}") from None
+        return tmp, rows
+
+    # -- trust, pins and eviction --------------------------------------------------------------
+
+    def _trusted(self, sha256: str) -> dict | None:
+        """The sidecar of a complete cache entry, or None (missing, partial or inconsistent)."""
+        try:
+            sidecar = json.loads(self._path(sha256, ".json").read_bytes())
+            ok = (sidecar.get("format") == _FORMAT and sidecar.get("sha256") == sha256
+                  and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return sidecar if ok else None
+
+    def _pin(self, sha256: str) -> int:
+        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while an evictor holds it exclusively
+        return fd
+
+    def _entries(self) -> Iterator[tuple[str, dict]]:
+        for p in self.root.glob("*.json"):
+            try:
+                yield p.stem, {**json.loads(p.read_bytes()), "mtime": p.stat().st_mtime}
+            except (OSError, ValueError):
+                continue
+
+    def _evict_over_bound(self) -> None:
+        if self.max_bytes is None:
+            return
+        entries = sorted(self._entries(), key=lambda e: e[1]["mtime"])
+        total = sum(meta["arrow_bytes"] for _, meta in entries)
+        for sha, meta in entries:
+            if total <= self.max_bytes:
+                return
+            if self._evict(sha):
+                total -= meta["arrow_bytes"]
+        if total > self.max_bytes:
+            log.warning("shard cache %s holds %d bytes over its bound of %d: every cached shard is in use",
+                        self.root, total - self.max_bytes, self.max_bytes)
+
+    def _evict(self, sha256: str) -> bool:
+        """Delete one entry if no process has it pinned."""
+        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            self._remove(sha256)
+            self.stats.add("evictions")
+            return True
+        finally:
+            os.close(fd)
+
+    def _discard(self, sha256: str) -> None:
+        """Forget a corrupt entry (the sidecar first, so nobody trusts what remains)."""
+        self._remove(sha256)
+        self._checked = {c for c in self._checked if c[0] != sha256}
+        self.stats.add("verify_failures")
+
+    def _remove(self, sha256: str) -> None:
+        for ext in (".json", ".arrow"):
+            try:
+                os.unlink(self._path(sha256, ext))
+            except FileNotFoundError:
+                pass
+
+    @contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _path(self, sha256: str, ext: str) -> Path:
+        return self.root / f"{sha256}{ext}"
+
+    def _arrow(self, sha256: str) -> Path:
+        return self._path(sha256, ".arrow")
+
+
+def _batch_digest(rb: pa.RecordBatch) -> str:
+    h = xxhash.xxh3_64()
+    for column in rb.columns:
+        for buf in column.buffers():
+            if buf is not None:
+                h.update(memoryview(buf))
+    return h.hexdigest()
+
+
+def _digests_of(arrow_path: str) -> list[str]:
+    """Per-batch hashes as a later reader will see them: through the same memory-mapped reader."""
+    reader = pa.ipc.open_file(pa.memory_map(arrow_path))
+    return [_batch_digest(reader.get_batch(i)) for i in range(reader.num_record_batches)]
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sidecar-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
