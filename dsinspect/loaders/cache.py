@@ -2,9 +2,9 @@
 
 A shard enters the cache once: downloaded to a temp file while hashing, its sha256 checked against
 the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read: no decode, no
-copy), and only then published by rename, with a sidecar recording a hash per record batch (one
-per Parquet row group). A process re-checks each record batch's hash the first time it reads it,
-so a cached byte is never trusted without a check, and a restart costs nothing up front.
+copy), and only then published by rename, with a hash of every 64 KiB block beside it. A process
+checks each block the first time it reads from it, so no cached byte is used unchecked, and a
+restart costs nothing up front.
 
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
@@ -31,47 +31,59 @@ from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.fetch import fetch_verified
 from dsinspect.loaders.stats import ReadStats
 from dsinspect.loaders.storage import cache_dir
+from dsinspect.loaders.touched import touched_ranges
 from dsinspect.loaders.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard"]
 
 log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
+BLOCK = 64 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 
 
 class CachedShard:
-    """A verified shard, memory-mapped and pinned against eviction until `release()`."""
+    """A verified shard: one memory-mapped record batch, pinned against eviction until `release()`."""
 
     def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, sidecar: dict):
         self.cache, self.sha256, self._pin_fd = cache, sha256, pin_fd
-        self._reader = pa.ipc.open_file(pa.memory_map(str(cache._arrow(sha256))))
-        self._digests = sidecar["batches"]
-        self.batch_starts = np.concatenate([[0], np.cumsum(sidecar["rows"])]).astype(np.int64)
-        self.num_rows = int(self.batch_starts[-1])
+        self._buffer = pa.memory_map(str(cache._arrow(sha256))).read_buffer()
+        reader = pa.ipc.open_file(self._buffer)
+        self.batch = (reader.get_batch(0) if reader.num_record_batches
+                      else pa.RecordBatch.from_pylist([], schema=reader.schema))
+        self.num_rows = self.batch.num_rows
+        self._base = self._buffer.address
+        self._digests = np.fromfile(cache._path(sha256, ".blocks"), dtype="<u8")
+        self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
 
-    def batch(self, i: int) -> pa.RecordBatch:
-        """Record batch `i` (one row group), hash-checked on its first use in this process."""
-        rb = self._reader.get_batch(i)
-        if (self.sha256, i) not in self.cache._checked:
-            if _batch_digest(rb) != self._digests[i]:
+    def select(self, rows: np.ndarray, columns: list[str]) -> pa.RecordBatch:
+        """The shard's record batch with `columns`, after checking the bytes `rows` occupy in them."""
+        selected = self.batch.select(columns)
+        starts, ends = [], []
+        for column in selected.columns:
+            lo, hi = touched_ranges(column, rows)
+            starts.append(lo)
+            ends.append(hi)
+        self._verify(np.concatenate(starts) - self._base, np.concatenate(ends) - self._base)
+        return selected
+
+    def _verify(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Hash every not-yet-checked block that [start, end) ranges touch; a mismatch is never read."""
+        keep = ends > starts
+        first, last = starts[keep] // BLOCK, (ends[keep] - 1) // BLOCK
+        blocks = np.unique(np.concatenate([first, last]))
+        if (last - first > 1).any():  # ranges spanning 3+ blocks: take every block between
+            spans = [np.arange(f, l + 1) for f, l in zip(first, last) if l - f > 1]
+            blocks = np.unique(np.concatenate([blocks, *spans]))
+        todo = blocks[~self._checked[blocks]]
+        if not len(todo):
+            return
+        view = memoryview(self._buffer)
+        for b in todo.tolist():
+            if xxhash.xxh3_64_intdigest(view[b * BLOCK:(b + 1) * BLOCK]) != int(self._digests[b]):
                 self.cache._discard(self.sha256)
-                raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: record batch {i} does not "
-                                     "match the hash taken when it was cached (it will be fetched again)")
-            self.cache._checked.add((self.sha256, i))
-        return rb
-
-    def take(self, rows: np.ndarray, columns: list[str]) -> pa.Table:
-        """Rows of this shard, in the given order, with only `columns`."""
-        groups = np.searchsorted(self.batch_starts, rows, side="right") - 1
-        unique = np.unique(groups)
-        if len(unique) == 1:
-            g = int(unique[0])
-            return pa.Table.from_batches([self.batch(g).select(columns).take(pa.array(rows - self.batch_starts[g]))])
-        parts = [self.batch(int(g)).select(columns) for g in unique]
-        offsets = np.concatenate([[0], np.cumsum([p.num_rows for p in parts])])
-        position = np.searchsorted(unique, groups)
-        table = pa.Table.from_batches(parts)
-        return table.take(pa.array(offsets[position] + rows - self.batch_starts[groups]))
+                raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: bytes {b * BLOCK}..{(b + 1) * BLOCK} "
+                                     "do not match the hash taken when it was cached (it will be fetched again)")
+        self._checked[todo] = True
 
     def release(self) -> None:
         if self._pin_fd >= 0:
@@ -89,7 +101,7 @@ class ShardCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes, self.retries, self.backoff = max_bytes, retries, backoff
         self.stats = stats or ReadStats()
-        self._checked: set[tuple[str, int]] = set()
+        self._checked: dict[str, np.ndarray] = {}  # per shard: which blocks this process has verified
 
     # -- public --------------------------------------------------------------------------------
 
@@ -137,30 +149,30 @@ class ShardCache:
         finally:
             os.unlink(parquet)
         try:
-            batches = _digests_of(arrow_tmp)
+            digests = _block_digests(arrow_tmp)
+            _write_durably(self._path(entry.sha256, ".blocks"), digests.tobytes())
             os.replace(arrow_tmp, self._arrow(entry.sha256))
         except BaseException:
             if os.path.exists(arrow_tmp):
                 os.unlink(arrow_tmp)
             raise
-        sidecar = {"format": _FORMAT, "sha256": entry.sha256, "rows": rows, "batches": batches,
-                   "arrow_bytes": self._arrow(entry.sha256).stat().st_size}
+        sidecar = {"format": _FORMAT, "sha256": entry.sha256, "rows": rows, "block_size": BLOCK,
+                   "arrow_bytes": self._arrow(entry.sha256).stat().st_size,
+                   "blocks_xxh3": xxhash.xxh3_64_hexdigest(digests.tobytes())}
         _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
         return sidecar
 
-    def _convert(self, parquet: str, url: str) -> tuple[str, list[int]]:
-        """Parquet -> uncompressed Arrow IPC, one record batch per row group; (temp path, rows per batch)."""
+    def _convert(self, parquet: str, url: str) -> tuple[str, int]:
+        """Parquet -> uncompressed Arrow IPC holding one record batch (contiguous columns, so a
+        batch of rows is one gather per column); (temp path, rows)."""
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
         os.close(fd)
-        rows = []
         try:
-            pf = pq.ParquetFile(parquet)
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, pf.schema_arrow) as writer:
-                for g in range(pf.num_row_groups):
-                    table = pf.read_row_group(g).combine_chunks()
-                    for rb in table.to_batches() or [pa.RecordBatch.from_pylist([], pf.schema_arrow)]:
-                        writer.write_batch(rb)
-                        rows.append(rb.num_rows)
+            table = pq.read_table(parquet).combine_chunks()
+            rows = table.num_rows
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                for rb in table.to_batches():
+                    writer.write_batch(rb)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
         except (pa.ArrowException, OSError) as e:
@@ -174,8 +186,10 @@ class ShardCache:
         """The sidecar of a complete cache entry, or None (missing, partial or inconsistent)."""
         try:
             sidecar = json.loads(self._path(sha256, ".json").read_bytes())
+            blocks = self._path(sha256, ".blocks").read_bytes()
             ok = (sidecar.get("format") == _FORMAT and sidecar.get("sha256") == sha256
-                  and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"])
+                  and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"]
+                  and xxhash.xxh3_64_hexdigest(blocks) == sidecar["blocks_xxh3"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return sidecar if ok else None
@@ -224,11 +238,11 @@ class ShardCache:
     def _discard(self, sha256: str) -> None:
         """Forget a corrupt entry (the sidecar first, so nobody trusts what remains)."""
         self._remove(sha256)
-        self._checked = {c for c in self._checked if c[0] != sha256}
+        self._checked.pop(sha256, None)
         self.stats.add("verify_failures")
 
     def _remove(self, sha256: str) -> None:
-        for ext in (".json", ".arrow"):
+        for ext in (".json", ".arrow", ".blocks"):
             try:
                 os.unlink(self._path(sha256, ext))
             except FileNotFoundError:
@@ -250,19 +264,10 @@ class ShardCache:
         return self._path(sha256, ".arrow")
 
 
-def _batch_digest(rb: pa.RecordBatch) -> str:
-    h = xxhash.xxh3_64()
-    for column in rb.columns:
-        for buf in column.buffers():
-            if buf is not None:
-                h.update(memoryview(buf))
-    return h.hexdigest()
-
-
-def _digests_of(arrow_path: str) -> list[str]:
-    """Per-batch hashes as a later reader will see them: through the same memory-mapped reader."""
-    reader = pa.ipc.open_file(pa.memory_map(arrow_path))
-    return [_batch_digest(reader.get_batch(i)) for i in range(reader.num_record_batches)]
+def _block_digests(arrow_path: str) -> np.ndarray:
+    """XXH3-64 of every BLOCK-sized piece of the file (the last one may be shorter)."""
+    data = memoryview(pa.memory_map(arrow_path).read_buffer())
+    return np.array([xxhash.xxh3_64_intdigest(data[i:i + BLOCK]) for i in range(0, len(data), BLOCK)], dtype="<u8")
 
 
 def _write_durably(path: Path, data: bytes) -> None:

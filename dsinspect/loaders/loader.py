@@ -18,7 +18,7 @@ import pyarrow as pa
 from dsinspect.loaders.cache import ShardCache
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import HASH_COLUMN
-from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch
+from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch, plan_batches
 from dsinspect.loaders.reader import BatchReader
 from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.spec import RunSpec
@@ -33,7 +33,7 @@ class Batch:
     """One rank's batch at one step: the rows as Arrow, and where each came from."""
 
     plan: BatchPlan
-    table: pa.Table            # requested columns, in batch order
+    table: pa.RecordBatch      # requested columns, in batch order
     row_hashes: list[bytes]    # stored 16-byte row hashes, in batch order
     source_names: tuple[str, ...]
 
@@ -62,6 +62,7 @@ class Batch:
 
 _WARM_EVERY = 8      # steps between look-aheads for shards to fetch
 _WARM_AHEAD = 32     # steps looked ahead
+_PLAN_CHUNK = 64     # steps planned per vectorised pass
 
 
 class Loader:
@@ -85,6 +86,8 @@ class Loader:
         self._stats = self._reader.cache.stats
         self._logger = PeriodicLogger(self._stats, stats_interval)
         self._last_yield: float | None = None
+        self._source_names = tuple(s.name for s in spec.sources)
+        self._plans: dict[int, BatchPlan] = {}
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -106,19 +109,28 @@ class Loader:
 
     def batch_at(self, step: int) -> Batch:
         """The batch of any step, read now (no effect on the iteration position)."""
-        plan = plan_batch(self.spec, step, self.rank)
+        return self._read(plan_batch(self.spec, step, self.rank))
+
+    def _plan(self, step: int) -> BatchPlan:
+        """Plans come in vectorised chunks: one permutation pass serves many steps."""
+        plan = self._plans.get(step)
+        if plan is None:
+            self._plans = {p.step: p for p in plan_batches(self.spec, step, _PLAN_CHUNK, self.rank)}
+            plan = self._plans[step]
+        return plan
+
+    def _read(self, plan: BatchPlan) -> Batch:
         table = self._reader.read(plan)
         hashes = table.column(HASH_COLUMN).to_pylist()
-        return Batch(plan, table.drop_columns([HASH_COLUMN]), hashes, tuple(s.name for s in self.spec.sources))
+        return Batch(plan, table.drop_columns([HASH_COLUMN]), hashes, self._source_names)
 
     def _next(self) -> Batch:
         step = self._step
         asked = time.monotonic()
         if step % _WARM_EVERY == 0 or self._last_yield is None:
-            self._reader.warm(plan_batch(self.spec, s, self.rank)
-                              for s in range(step + self._prefetch + 1, step + _WARM_AHEAD))
+            self._reader.warm(self._plan(s) for s in range(step + self._prefetch + 1, step + _WARM_AHEAD))
         if self._prefetch <= 0:
-            batch = self.batch_at(step)
+            batch = self._read(self._plan(step))
         else:
             self._fill(step)
             ahead_step, future = self._ahead.popleft()
@@ -147,7 +159,7 @@ class Loader:
             self._drop_ahead()
         nxt = self._ahead[-1][0] + 1 if self._ahead else step
         while len(self._ahead) < self._prefetch + 1:
-            self._ahead.append((nxt, self._pool.submit(self.batch_at, nxt)))
+            self._ahead.append((nxt, self._pool.submit(self._read, self._plan(nxt))))
             nxt += 1
 
     def _drop_ahead(self) -> None:
@@ -170,6 +182,7 @@ class Loader:
         resumed = LoaderState.from_json(state).resume_spec(self.spec)
         self._drop_ahead()
         self.spec = resumed
+        self._plans = {}
         self._step = resumed.start.step
         self._reader.close()
         self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
@@ -193,8 +206,7 @@ class Loader:
         self.close()
 
 
-def _column_to_numpy(column: pa.ChunkedArray) -> np.ndarray:
-    arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+def _column_to_numpy(arr: pa.Array) -> np.ndarray:
     t = arr.type
     if (pa.types.is_list(t) or pa.types.is_large_list(t)) and arr.null_count == 0 and len(arr):
         lengths = arr.value_lengths().to_numpy()

@@ -16,7 +16,7 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.permute import Permutation, key_of, sample_seeds
 from dsinspect.loaders.spec import LastBatch, RunSpec, Shuffle
 
-__all__ = ["BatchPlan", "plan_batch", "batch_indices", "epoch_order", "samples_at", "locate_step",
+__all__ = ["BatchPlan", "plan_batch", "plan_batches", "batch_indices", "epoch_order", "samples_at", "locate_step",
            "steps_in_epoch", "mixture_counts"]
 
 
@@ -73,6 +73,30 @@ def plan_batch(spec: RunSpec, step: int, rank: int) -> BatchPlan:
     sources, indices = samples_at(spec, epoch, positions)
     return BatchPlan(step, epoch, rank, positions, sources, indices, padding,
                      sample_seeds(spec.seed, epoch, sources, indices))
+
+
+def plan_batches(spec: RunSpec, first_step: int, count: int, rank: int) -> list[BatchPlan]:
+    """`plan_batch` for `count` consecutive steps in one vectorised pass (what a loader reading
+    ahead needs); equal to planning each step on its own."""
+    if count <= 0:
+        return []
+    plan_batch(spec, first_step, rank)  # validates rank and step
+    where = [locate_step(spec, s) for s in range(first_step, first_step + count)]
+    b = spec.batch_size
+    offsets = rank * b + np.arange(b, dtype=np.int64)
+    plans: list[BatchPlan] = []
+    for epoch in dict.fromkeys(e for e, _ in where):
+        steps = [(s, p) for s, (e, p) in zip(range(first_step, first_step + count), where) if e == epoch]
+        positions = (np.array([p for _, p in steps], dtype=np.int64)[:, None] + offsets).ravel()
+        padding = positions >= spec.epoch_length
+        positions %= spec.epoch_length
+        sources, indices = samples_at(spec, epoch, positions)
+        seeds = sample_seeds(spec.seed, epoch, sources, indices)
+        for i, (step, _) in enumerate(steps):
+            part = slice(i * b, (i + 1) * b)
+            plans.append(BatchPlan(step, epoch, rank, positions[part], sources[part], indices[part],
+                                   padding[part], seeds[part]))
+    return plans
 
 
 def batch_indices(spec: RunSpec, step: int, rank: int) -> np.ndarray:

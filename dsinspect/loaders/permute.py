@@ -23,10 +23,9 @@ def key_of(*parts: object) -> int:
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser: a bijection on uint64 that scatters neighbouring inputs."""
-    x = np.asarray(x, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * _M1
-        x = (x ^ (x >> np.uint64(27))) * _M2
+    x = np.atleast_1d(np.asarray(x, dtype=np.uint64))  # arrays wrap silently; numpy scalars would warn
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
     return x ^ (x >> np.uint64(31))
 
 
@@ -63,6 +62,5 @@ class Permutation:
 def sample_seeds(seed: int, epoch: int, source: np.ndarray, index: np.ndarray) -> np.ndarray:
     """The random seed of each sample, from (seed, epoch, source, index): augmentations replay too."""
     base = np.uint64(key_of("sample-seed", seed, epoch))
-    src = np.asarray(source, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        return mix64(mix64(np.asarray(index, dtype=np.uint64) ^ base) + src)
+    src = np.atleast_1d(np.asarray(source, dtype=np.uint64))
+    return mix64(mix64(np.asarray(index, dtype=np.uint64) ^ base) + src)

@@ -14,6 +14,7 @@ import pyarrow as pa
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.cache import CachedShard, ShardCache
 from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.gather import gather
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan
 from dsinspect.loaders.spec import RunSpec, Shuffle
@@ -33,6 +34,8 @@ class BatchReader:
         self.columns = list(columns) if columns else [f.name for f in self.versions[0].fields]
         self._check_columns()
         self._read = [*self.columns, HASH_COLUMN]
+        first = self.versions[0].manifest.schema
+        self.schema = pa.schema([first.field(c) for c in self.columns] + [pa.field(HASH_COLUMN, pa.binary(16), False)])
         self.cache = cache or ShardCache()
         self._max_open = self._plan_budget(spec)
         self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
@@ -41,18 +44,17 @@ class BatchReader:
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def read(self, plan: BatchPlan) -> pa.Table:
+    def read(self, plan: BatchPlan) -> pa.RecordBatch:
         """The rows of `plan` (requested columns plus the row-hash column) in plan order."""
-        if len(self.versions) == 1:
-            return self._take(0, plan.indices)
-        parts, order = [], []
+        parts = []
         for k in np.unique(plan.sources):
-            sel = np.flatnonzero(plan.sources == k)
-            parts.append(self._take(int(k), plan.indices[sel]))
-            order.append(sel)
-        where = np.empty(len(plan.indices), np.int64)
-        where[np.concatenate(order)] = np.arange(len(plan.indices))
-        return pa.concat_tables(parts).take(pa.array(where))
+            sel = np.flatnonzero(plan.sources == k) if len(self.versions) > 1 else np.arange(len(plan.indices))
+            parts += [(rb, rows, sel[which]) for rb, rows, which in self._parts(int(k), plan.indices[sel])]
+        gathered = gather([(rb, rows) for rb, rows, _ in parts], self.schema)
+        where = np.concatenate([which for _, _, which in parts])
+        if (where == np.arange(len(where))).all():
+            return gathered
+        return gather([(gathered, np.argsort(where))], self.schema)
 
     def warm(self, plans: Iterable[BatchPlan]) -> None:
         """Start fetching the shards these future batches need (at most half the open budget ahead)."""
@@ -83,21 +85,20 @@ class BatchReader:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _take(self, k: int, indices: np.ndarray) -> pa.Table:
+    def _parts(self, k: int, indices: np.ndarray) -> list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
+        """(shard record batch, rows in it, which of `indices` they are), one part per shard."""
         version = self.versions[k]
         shards = np.searchsorted(version.shard_starts, indices, side="right") - 1
-        unique = np.unique(shards)
-        if len(unique) == 1:
-            s = int(unique[0])
-            return self._shard(k, s).take(indices - version.shard_starts[s], self._read)
-        parts, order = [], []
-        for s in unique:
+        if len(shards) and (shards == shards[0]).all():
+            s = int(shards[0])
+            rows = indices - version.shard_starts[s]
+            return [(self._shard(k, s).select(rows, self._read), rows, np.arange(len(indices)))]
+        out = []
+        for s in np.unique(shards):
             sel = np.flatnonzero(shards == s)
-            parts.append(self._shard(k, int(s)).take(indices[sel] - version.shard_starts[s], self._read))
-            order.append(sel)
-        where = np.empty(len(indices), np.int64)
-        where[np.concatenate(order)] = np.arange(len(indices))
-        return pa.concat_tables(parts).take(pa.array(where))
+            rows = indices[sel] - version.shard_starts[s]
+            out.append((self._shard(k, int(s)).select(rows, self._read), rows, sel))
+        return out
 
     def _shard(self, k: int, shard: int) -> CachedShard:
         key = (k, shard)

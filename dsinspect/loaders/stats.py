@@ -26,7 +26,7 @@ class ReadStats:
         self._counts = dict.fromkeys(self.COUNTERS, 0)
         self._fetch_latency: deque[float] = deque(maxlen=512)
         self.wait_seconds = 0.0
-        self.read_seconds = 0.0
+        self.fetch_seconds = 0.0
         self._recent: deque[tuple[float, float]] = deque(maxlen=64)  # (waited, batch interval)
 
     def add(self, name: str, n: int = 1) -> None:
@@ -38,6 +38,7 @@ class ReadStats:
             self._counts["shards_fetched"] += 1
             self._counts["bytes_fetched"] += nbytes
             self._fetch_latency.append(seconds)
+            self.fetch_seconds += seconds
 
     def consumed(self, waited: float, interval: float) -> None:
         """One batch handed to the consumer after it `waited` seconds, `interval` after the last one."""
@@ -62,8 +63,9 @@ class ReadStats:
         s = self.snapshot()
         if s["batches"] < 16 or s["recent_wait_fraction"] < threshold:
             return None
-        if s["cache_misses"] and s["fetch_latency_p50_ms"] > 50:
-            cause = f"storage: shard fetches take {s['fetch_latency_p50_ms']:.0f} ms (p50); raise prefetch or use window shuffle"
+        if self.fetch_seconds >= 0.5 * self.wait_seconds:
+            cause = (f"storage: {s['shards_fetched']} shard fetches took {self.fetch_seconds:.1f} s "
+                     f"({s['fetch_latency_p50_ms']:.0f} ms p50); warm the cache or raise prefetch")
         elif s["retries"]:
             cause = f"storage: {s['retries']} retried fetches"
         else:
