@@ -2,7 +2,7 @@
 
 A shard enters the cache once: downloaded to a temp file while hashing, its sha256 checked against
 the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read: no decode, no
-copy), and only then published by rename, with a hash of every 64 KiB block beside it. A process
+copy), and only then published by rename, with a hash of every 16 KiB block beside it. A process
 checks each block the first time it reads from it, so no cached byte is used unchecked, and a
 restart costs nothing up front.
 
@@ -31,14 +31,14 @@ from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.fetch import fetch_verified
 from dsinspect.loaders.stats import ReadStats
 from dsinspect.loaders.storage import cache_dir
-from dsinspect.loaders.touched import touched_ranges
+from dsinspect.loaders.columns import View, column_view
 from dsinspect.loaders.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard"]
 
 log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
-BLOCK = 64 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
+BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 
 
 class CachedShard:
@@ -54,17 +54,23 @@ class CachedShard:
         self._base = self._buffer.address
         self._digests = np.fromfile(cache._path(sha256, ".blocks"), dtype="<u8")
         self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
+        self._all_checked = bool(self._checked.all())
+        self._views: dict[str, View] = {}
 
-    def select(self, rows: np.ndarray, columns: list[str]) -> pa.RecordBatch:
-        """The shard's record batch with `columns`, after checking the bytes `rows` occupy in them."""
-        selected = self.batch.select(columns)
-        starts, ends = [], []
-        for column in selected.columns:
-            lo, hi = touched_ranges(column, rows)
-            starts.append(lo)
-            ends.append(hi)
-        self._verify(np.concatenate(starts) - self._base, np.concatenate(ends) - self._base)
-        return selected
+    def view(self, column: str) -> View:
+        """A zero-copy view of one column for gathers (built on first use)."""
+        view = self._views.get(column)
+        if view is None:
+            view = self._views[column] = column_view(self.batch.column(column), self._base)
+        return view
+
+    def check(self, rows: np.ndarray, columns: list[str]) -> None:
+        """Verify (once per process) the blocks that reading `rows` of `columns` touches."""
+        if self._all_checked:
+            return
+        ranges = [self.view(c).touched(rows) for c in columns]
+        self._verify(np.concatenate([lo for lo, _ in ranges]), np.concatenate([hi for _, hi in ranges]))
+        self._all_checked = bool(self._checked.all())
 
     def _verify(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Hash every not-yet-checked block that [start, end) ranges touch; a mismatch is never read."""

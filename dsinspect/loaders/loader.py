@@ -60,9 +60,7 @@ class Batch:
         return self.table.to_pylist()
 
 
-_WARM_EVERY = 8      # steps between look-aheads for shards to fetch
-_WARM_AHEAD = 32     # steps looked ahead
-_PLAN_CHUNK = 64     # steps planned per vectorised pass
+_PLAN_CHUNK = 256    # steps planned per vectorised pass (and looked ahead for shards to fetch)
 
 
 class Loader:
@@ -115,7 +113,9 @@ class Loader:
         """Plans come in vectorised chunks: one permutation pass serves many steps."""
         plan = self._plans.get(step)
         if plan is None:
-            self._plans = {p.step: p for p in plan_batches(self.spec, step, _PLAN_CHUNK, self.rank)}
+            plans = plan_batches(self.spec, step, _PLAN_CHUNK, self.rank)
+            self._plans = {p.step: p for p in plans}
+            self._reader.warm(plans)
             plan = self._plans[step]
         return plan
 
@@ -127,8 +127,6 @@ class Loader:
     def _next(self) -> Batch:
         step = self._step
         asked = time.monotonic()
-        if step % _WARM_EVERY == 0 or self._last_yield is None:
-            self._reader.warm(self._plan(s) for s in range(step + self._prefetch + 1, step + _WARM_AHEAD))
         if self._prefetch <= 0:
             batch = self._read(self._plan(step))
         else:
@@ -208,11 +206,14 @@ class Loader:
 
 def _column_to_numpy(arr: pa.Array) -> np.ndarray:
     t = arr.type
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and arr.null_count == 0 and len(arr):
-        lengths = arr.value_lengths().to_numpy()
-        flat = arr.flatten()
-        if (lengths == lengths[0]).all() and flat.null_count == 0 and not pa.types.is_nested(flat.type):
-            return flat.to_numpy(zero_copy_only=False).reshape(len(arr), int(lengths[0]))
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and arr.null_count == 0 and len(arr) \
+            and not pa.types.is_nested(t.value_type) and arr.values.null_count == 0:
+        offsets = np.frombuffer(arr.buffers()[1], np.int64 if pa.types.is_large_list(t) else np.int32)
+        offsets = offsets[arr.offset:arr.offset + len(arr) + 1]
+        lengths = np.diff(offsets)
+        if (lengths == lengths[0]).all():  # equal-length rows (e.g. packed tokens): a 2-D view, no copy
+            values = arr.values.to_numpy(zero_copy_only=False)
+            return values[offsets[0]:offsets[-1]].reshape(len(arr), int(lengths[0]))
     if pa.types.is_fixed_size_list(t) and arr.null_count == 0:
         return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), t.list_size)
     return arr.to_numpy(zero_copy_only=False)

@@ -70,9 +70,9 @@ def plan_batch(spec: RunSpec, step: int, rank: int) -> BatchPlan:
     positions = first + rank * spec.batch_size + np.arange(spec.batch_size, dtype=np.int64)
     padding = positions >= spec.epoch_length
     positions = positions % spec.epoch_length  # padding repeats samples from the epoch's start
-    sources, indices = samples_at(spec, epoch, positions)
+    sources, indices, source_epochs = _samples(spec, epoch, positions)
     return BatchPlan(step, epoch, rank, positions, sources, indices, padding,
-                     sample_seeds(spec.seed, epoch, sources, indices))
+                     sample_seeds(spec.seed, source_epochs, sources, indices))
 
 
 def plan_batches(spec: RunSpec, first_step: int, count: int, rank: int) -> list[BatchPlan]:
@@ -90,8 +90,8 @@ def plan_batches(spec: RunSpec, first_step: int, count: int, rank: int) -> list[
         positions = (np.array([p for _, p in steps], dtype=np.int64)[:, None] + offsets).ravel()
         padding = positions >= spec.epoch_length
         positions %= spec.epoch_length
-        sources, indices = samples_at(spec, epoch, positions)
-        seeds = sample_seeds(spec.seed, epoch, sources, indices)
+        sources, indices, source_epochs = _samples(spec, epoch, positions)
+        seeds = sample_seeds(spec.seed, source_epochs, sources, indices)
         for i, (step, _) in enumerate(steps):
             part = slice(i * b, (i + 1) * b)
             plans.append(BatchPlan(step, epoch, rank, positions[part], sources[part], indices[part],
@@ -112,9 +112,15 @@ def epoch_order(spec: RunSpec, epoch: int) -> np.ndarray:
 
 def samples_at(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(source id, index within that source) of in-epoch positions."""
+    sources, indices, _ = _samples(spec, epoch, positions)
+    return sources, indices
+
+
+def _samples(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`samples_at` plus each sample's source epoch (its mixture epoch's count of source cycles)."""
     positions = np.asarray(positions, dtype=np.int64)
     if not spec.is_mixture:
-        return np.zeros(len(positions), np.int32), _permute(spec, 0, epoch, positions)
+        return np.zeros(len(positions), np.int32), _permute(spec, 0, epoch, positions), np.full(len(positions), epoch)
     stream = epoch * spec.epoch_length + positions
     block, offset = np.divmod(stream, spec.mixture_block)
     counts = np.asarray(mixture_counts(spec), dtype=np.int64)
@@ -126,6 +132,7 @@ def samples_at(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.nda
         sources[sel] = src[offset[sel]]
         occurrence[sel] = int(b) * counts[sources[sel]] + rank[offset[sel]]
     indices = np.empty(len(positions), np.int64)
+    source_epochs = np.empty(len(positions), np.int64)
     for k, source in enumerate(spec.sources):
         sel = sources == k
         source_epoch, within = np.divmod(occurrence[sel], source.rows)  # each source cycles its own epochs
@@ -134,7 +141,8 @@ def samples_at(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.nda
             part = source_epoch == e
             out[part] = _permute(spec, k, int(e), within[part])
         indices[sel] = out
-    return sources, indices
+        source_epochs[sel] = source_epoch
+    return sources, indices, source_epochs
 
 
 def mixture_counts(spec: RunSpec) -> list[int]:

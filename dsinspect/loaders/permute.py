@@ -42,6 +42,8 @@ class Permutation:
         self._keys = [np.uint64(key_of(key, r)) for r in range(_ROUNDS)]
 
     def __call__(self, index: np.ndarray | int) -> np.ndarray:
+        if np.ndim(index) == 0:
+            return self(np.array([index]))[0]
         i = np.asarray(index, dtype=np.int64)
         if self.n <= 1:
             return np.zeros_like(i)
@@ -59,8 +61,11 @@ class Permutation:
         return (left << self._half) | right
 
 
-def sample_seeds(seed: int, epoch: int, source: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """The random seed of each sample, from (seed, epoch, source, index): augmentations replay too."""
-    base = np.uint64(key_of("sample-seed", seed, epoch))
-    src = np.atleast_1d(np.asarray(source, dtype=np.uint64))
-    return mix64(mix64(np.asarray(index, dtype=np.uint64) ^ base) + src)
+def sample_seeds(seed: int, epoch: np.ndarray | int, source: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The random seed of each sample, from (seed, epoch, source, index): augmentations replay too.
+    `epoch` is the sample's own source epoch (for a mixture, each source cycles its own epochs)."""
+    index = np.atleast_1d(np.asarray(index, dtype=np.uint64))
+    epoch = np.broadcast_to(np.asarray(epoch, dtype=np.uint64), index.shape)
+    source = np.broadcast_to(np.asarray(source, dtype=np.uint64), index.shape)
+    k_index, k_epoch = np.uint64(key_of("sample-seed", seed)), np.uint64(key_of("sample-epoch", seed))
+    return mix64(mix64(index ^ k_index) + mix64(epoch ^ k_epoch) + source)

@@ -14,7 +14,7 @@ import pyarrow as pa
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.cache import CachedShard, ShardCache
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.gather import gather
+from dsinspect.loaders.columns import gather_column
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan
 from dsinspect.loaders.spec import RunSpec, Shuffle
@@ -46,27 +46,35 @@ class BatchReader:
 
     def read(self, plan: BatchPlan) -> pa.RecordBatch:
         """The rows of `plan` (requested columns plus the row-hash column) in plan order."""
-        parts = []
-        for k in np.unique(plan.sources):
-            sel = np.flatnonzero(plan.sources == k) if len(self.versions) > 1 else np.arange(len(plan.indices))
-            parts += [(rb, rows, sel[which]) for rb, rows, which in self._parts(int(k), plan.indices[sel])]
-        gathered = gather([(rb, rows) for rb, rows, _ in parts], self.schema)
-        where = np.concatenate([which for _, _, which in parts])
-        if (where == np.arange(len(where))).all():
-            return gathered
-        return gather([(gathered, np.argsort(where))], self.schema)
-
-    def warm(self, plans: Iterable[BatchPlan]) -> None:
-        """Start fetching the shards these future batches need (at most half the open budget ahead)."""
-        wanted: list[tuple[int, int]] = []
-        for plan in plans:
+        n = len(plan.indices)
+        if len(self.versions) == 1:
+            parts = self._parts(0, plan.indices, np.arange(n))
+        else:
+            parts = []
             for k in np.unique(plan.sources):
-                version = self.versions[int(k)]
-                shards = np.searchsorted(version.shard_starts, plan.indices[plan.sources == k], side="right") - 1
-                wanted += [(int(k), int(s)) for s in np.unique(shards)]
+                sel = np.flatnonzero(plan.sources == k)
+                parts += self._parts(int(k), plan.indices[sel], sel)
+        for shard, rows, _ in parts:
+            shard.check(rows, self._read)
+        columns = [gather_column([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in self._read]
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def warm(self, plans: Sequence[BatchPlan]) -> None:
+        """Start fetching the shards these future batches need, in order of first need (at most
+        half the open budget ahead)."""
+        if not plans:
+            return
+        sources = np.concatenate([p.sources for p in plans])
+        indices = np.concatenate([p.indices for p in plans])
+        wanted: list[tuple[int, int]] = []
+        for k in np.unique(sources):
+            version = self.versions[int(k)]
+            shards = np.searchsorted(version.shard_starts, indices[sources == k], side="right") - 1
+            unique, first = np.unique(shards, return_index=True)
+            wanted += [(int(k), int(s)) for _, s in sorted(zip(first.tolist(), unique.tolist()))]
         with self._lock:
             budget = max(1, self._max_open // 2) - len(self._pending)
-            for key in dict.fromkeys(wanted):
+            for key in wanted:
                 if budget <= 0:
                     break
                 if key not in self._open and key not in self._pending:
@@ -85,19 +93,17 @@ class BatchReader:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _parts(self, k: int, indices: np.ndarray) -> list[tuple[pa.RecordBatch, np.ndarray, np.ndarray]]:
-        """(shard record batch, rows in it, which of `indices` they are), one part per shard."""
+    def _parts(self, k: int, indices: np.ndarray, where: np.ndarray) -> list[tuple[CachedShard, np.ndarray, np.ndarray]]:
+        """(cached shard, rows in it, output positions), one part per shard the indices touch."""
         version = self.versions[k]
         shards = np.searchsorted(version.shard_starts, indices, side="right") - 1
         if len(shards) and (shards == shards[0]).all():
             s = int(shards[0])
-            rows = indices - version.shard_starts[s]
-            return [(self._shard(k, s).select(rows, self._read), rows, np.arange(len(indices)))]
+            return [(self._shard(k, s), indices - version.shard_starts[s], where)]
         out = []
         for s in np.unique(shards):
             sel = np.flatnonzero(shards == s)
-            rows = indices[sel] - version.shard_starts[s]
-            out.append((self._shard(k, int(s)).select(rows, self._read), rows, sel))
+            out.append((self._shard(k, int(s)), indices[sel] - version.shard_starts[s], where[sel]))
         return out
 
     def _shard(self, k: int, shard: int) -> CachedShard:

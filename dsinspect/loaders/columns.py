@@ -1,0 +1,167 @@
+"""Zero-copy numpy views of a cached shard's columns, and gathers of rows across shards.
+
+A training batch draws a few rows from many places; Arrow's `take` pays a kernel call per
+(shard, column) and a concatenation, so for the common null-free types (numbers, binary and
+strings, lists of numbers) rows are copied straight into the output buffers in batch order with
+numpy. Anything else (nulls, structs) falls back to Arrow's take.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from dsinspect.loaders.touched import touched_ranges
+
+__all__ = ["column_view", "gather_column", "FixedView", "ListView", "ArrowView"]
+
+Part = tuple["View", np.ndarray, np.ndarray]  # (view, rows in its shard, positions in the output)
+
+
+class FixedView:
+    """A null-free fixed-width column as an (n, width) array (numbers, fixed-size binary)."""
+
+    def __init__(self, arr: pa.Array, base: int):
+        width = arr.type.byte_width
+        raw = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
+        self.values = raw.view(_dtype(arr.type)) if _dtype(arr.type) else raw.reshape(len(arr), width)
+        self.width, self.type = width, arr.type
+        self._start = arr.buffers()[1].address + arr.offset * width - base
+
+    def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        begin = self._start + rows * self.width
+        return begin, begin + self.width
+
+
+class ListView:
+    """A null-free binary/string column or list of fixed-width numbers: offsets and flat items."""
+
+    def __init__(self, arr: pa.Array, base: int):
+        t = arr.type
+        large = pa.types.is_large_list(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
+        bufs = arr.buffers()
+        self.offsets = np.frombuffer(bufs[1], np.int64 if large else np.int32)[arr.offset:arr.offset + len(arr) + 1]
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            child = arr.values
+            self.item_type, self.item = t.value_type, t.value_type.byte_width
+            data_buf, first = child.buffers()[1], child.offset
+        else:
+            self.item_type, self.item = None, 1
+            data_buf, first = bufs[2], 0
+        raw = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+        self.items = raw[first * self.item:]
+        if self.item_type is not None and _dtype(self.item_type):
+            self.items = self.items[: len(self.items) // self.item * self.item].view(_dtype(self.item_type))
+        lengths = np.diff(self.offsets)
+        self.length = int(lengths[0]) if len(lengths) and (lengths == lengths[0]).all() else None  # all rows equal?
+        self.type, self.large = t, large
+        self._offsets_start = bufs[1].address + arr.offset * self.offsets.itemsize - base
+        self._items_start = (data_buf.address if data_buf is not None else base) + first * self.item - base
+
+    def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = self.offsets.itemsize
+        lo, hi = self.offsets[rows].astype(np.int64), self.offsets[rows + 1].astype(np.int64)
+        first = self._offsets_start + rows * w
+        return (np.concatenate([first, self._items_start + lo * self.item]),
+                np.concatenate([first + 2 * w, self._items_start + hi * self.item]))
+
+
+class ArrowView:
+    """Any other column: gathered with Arrow's take."""
+
+    def __init__(self, arr: pa.Array, base: int):
+        self.arr, self.type, self._base = arr, arr.type, base
+
+    def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = touched_ranges(self.arr, rows)
+        return lo - self._base, hi - self._base
+
+
+View = FixedView | ListView | ArrowView
+
+
+def column_view(arr: pa.Array, base: int) -> View:
+    """The fastest view `arr` allows; `base` is the address offsets are reported against."""
+    t = arr.type
+    if arr.null_count:
+        return ArrowView(arr, base)
+    if _fixed(t):
+        return FixedView(arr, base)
+    if _var_binary(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t))
+                          and _fixed(t.value_type) and arr.values.null_count == 0):
+        return ListView(arr, base)
+    return ArrowView(arr, base)
+
+
+def gather_column(parts: Sequence[Part], n: int) -> pa.Array:
+    """Rows of several shards' views of one column, placed at their output positions."""
+    kinds = {type(v) for v, _, _ in parts}
+    if kinds == {FixedView}:
+        return _gather_fixed(parts, n)
+    if kinds == {ListView} and len({v.type for v, _, _ in parts}) == 1:
+        return _gather_lists(parts, n)
+    taken = [(v.arr if isinstance(v, ArrowView) else _as_arrow(v)).take(pa.array(rows)) for v, rows, _ in parts]
+    combined = pa.concat_arrays(taken) if len(taken) > 1 else taken[0]
+    where = np.concatenate([w for _, _, w in parts])
+    return combined.take(pa.array(np.argsort(where, kind="stable")))
+
+
+def _gather_fixed(parts: Sequence[Part], n: int) -> pa.Array:
+    first = parts[0][0]
+    out = np.empty((n,) + first.values.shape[1:], first.values.dtype)
+    for view, rows, where in parts:
+        out[where] = view.values[rows]
+    return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(out)])
+
+
+def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
+    first = parts[0][0]
+    lengths = np.empty(n, np.int64)
+    for view, rows, where in parts:
+        lengths[where] = view.offsets[rows + 1] - view.offsets[rows]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    items = np.empty(int(offsets[-1]), first.items.dtype)
+    equal = len(lengths) and (lengths == lengths[0]).all() and lengths[0] > 0
+    for view, rows, where in parts:
+        if equal and view.length == lengths[0]:  # fixed-length rows (packed tokens): one 2-D gather
+            start = int(view.offsets[0])
+            grid = view.items[start:start + (len(view.offsets) - 1) * view.length].reshape(-1, view.length)
+            items.reshape(n, -1)[where] = grid[rows]
+            continue
+        for r, w in zip(rows.tolist(), where.tolist()):
+            items[offsets[w]:offsets[w + 1]] = view.items[view.offsets[r]:view.offsets[r + 1]]
+    offsets = offsets.astype(np.int64 if first.large else np.int32)
+    if first.item_type is None:
+        return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets), pa.py_buffer(items)])
+    values = pa.Array.from_buffers(first.item_type, len(items), [None, pa.py_buffer(items)])
+    return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets)], children=[values])
+
+
+def _as_arrow(view: FixedView | ListView) -> pa.Array:
+    return gather_column([(view, np.arange(_rows(view)), np.arange(_rows(view)))], _rows(view))
+
+
+def _rows(view: FixedView | ListView) -> int:
+    return len(view.values) if isinstance(view, FixedView) else len(view.offsets) - 1
+
+
+def _dtype(t: pa.DataType) -> np.dtype | None:
+    """The numpy dtype of a fixed-width Arrow type when numpy has one of that width."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return np.dtype(t.to_pandas_dtype())
+    if pa.types.is_temporal(t):
+        return np.dtype(f"<i{t.bit_width // 8}")
+    return None
+
+
+def _fixed(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+            or pa.types.is_fixed_size_binary(t) or pa.types.is_decimal(t))
+
+
+def _var_binary(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t))
