@@ -194,6 +194,7 @@ class ShardCache:
             sidecar = json.loads(self._path(sha256, ".json").read_bytes())
             blocks = self._path(sha256, ".blocks").read_bytes()
             ok = (sidecar.get("format") == _FORMAT and sidecar.get("sha256") == sha256
+                  and sidecar.get("block_size") == BLOCK
                   and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"]
                   and xxhash.xxh3_64_hexdigest(blocks) == sidecar["blocks_xxh3"])
         except (OSError, ValueError, KeyError, TypeError):

@@ -112,7 +112,7 @@ def _gather_fixed(parts: Sequence[Part], n: int) -> pa.Array:
     first = parts[0][0]
     out = np.empty((n,) + first.values.shape[1:], first.values.dtype)
     for view, rows, where in parts:
-        out[where] = view.values[rows]
+        _place(out, view.values, rows, where)
     return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(out)])
 
 
@@ -129,7 +129,7 @@ def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
         if equal and view.length == lengths[0]:  # fixed-length rows (packed tokens): one 2-D gather
             start = int(view.offsets[0])
             grid = view.items[start:start + (len(view.offsets) - 1) * view.length].reshape(-1, view.length)
-            items.reshape(n, -1)[where] = grid[rows]
+            _place(items.reshape(n, -1), grid, rows, where)
             continue
         for r, w in zip(rows.tolist(), where.tolist()):
             items[offsets[w]:offsets[w + 1]] = view.items[view.offsets[r]:view.offsets[r + 1]]
@@ -138,6 +138,14 @@ def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
         return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets), pa.py_buffer(items)])
     values = pa.Array.from_buffers(first.item_type, len(items), [None, pa.py_buffer(items)])
     return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets)], children=[values])
+
+
+def _place(out: np.ndarray, source: np.ndarray, rows: np.ndarray, where: np.ndarray) -> None:
+    """out[where] = source[rows], copying once when the part fills the whole output in order."""
+    if len(where) == len(out) and where[0] == 0 and (np.diff(where) == 1).all():
+        np.take(source, rows, axis=0, out=out)
+    else:
+        out[where] = source[rows]
 
 
 def _as_arrow(view: FixedView | ListView) -> pa.Array:

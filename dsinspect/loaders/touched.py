@@ -70,7 +70,7 @@ def _collect_child_ranges(child: pa.Array, lo: np.ndarray, hi: np.ndarray, start
     counts = hi - lo
     if counts.sum() == 0:
         return
-    rows = np.repeat(lo - np.repeat(np.cumsum(counts) - counts, counts), counts) + np.arange(counts.sum())
+    rows = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
     _collect(child, rows, starts, ends)
 
 
