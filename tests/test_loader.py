@@ -116,3 +116,13 @@ def test_every_role_reads_back_exactly_through_the_cache(name):
         for b in loader:
             assert b.rows() == [version.row(int(i)) for i in b.indices]
             assert b.row_hashes == [version.row_hash(int(i)) for i in b.indices]
+
+
+def test_transform_runs_on_each_batch_seeded_per_sample(cat):
+    def jitter(batch):
+        return [int(np.random.default_rng(int(s)).integers(0, 1000)) + i for s, i in zip(batch.seeds, batch.indices)]
+
+    spec = RunSpec.create(cat, "toy", seed=8, batch_size=4)
+    with Loader(spec, catalog=cat, transform=jitter) as a, Loader(spec, catalog=cat, transform=jitter, prefetch=0) as b:
+        first, again = [x.transformed for x in a], [x.transformed for x in b]
+    assert first == again and first[0] != first[1]

@@ -36,6 +36,7 @@ class Batch:
     table: pa.RecordBatch      # requested columns, in batch order
     row_hashes: list[bytes]    # stored 16-byte row hashes, in batch order
     source_names: tuple[str, ...]
+    transformed: Any = None    # what the loader's transform made of the batch, if it has one
 
     step = property(lambda self: self.plan.step)
     epoch = property(lambda self: self.plan.epoch)
@@ -65,16 +66,20 @@ _PLAN_CHUNK = 256    # steps planned per vectorised pass (and looked ahead for s
 
 class Loader:
     """One rank's batches. `cache` is the node-local shard cache (default: $DSINSPECT_CACHE, no
-    bound); `stats_interval` logs a stats line (and a starvation warning) every so many seconds."""
+    bound); `stats_interval` logs a stats line (and a starvation warning) every so many seconds.
+    `transform(batch)` runs where the batch is read (prefetch thread, DataLoader worker); its result
+    is `batch.transformed`. Seed randomness from `batch.seeds` (one per sample, derived from the
+    run seed, epoch and index), so replay re-creates exactly what the model was fed."""
 
     def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
                  columns: Sequence[str] | None = None, prefetch: int = 2, record_dir: str | None = None,
-                 cache: ShardCache | None = None, stats_interval: float | None = None):
+                 cache: ShardCache | None = None, stats_interval: float | None = None,
+                 transform: Callable[[Batch], Any] | None = None):
         if catalog is None:
             from dsinspect.defaults import open_catalog
             catalog = open_catalog()
         plan_batch(spec, spec.start.step, rank)  # validates the rank now, not at the first batch
-        self.spec, self.rank, self.catalog = spec, rank, catalog
+        self.spec, self.rank, self.catalog, self.transform = spec, rank, catalog, transform
         self._reader = BatchReader(catalog, spec, columns, cache)
         self._step = spec.start.step
         self._prefetch = prefetch
@@ -122,7 +127,10 @@ class Loader:
     def _read(self, plan: BatchPlan) -> Batch:
         table = self._reader.read(plan)
         hashes = table.column(HASH_COLUMN).to_pylist()
-        return Batch(plan, table.drop_columns([HASH_COLUMN]), hashes, self._source_names)
+        batch = Batch(plan, table.drop_columns([HASH_COLUMN]), hashes, self._source_names)
+        if self.transform is not None:
+            batch.transformed = self.transform(batch)
+        return batch
 
     def _next(self) -> Batch:
         step = self._step
