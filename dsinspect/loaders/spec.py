@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dsinspect.errors import UserError
@@ -42,7 +43,7 @@ class Source:
     shard_rows: tuple[int, ...]
     weight: float = 1.0
 
-    @property
+    @cached_property
     def rows(self) -> int:
         return sum(self.shard_rows)
 
@@ -101,7 +102,7 @@ class RunSpec:
     def global_batch(self) -> int:
         return self.batch_size * self.world_size
 
-    @property
+    @cached_property
     def epoch_length(self) -> int:
         """Positions per epoch: the rows of a single source; for a mixture epoch_size or all rows."""
         return self.epoch_size or sum(s.rows for s in self.sources)

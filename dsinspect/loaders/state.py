@@ -23,11 +23,13 @@ STATE_FORMAT = "dsinspect.loader-state/1"
 RECEIPT_SAMPLES = 16
 
 
-def receipt(spec: RunSpec, epoch: int, position: int) -> str:
-    """Hash of the (source, index) of the next samples from (epoch, position), world-size free."""
+def receipt(spec: RunSpec, step: int, epoch: int, position: int) -> str:
+    """Hash of where the run stands (step, epoch, position) and of the (source, index) of the next
+    samples from there: world-size free, and any edit to the state shows."""
     positions = np.arange(position, min(position + RECEIPT_SAMPLES, spec.epoch_length), dtype=np.int64)
     sources, indices = samples_at(spec, epoch, positions)
-    return xxhash.xxh3_64_hexdigest(np.stack([sources.astype(np.int64), indices]).tobytes())
+    where = np.array([step, epoch, position], dtype=np.int64)
+    return xxhash.xxh3_64_hexdigest(np.concatenate([where, sources.astype(np.int64), indices]).tobytes())
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class LoaderState:
     def at(cls, spec: RunSpec, step: int, rank: int) -> "LoaderState":
         """The state of a loader whose next batch is `step`."""
         epoch, position = locate_step(spec, step)
-        return cls(spec.order_hash, step, epoch, position, receipt(spec, epoch, position),
+        return cls(spec.order_hash, step, epoch, position, receipt(spec, step, epoch, position),
                    spec.world_size, spec.batch_size, rank)
 
     def to_json(self) -> dict[str, Any]:
@@ -75,7 +77,7 @@ class LoaderState:
         if self.position >= spec.epoch_length:
             raise UserError(f"loader state position {self.position} is outside the epoch ({spec.epoch_length})")
         resumed = spec.replace(start=Start(self.step, self.epoch, self.position))
-        if receipt(resumed, self.epoch, self.position) != self.receipt:
+        if receipt(resumed, self.step, self.epoch, self.position) != self.receipt:
             raise IntegrityError(f"resume receipt mismatch at step {self.step}: the restored order would not "
                                  "continue with the samples the saved loader was about to read")
         return resumed
