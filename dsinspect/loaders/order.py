@@ -17,7 +17,7 @@ from dsinspect.loaders.permute import Permutation, key_of, sample_seeds
 from dsinspect.loaders.spec import LastBatch, RunSpec, Shuffle
 
 __all__ = ["BatchPlan", "plan_batch", "plan_batches", "batch_indices", "epoch_order", "samples_at", "locate_step",
-           "steps_in_epoch", "mixture_counts"]
+           "steps_in_epoch", "epoch_start_step", "epoch_end", "mixture_counts"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,27 @@ def _steps_for(spec: RunSpec, samples: int) -> int:
 
 def steps_in_epoch(spec: RunSpec, epoch: int) -> int:
     """Global steps in `epoch` (the first epoch of a resumed spec counts from its start position)."""
+    if epoch < spec.start.epoch:
+        raise UserError(f"epoch {epoch} comes before this run spec's start (epoch {spec.start.epoch})")
     if epoch == spec.start.epoch:
         return _steps_for(spec, spec.epoch_length - spec.start.position)
     return _steps_for(spec, spec.epoch_length)
+
+
+def epoch_start_step(spec: RunSpec, epoch: int) -> int:
+    """The first step of `epoch` (of a resumed spec's first epoch: the step it resumed at)."""
+    start = spec.start
+    if epoch < start.epoch:
+        raise UserError(f"epoch {epoch} comes before this run spec's start (epoch {start.epoch})")
+    if epoch == start.epoch:
+        return start.step
+    return start.step + steps_in_epoch(spec, start.epoch) + (epoch - start.epoch - 1) * steps_in_epoch(spec, epoch)
+
+
+def epoch_end(spec: RunSpec, step: int) -> int:
+    """The first step after the epoch holding `step`: where a pass that includes `step` stops."""
+    epoch, _ = locate_step(spec, step)
+    return epoch_start_step(spec, epoch) + steps_in_epoch(spec, epoch)
 
 
 def locate_step(spec: RunSpec, step: int) -> tuple[int, int]:
