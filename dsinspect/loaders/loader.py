@@ -10,7 +10,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -113,6 +113,11 @@ class Loader:
     def batch_at(self, step: int) -> Batch:
         """The batch of any step, read now (no effect on the iteration position)."""
         return self._read(plan_batch(self.spec, step, self.rank))
+
+    def warm(self, steps: Iterable[int]) -> None:
+        """Start fetching the shards these future steps read, for callers that read steps out of
+        order (a DataLoader worker reads every W-th step through `batch_at`)."""
+        self._reader.warm([plan_batch(self.spec, s, self.rank) for s in steps])
 
     def _plan(self, step: int) -> BatchPlan:
         """Plans come in vectorised chunks: one permutation pass serves many steps."""

@@ -32,6 +32,7 @@ __all__ = ["TorchBatches", "TorchLoader", "batch_to_torch", "unpack", "split_rag
 METADATA = ("step", "epoch", "positions", "indices", "sources", "padding", "seeds", "row_hashes", "nulls",
             "transformed")
 PRODUCER_FORMAT = "dsinspect.torch-producer/1"
+_WARM_EVERY, _WARM_AHEAD = 8, 32  # a worker looks ahead for shards every 8 of its steps, 32 steps far
 
 
 # -- the dataset ---------------------------------------------------------------------------------
@@ -121,6 +122,7 @@ class _Producer:
 
     def __init__(self, dataset: TorchBatches, next_step: int, end: int, stride: int, worker: int):
         self.dataset, self.next, self.end, self.stride, self.worker = dataset, next_step, end, stride, worker
+        self._made = 0
 
     def __iter__(self) -> "_Producer":
         return self
@@ -130,7 +132,11 @@ class _Producer:
             self.dataset._seek(self.end)  # the pass is over: the next one reads the next epoch
             raise StopIteration
         step = self.next
+        if self._made % _WARM_EVERY == 0:  # fetch this worker's next shards ahead
+            self.dataset._reader().warm(range(step + self.stride, min(self.end, step + _WARM_AHEAD * self.stride),
+                                              self.stride))
         batch = self.dataset.batch_at(step)
+        self._made += 1
         self.next = step + self.stride
         if self.stride == 1:
             self.dataset._seek(self.next)  # one producer: a new pass continues right here
