@@ -123,7 +123,9 @@ class Loader:
         """Plans come in vectorised chunks: one permutation pass serves many steps."""
         plan = self._plans.get(step)
         if plan is None:
-            plans = plan_batches(self.spec, step, _PLAN_CHUNK, self.rank)
+            # start small (the first batch should not wait for 256 plans), then grow to full chunks
+            chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
+            plans = plan_batches(self.spec, step, chunk, self.rank)
             self._plans = {p.step: p for p in plans}
             self._reader.warm(plans)
             plan = self._plans[step]
