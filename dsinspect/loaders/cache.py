@@ -174,7 +174,7 @@ class ShardCache:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
         os.close(fd)
         try:
-            table = pq.read_table(parquet).combine_chunks()
+            table = pq.ParquetFile(parquet).read().combine_chunks()  # read_table would import pyarrow.dataset (and pandas)
             rows = table.num_rows
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 for rb in table.to_batches():

@@ -102,10 +102,16 @@ def gather_column(parts: Sequence[Part], n: int) -> pa.Array:
         return _gather_fixed(parts, n)
     if kinds == {ListView} and len({v.type for v, _, _ in parts}) == 1:
         return _gather_lists(parts, n)
-    taken = [(v.arr if isinstance(v, ArrowView) else _as_arrow(v)).take(pa.array(rows)) for v, rows, _ in parts]
+    taken = [(v.arr if isinstance(v, ArrowView) else _as_arrow(v)).take(int64_array(rows)) for v, rows, _ in parts]
     combined = pa.concat_arrays(taken) if len(taken) > 1 else taken[0]
     where = np.concatenate([w for _, _, w in parts])
-    return combined.take(pa.array(np.argsort(where, kind="stable")))
+    return combined.take(int64_array(np.argsort(where, kind="stable")))
+
+
+def int64_array(values: np.ndarray) -> pa.Array:
+    """Indices as Arrow without `pa.array`, whose input sniffing imports pandas (a slow first batch)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
 
 
 def _gather_fixed(parts: Sequence[Part], n: int) -> pa.Array:
@@ -157,11 +163,15 @@ def _rows(view: FixedView | ListView) -> int:
 
 
 def _dtype(t: pa.DataType) -> np.dtype | None:
-    """The numpy dtype of a fixed-width Arrow type when numpy has one of that width."""
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return np.dtype(t.to_pandas_dtype())
-    if pa.types.is_temporal(t):
-        return np.dtype(f"<i{t.bit_width // 8}")
+    """The numpy dtype of a fixed-width Arrow type when numpy has one of that width (no pandas:
+    Arrow's to_pandas_dtype imports it, half a second of start-up)."""
+    width = t.bit_width // 8 if t.bit_width >= 8 else 0
+    if pa.types.is_signed_integer(t) or pa.types.is_temporal(t):
+        return np.dtype(f"<i{width}")
+    if pa.types.is_unsigned_integer(t):
+        return np.dtype(f"<u{width}")
+    if pa.types.is_floating(t):
+        return np.dtype(f"<f{width}")
     return None
 
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.loaders.columns import int64_array
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ class DatasetVersion:
         if pf is None:
             path = self.shard_path(shard)
             try:
-                pf = pq.ParquetFile(self.catalog.fs.open(path, "rb"))
+                # no read-ahead cache: pyarrow asks for the footer and then exactly the byte ranges of
+                # the row groups it reads, so one row of a remote shard costs a few small ranged GETs
+                pf = pq.ParquetFile(self.catalog.fs.open(path, "rb", cache_type="none"))
             except FileNotFoundError:
                 raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
             except (pa.ArrowInvalid, OSError) as e:
@@ -160,7 +163,7 @@ class DatasetVersion:
         tables = [read_group(int(k >> 32), int(k & 0xFFFFFFFF)) for k in unique]
         offsets = np.concatenate([[0], np.cumsum([t.num_rows for t in tables])])
         combined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        return combined.take(pa.array(offsets[inverse.ravel()] + group_rows, pa.int64()))
+        return combined.take(int64_array(offsets[inverse.ravel()] + group_rows))
 
     def iter_tables(self, columns: Sequence[str] | None = None) -> Iterator[tuple[int, pa.Table]]:
         """(global index of the first row, row group) for every row group, in order."""
