@@ -1,1 +1,30 @@
-"""dsinspect.inspect — placeholder, built in a later issue."""
+"""The inspection core: one stored sample as UI-neutral views (decoded tokens, text, images, video
+frames, RL trajectories, JSON, scalars, bytes), each next to its raw bytes and hashes.
+
+Imports no UI framework. Import it as `from dsinspect.inspect import ...` (never
+`from dsinspect import inspect`, which reads like the standard library's module).
+"""
+
+from dsinspect.inspect.hexdump import HexLine, HexPage, hex_page
+from dsinspect.inspect.images import ImageView, fit_pixels, image_view
+from dsinspect.inspect.sample import TOKENIZER_CHOICES, FieldInfo, RowHashCheck, Sample, open_address, open_sample
+from dsinspect.inspect.structured import BytesView, JsonView, ScalarView, bytes_view, json_view, scalar_view, sniff
+from dsinspect.inspect.text import CodePointNote, TextView, text_view
+from dsinspect.inspect.tokens import TokenPage, TokenPiece, TokensView, TokenStats, encode_text, tokens_view
+from dsinspect.inspect.trajectory import StepRow, TrajectoryPage, TrajectoryView, trajectory_view
+from dsinspect.inspect.video import FrameView, VideoView, video_view
+from dsinspect.inspect.views import ErrorView, Finding, NullView, Severity, View, jsonable, safely
+from dsinspect.inspect.vocab import TIKTOKEN_ENCODINGS, Vocab, huggingface_vocab, tiktoken_encoding, tiktoken_vocab
+
+__all__ = [
+    "open_address", "open_sample", "Sample", "FieldInfo", "RowHashCheck", "TOKENIZER_CHOICES",
+    "View", "ErrorView", "NullView", "Finding", "Severity", "jsonable", "safely",
+    "HexLine", "HexPage", "hex_page",
+    "TokensView", "TokenPage", "TokenPiece", "TokenStats", "tokens_view", "encode_text",
+    "Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "TIKTOKEN_ENCODINGS",
+    "TextView", "CodePointNote", "text_view",
+    "ImageView", "image_view", "fit_pixels",
+    "VideoView", "FrameView", "video_view",
+    "TrajectoryView", "TrajectoryPage", "StepRow", "trajectory_view",
+    "JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "sniff",
+]

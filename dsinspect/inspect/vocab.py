@@ -1,0 +1,213 @@
+"""Token vocabularies as exact bytes per id: Hugging Face `tokenizer.json` files and OpenAI's public
+encodings (cl100k_base, o200k_base) through tiktoken, with data bundled by the `bpe-openai` package.
+
+Pieces are bytes, not characters: a byte-level BPE token that holds half of a multibyte character
+is exactly that half, so byte offsets are honest (the tokenizers library's offsets count characters).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib.util
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "TIKTOKEN_ENCODINGS",
+           "cached_vocab", "byte_level_decode"]
+
+TIKTOKEN_ENCODINGS = ("cl100k_base", "o200k_base")
+PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>", "<PAD>")
+_CACHE_SIZE = 6
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """The bytes of every id (None where an id has no token), which ids are special, and the pad id."""
+
+    name: str
+    kind: str                                  # "huggingface" or "tiktoken"
+    pieces: tuple[bytes | None, ...] = field(repr=False)
+    special: frozenset[int] = field(repr=False, default=frozenset())
+    pad_id: int | None = None
+    encoder: Callable[[str], list[int]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.pieces)
+
+    def piece(self, token_id: int) -> bytes | None:
+        return self.pieces[token_id] if 0 <= token_id < len(self.pieces) else None
+
+    def lengths(self) -> np.ndarray:
+        """Byte length of every id's piece (-1 for ids without a token)."""
+        lens = self.__dict__.get("_lengths")
+        if lens is None:
+            lens = np.fromiter((len(p) if p is not None else -1 for p in self.pieces), np.int64, len(self.pieces))
+            object.__setattr__(self, "_lengths", lens)
+        return lens
+
+    def encode(self, text: str) -> list[int]:
+        if self.encoder is None:
+            raise ValueError(f"tokenizer {self.name} cannot encode text")
+        return self.encoder(text)
+
+
+# -- Hugging Face tokenizer.json ---------------------------------------------------------------
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: every byte as one printable character."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_BYTE_OF_CHAR = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def byte_level_decode(token: str) -> bytes:
+    """A byte-level BPE token string as the bytes it stands for (characters outside the alphabet as UTF-8)."""
+    return b"".join(bytes([_BYTE_OF_CHAR[c]]) if c in _BYTE_OF_CHAR else c.encode("utf-8") for c in token)
+
+
+def _components(spec: Any) -> list[dict]:
+    """Every pre-tokenizer / decoder dict in a (possibly nested Sequence) spec."""
+    if not isinstance(spec, dict):
+        return []
+    nested = spec.get("pretokenizers") or spec.get("decoders") or []
+    return [spec, *(c for item in nested for c in _components(item))]
+
+
+def _piece_decoder(spec: dict) -> Callable[[str], bytes]:
+    parts = _components(spec.get("pre_tokenizer")) + _components(spec.get("decoder"))
+    types = {p.get("type") for p in parts}
+    if "ByteLevel" in types:
+        return byte_level_decode
+    meta = next((p for p in parts if p.get("type") == "Metaspace"), None)
+    space = (meta or {}).get("replacement", "▁")
+    fallback = "ByteFallback" in types
+
+    def decode(token: str) -> bytes:
+        if fallback and len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            try:
+                return bytes([int(token[3:5], 16)])
+            except ValueError:
+                pass
+        return (token.replace(space, " ") if meta else token).encode("utf-8")
+    return decode
+
+
+def huggingface_vocab(data: bytes, name: str = "tokenizer.json", pad_id: int | None = None) -> Vocab:
+    """A Vocab from `tokenizer.json` bytes; raises on a file the tokenizers library cannot load."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(data)
+    tok = Tokenizer.from_str(data.decode("utf-8"))
+    vocab = tok.get_vocab(with_added_tokens=True)
+    added = tok.get_added_tokens_decoder()
+    pieces: list[bytes | None] = [None] * (max([*vocab.values(), *added, -1]) + 1)
+    decode = _piece_decoder(spec)
+    for token, i in vocab.items():
+        pieces[i] = decode(token)
+    for i, token in added.items():  # added tokens are literal text, not byte-level strings
+        pieces[i] = token.content.encode("utf-8")
+    special = frozenset(i for i, t in added.items() if t.special)
+    if pad_id is None:
+        pad_id = (spec.get("padding") or {}).get("pad_id")
+    if pad_id is None:
+        pad_id = next((i for i in sorted(special) if added[i].content in PAD_NAMES), None)
+    encoder = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return Vocab(name, "huggingface", tuple(pieces), special, pad_id, encoder)
+
+
+# -- OpenAI encodings through tiktoken, offline --------------------------------------------------
+
+# tiktoken's split patterns and special tokens for the two public encodings (as in tiktoken_ext.openai_public;
+# a test holds them equal to what bpe-openai ships). The merge ranks are read from bpe-openai's data files.
+_O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+""",
+])
+_ENCODINGS = {
+    "cl100k_base": (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260,
+         "<|endofprompt|>": 100276}),
+    "o200k_base": (_O200K_PATTERN, {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}),
+}
+
+
+def _bundled_ranks(name: str) -> dict[bytes, int]:
+    """The merge ranks of `name` from the bpe-openai package's data files (found without importing it)."""
+    if name not in _ENCODINGS:
+        raise ValueError(f"unknown encoding {name!r}: known are {', '.join(TIKTOKEN_ENCODINGS)}")
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the bpe-openai package (bundled cl100k/o200k data) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
+    ranks: dict[bytes, int] = {}
+    with gzip.open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def _bundled_constructor(name: str) -> dict:
+    pattern, special = _ENCODINGS.get(name, (None, None))
+    ranks = _bundled_ranks(name)
+    return {"name": name, "pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": dict(special)}
+
+
+def tiktoken_encoding(name: str) -> Any:
+    """A `tiktoken.Encoding` built from bundled data: no download at run time."""
+    import tiktoken
+
+    ctor = _bundled_constructor(name)
+    return tiktoken.Encoding(ctor["name"], pat_str=ctor["pat_str"], mergeable_ranks=ctor["mergeable_ranks"],
+                             special_tokens=ctor["special_tokens"])
+
+
+def tiktoken_vocab(name: str) -> Vocab:
+    import tiktoken
+
+    ctor = _bundled_constructor(name)
+    enc = tiktoken.Encoding(ctor["name"], pat_str=ctor["pat_str"], mergeable_ranks=ctor["mergeable_ranks"],
+                            special_tokens=ctor["special_tokens"])
+    pieces: list[bytes | None] = [None] * enc.n_vocab
+    for piece, rank in ctor["mergeable_ranks"].items():
+        pieces[rank] = piece
+    for text, i in ctor["special_tokens"].items():
+        pieces[i] = text.encode("utf-8")
+    encoder = lambda text: enc.encode(text, allowed_special="all")  # noqa: E731
+    return Vocab(name, "tiktoken", tuple(pieces), frozenset(ctor["special_tokens"].values()), None, encoder)
+
+
+_cache: OrderedDict[tuple, Vocab] = OrderedDict()
+_lock = threading.Lock()
+
+
+def cached_vocab(key: tuple, build: Callable[[], Vocab]) -> Vocab:
+    """A small LRU of vocabularies by content key (blob sha256, or encoding name)."""
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    vocab = build()
+    with _lock:
+        _cache[key] = vocab
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return vocab
