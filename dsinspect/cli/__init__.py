@@ -7,6 +7,9 @@ import sys
 import click
 
 from dsinspect.cli import catalog_cmds
+from dsinspect.cli import show_cmd
+from dsinspect.cli import diff_cmd, replay_cmd
+from dsinspect.cli import web_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError
 
@@ -26,6 +29,12 @@ def cli(ctx: click.Context, catalog_url: str | None) -> None:
 
 
 for command in catalog_cmds.COMMANDS:
+    cli.add_command(command)
+for command in show_cmd.COMMANDS:
+    cli.add_command(command)
+for command in replay_cmd.COMMANDS + diff_cmd.COMMANDS:
+    cli.add_command(command)
+for command in web_cmd.COMMANDS:
     cli.add_command(command)
 
 

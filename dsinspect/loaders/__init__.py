@@ -1,4 +1,6 @@
-"""The read engine: catalog, immutable versions of Parquet shards, and (later) the streaming loader.
+"""The read engine: catalog, immutable versions of Parquet shards, the streaming loader, replay and
+diff (`dsinspect.loaders.replay.replay`, `dsinspect.loaders.diff.diff`; re-exported as
+`dsinspect.replay` and `dsinspect.diff`: re-exporting them here would shadow their modules).
 
 Imports no UI library. Public names are re-exported here; code lives in one module per concern.
 """

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.loaders.cache import ShardCache
+from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch, plan_batches
@@ -69,12 +70,15 @@ class Loader:
     bound); `stats_interval` logs a stats line (and a starvation warning) every so many seconds.
     `transform(batch)` runs where the batch is read (prefetch thread, DataLoader worker); its result
     is `batch.transformed`. Seed randomness from `batch.seeds` (one per sample, derived from the
-    run seed, epoch and index), so replay re-creates exactly what the model was fed."""
+    run seed, epoch and index), so replay re-creates exactly what the model was fed.
+    `record_dir` writes run records (docs/RUN_RECORDS.md): the spec at `load_state_dict` or with the
+    first batch read, and a fingerprint per step of the rows as stored, or, with
+    `fingerprint_of="transformed"`, of the transform's output."""
 
     def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
                  columns: Sequence[str] | None = None, prefetch: int = 2, record_dir: str | None = None,
                  cache: ShardCache | None = None, stats_interval: float | None = None,
-                 transform: Callable[[Batch], Any] | None = None):
+                 transform: Callable[[Batch], Any] | None = None, fingerprint_of: str = "stored"):
         if catalog is None:
             from dsinspect.defaults import open_catalog
             catalog = open_catalog()
@@ -85,7 +89,14 @@ class Loader:
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: deque[tuple[int, Future]] = deque()
-        self._recorder = RunRecorder(record_dir, spec, rank) if record_dir else None
+        self._recorder = RunRecorder(record_dir, rank) if record_dir else None
+        self._spec_recorded = False  # written at the first batch or restore, so a resuming job's
+        # construction never overwrites the first segment's spec
+        if fingerprint_of not in ("stored", "transformed"):
+            raise UserError(f"fingerprint_of must be 'stored' or 'transformed', not {fingerprint_of!r}")
+        if fingerprint_of == "transformed" and transform is None:
+            raise UserError("fingerprint_of='transformed' needs a transform")
+        self._fingerprint_of = fingerprint_of
         self._stats = self._reader.cache.stats
         self._logger = PeriodicLogger(self._stats, stats_interval)
         self._last_yield: float | None = None
@@ -155,8 +166,19 @@ class Loader:
         self._last_yield = now
         self._logger.tick()
         if self._recorder:
-            self._recorder.record(step, batch.epoch, batch.fingerprint, len(batch))
+            self._record(batch)
         return batch
+
+    def _record(self, batch: Batch) -> None:
+        if not self._spec_recorded:
+            self._recorder.write_spec(self.spec)
+            self._spec_recorded = True
+        if self._fingerprint_of == "transformed":
+            from dsinspect.loaders.transforms import transformed_fingerprint
+            fingerprint = transformed_fingerprint(batch.transformed)
+        else:
+            fingerprint = batch.fingerprint
+        self._recorder.record(batch.step, batch.epoch, fingerprint, len(batch), of=self._fingerprint_of)
 
     def stats(self) -> dict[str, Any]:
         """Counters for debugging a slow or stuck job: fetches, cache hits and misses, fetch
@@ -200,8 +222,10 @@ class Loader:
         self._reader.close()
         self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
         self._last_yield = None
+        self._spec_recorded = False
         if self._recorder:
             self._recorder.write_spec(resumed)
+            self._spec_recorded = True
 
     def close(self) -> None:
         self._drop_ahead()

@@ -33,12 +33,11 @@ def batch_fingerprint(row_hashes: Iterable[bytes]) -> str:
 class RunRecorder:
     """Writes a run's records; lines are buffered, so the cost per step is one small write."""
 
-    def __init__(self, directory: str, spec: RunSpec, rank: int, flush_every: int = 64):
+    def __init__(self, directory: str, rank: int, flush_every: int = 64):
         self.fs, self.root = url_to_fs(directory)
         self.rank, self.flush_every = rank, flush_every
         self._lines: list[str] = []
         self._file: IO[str] | None = None
-        self.write_spec(spec)
 
     def write_spec(self, spec: RunSpec) -> None:
         if self.rank == 0:

@@ -1,0 +1,164 @@
+"""`dsinspect diff A B`: schema, shard and row level changes between two versions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
+from dsinspect.errors import UserError
+from dsinspect.loaders.diff import VersionDiff, diff, shard_changes
+
+@click.command("diff")
+@click.argument("a", metavar="ADDRESS")
+@click.argument("b", metavar="ADDRESS")
+@click.option("--limit", type=int, default=20, show_default=True,
+              help="Rows listed per kind of change (0: all); counts are always exact.")
+@catalog_option
+@json_option
+@click.pass_context
+def diff_cmd(ctx: click.Context, a: str, b: str, limit: int, catalog_url: str | None, as_json: bool) -> None:
+    """What changed from version A to version B: fields, shards (manifests only) and rows (added,
+    removed, changed with the fields that changed, moved). Reads only the shards they do not share."""
+    if limit < 0:
+        raise UserError("--limit must be >= 0 (0 lists everything)")
+    catalog = catalog_from(ctx, catalog_url)
+    va, vb = catalog.resolve(a), catalog.resolve(b)
+    _, _, only_a, only_b = shard_changes(va.manifest, vb.manifest)  # manifests only: sizes the bar
+    total = sum(va.manifest.shards[i].rows for i in only_a) + sum(vb.manifest.shards[j].rows for j in only_b)
+    with progress(f"diff {va.address} {vb.address}", total) as advance:
+        result = diff(va, vb, catalog, limit=limit or None, on_rows=advance)
+    if as_json:
+        return emit_json(result.to_json())
+    _print(result)
+
+
+COMMANDS = [diff_cmd]
+
+
+def _print(d: VersionDiff) -> None:
+    out.print(f"[bold]{d.a}[/] -> [bold]{d.b}[/]   rows {d.a_rows:,} -> {d.b_rows:,}")
+    if d.empty and not d.shards.added and not d.shards.removed:
+        out.print("[green]no changes[/]" + (" (the same version)" if d.a_id == d.b_id else ""))
+        return
+    _print_schema(d)
+    s = d.shards
+    moved = f", {len(s.moved)} moved" if s.moved else ""
+    out.print(f"shards: {len(s.shared)} shared, {len(s.added)} added, {len(s.removed)} removed{moved}")
+    r = d.rows
+    how = f"by key {r.key!r}" if r.matched_by == "key" else "by row hash"
+    counts = ", ".join(f"{n:,} {kind}" for kind, n in r.counts.items())
+    out.print(f"rows (matched {how}): {counts}   [dim]({r.rows_read:,} rows read)[/]")
+    for note in r.notes:
+        out.print(f"  note: {note}", markup=False)
+    if r.fields:
+        out.print("  fields changed: " + ", ".join(f"{n} ({c})" for n, c in sorted(r.fields.items())), markup=False)
+    _print_changed(d)
+    _print_list("added", r.added, r.counts["added"], "index_b", r.matched_by)
+    _print_list("removed", r.removed, r.counts["removed"], "index_a", r.matched_by)
+    _print_moved(d)
+    if d.empty:
+        out.print("[green]no row or schema changes[/] (the shards were rewritten with equal rows)")
+
+
+def _print_schema(d: VersionDiff) -> None:
+    if not d.schema:
+        out.print("schema: no changes")
+        return
+    table = Table(title="schema", title_justify="left")
+    for col in ("field", "change", "before", "after"):
+        table.add_column(col, overflow="fold")
+    for c in d.schema:
+        table.add_row(c.field, c.change, _compact(c.before), _compact(c.after))
+    out.print(table)
+
+
+def _print_changed(d: VersionDiff) -> None:
+    r = d.rows
+    if not r.changed:
+        return
+    ident = "key" if r.matched_by == "key" else "row hash"
+    out.print(_title("changed", len(r.changed), r.counts["changed"]))
+    table = Table()
+    for col in (ident, "index a -> b", "fields", "what changed"):
+        table.add_column(col, overflow="fold")
+    for row in r.changed:
+        what = "; ".join(f"{name}: {_detail(detail)}" for name, detail in row["details"].items())
+        table.add_row(_ident(row), f"{row['index_a']:,} -> {row['index_b']:,}", ", ".join(row["fields"]), what)
+    out.print(table)
+
+
+def _print_list(kind: str, rows: list[dict], total: int, index: str, matched_by: str) -> None:
+    if not rows:
+        return
+    out.print(_title(kind, len(rows), total))
+    table = Table()
+    table.add_column("key" if matched_by == "key" else "row hash")
+    table.add_column("index in " + index[-1], justify="right")
+    for row in rows:
+        table.add_row(_ident(row), f"{row[index]:,}")
+    out.print(table)
+
+
+def _print_moved(d: VersionDiff) -> None:
+    r = d.rows
+    for shard in d.shards.moved:
+        out.print(f"moved shard {shard['sha256'][:16]} ({shard['rows']:,} rows): "
+                  f"#{shard['index_a']} -> #{shard['index_b']}")
+    if not r.moved:
+        return
+    out.print(_title("moved rows", len(r.moved), r.counts["moved"]))
+    table = Table()
+    table.add_column("key" if r.matched_by == "key" else "row hash")
+    table.add_column("index a -> b", justify="right")
+    for row in r.moved:
+        table.add_row(_ident(row), f"{row['index_a']:,} -> {row['index_b']:,}")
+    out.print(table)
+
+
+def _title(kind: str, shown: int, total: int) -> str:
+    more = "" if shown == total else f", the first {shown:,} shown (--limit 0 for all)"
+    return f"[bold]{kind}[/] ({total:,}{more})"
+
+
+def _ident(row: dict) -> str:
+    return str(row["key"]) if "key" in row else row["row_hash"][:16]
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    """A changed field's details in a few words."""
+    parts = []
+    if "tokens" in detail:
+        parts.append(f"{detail['tokens'][0]} -> {detail['tokens'][1]} tokens, first differs at {detail['first_diff']}")
+    if "chars" in detail:
+        parts.append(f"{detail['chars'][0]} -> {detail['chars'][1]} chars, first differs at {detail['first_diff']}")
+    if "size" in detail:
+        (w0, h0), (w1, h1) = detail["size"]
+        parts.append(f"{w0}x{h0} {detail['mode'][0]} -> {w1}x{h1} {detail['mode'][1]}")
+        if "pixel_mean_abs_diff" in detail:
+            parts.append(f"mean |dpixel| {detail['pixel_mean_abs_diff']:.2f}/255, "
+                         f"{detail['pixels_changed']:.1%} of pixels differ")
+    elif "bytes" in detail:
+        parts.append(f"{detail['bytes'][0]:,} -> {detail['bytes'][1]:,} bytes")
+    if "steps" in detail:
+        (s0, s1), (r0, r1) = detail["steps"], detail["return"]
+        parts.append(f"{s0} -> {s1} steps, return {r0} -> {r1}")
+    if "before" in detail:
+        parts.append(f"{detail['before']!r} -> {detail['after']!r}")
+    if "error" in detail:
+        parts.append(detail["error"])
+    if "null" in detail:
+        parts.append("null -> value" if detail["null"][0] else "value -> null")
+    return ", ".join(parts)
+
+
+def _compact(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict) and "role" in value and "type" in value:  # a whole field
+        kind = value["type"] if isinstance(value["type"], str) else json.dumps(value["type"], separators=(",", ":"))
+        return f"{kind}, role {value['role']}" + ("" if value.get("nullable", True) else ", not null")
+    return json.dumps(value, separators=(",", ":"), sort_keys=True) if not isinstance(value, str) else value

@@ -1,0 +1,296 @@
+"""`dsinspect replay`: the exact batch of (step, rank), its check against a job's fingerprint log,
+and its export for a bug report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+from rich.cells import cell_len
+from rich.table import Table
+
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
+from dsinspect.cli.replay_preview import preview
+from dsinspect.errors import DsinspectError, UserError
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.logcheck import LogCheck, check_log, parse_steps
+from dsinspect.loaders.replay import Replay, load_specs, replay
+from dsinspect.loaders.replay_export import export_replay
+from dsinspect.loaders.spec import RunSpec
+from dsinspect.loaders.transforms import as_table, load_transform
+
+_SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",
+               "mixture_block")
+
+
+@click.command("replay")
+@click.option("--spec", "spec_path", metavar="RUN.json|DIR", help="Run spec file, or a run record directory.")
+@click.option("--address", "addresses", multiple=True, metavar="NAME@REF[=WEIGHT]",
+              help="Instead of --spec: the version(s) read; repeat for a mixture.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=1, show_default=True, help="Per-rank batch size.")
+@click.option("--world-size", type=int, default=1, show_default=True)
+@click.option("--shuffle", type=click.Choice(["none", "global", "window"]), default="global", show_default=True)
+@click.option("--window-shards", type=int, default=4, show_default=True)
+@click.option("--last-batch", type=click.Choice(["drop", "pad"]), default="drop", show_default=True)
+@click.option("--epoch-size", type=int, default=None, help="Mixture epoch length (default: all rows).")
+@click.option("--mixture-block", type=int, default=1024, show_default=True)
+@click.option("--step", type=int, default=None, help="The step to replay.")
+@click.option("--rank", default=None, metavar="R|all", help="The rank, or all for the global batch [default: 0].")
+@click.option("--check-log", "log", metavar="FILE|DIR", help="Compare with a fingerprint log (file or run record).")
+@click.option("--steps", metavar="A:B", help="With --check-log: the steps to compare (B excluded).")
+@click.option("--trust-stored-hashes", is_flag=True,
+              help="With --check-log: read only the stored row-hash column instead of re-hashing the rows.")
+@click.option("--columns", metavar="A,B", help="The columns the job's Loader read (default: every field).")
+@click.option("--transform", metavar="package.module:function", help="The job's batch transform, re-run seeded.")
+@click.option("--export", "export_dir", metavar="DIR", help="Write the batch as Parquet plus a JSON receipt.")
+@catalog_option
+@json_option
+@click.pass_context
+def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, ...], step: int | None,
+               rank: str | None, log: str | None, steps: str | None, trust_stored_hashes: bool,
+               columns: str | None, transform: str | None, export_dir: str | None, catalog_url: str | None,
+               as_json: bool, **spec_flags: Any) -> None:
+    """The exact batch a rank read at a step, computed from the run spec (no iteration): per sample
+    its position, global index, source version, shard and row, row hash and seed, a preview of each
+    field, then the batch fingerprint."""
+    catalog = catalog_from(ctx, catalog_url)
+    specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
+    fn = _import_transform(transform) if transform else None
+    picked = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    if log:
+        if export_dir:
+            raise UserError("--export replays one step; run it without --check-log")
+        return _check(catalog, specs, log, step, steps, rank, fn, transform, picked, not trust_stored_hashes, as_json)
+    if step is None:
+        raise UserError("give --step N (or --check-log FILE to compare a range of steps)")
+    if steps:
+        raise UserError("--steps goes with --check-log")
+    rank = rank if rank is not None else "0"
+    result = _guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked), transform)
+    receipt = export_replay(result, export_dir) if export_dir else None
+    if as_json:
+        return emit_json({**result.to_json(), "fields": _field_previews(result),
+                          "transformed": _transformed_previews(result) if fn else None,
+                          "export": _export_json(receipt)})
+    _print_replay(result, fn is not None)
+    if receipt:
+        out.print(f"exported to {receipt['directory']}: {receipt['parquet']['file']}, {receipt['receipt_file']}")
+
+
+COMMANDS = [replay_cmd]
+
+
+# -- the spec ------------------------------------------------------------------------------------
+
+def _specs(ctx: click.Context, catalog: Catalog, spec_path: str | None, addresses: tuple[str, ...],
+           flags: dict[str, Any]) -> list[RunSpec]:
+    given = [name for name in _SPEC_FLAGS
+             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
+    if spec_path and (addresses or given):
+        raise UserError("give either --spec or the spec flags (--address, --seed, ...), not both")
+    if spec_path:
+        return load_specs(spec_path)
+    if not addresses:
+        raise UserError("name the run: --spec RUN.json (or a run record directory), or --address with the spec flags")
+    return [RunSpec.create(catalog, dict(_weighted(a) for a in addresses), **flags)]
+
+
+def _weighted(address: str) -> tuple[str, float]:
+    name, sep, weight = address.rpartition("=")
+    if not sep:
+        return address, 1.0
+    try:
+        return name, float(weight)
+    except ValueError:
+        raise UserError(f"--address {address!r}: the weight after '=' must be a number") from None
+
+
+def _import_transform(name: str):
+    """The job's transform; its own modules are importable from the current directory, as with
+    `python -m` (the console script does not put it on the path)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_transform(name)
+
+
+def _guarded(call, transform: str | None):
+    """Run replay; an exception raised by the user's transform becomes one line, not a traceback."""
+    try:
+        return call()
+    except DsinspectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the transform is user code
+        if transform is None:
+            raise
+        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
+
+
+# -- the log check -------------------------------------------------------------------------------
+
+def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, steps: str | None, rank: str | None,
+           fn, transform: str | None, columns: list[str] | None, rehash: bool, as_json: bool) -> None:
+    if step is not None and steps:
+        raise UserError("give --step or --steps, not both")
+    wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
+    ranks = None if rank in (None, "all") else [_rank(rank)]
+    with progress("checking log", None) as advance:
+        result = _guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
+                                            rehash=rehash, on_step=advance), transform)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        _print_check(result)
+    if result.checked == 0:
+        fail(f"{log}: no fingerprint lines in the steps asked for", 2)
+    if not result.ok:
+        d = result.divergence
+        fail(f"first divergence at step {d.step}, rank {d.rank}", 1)
+
+
+def _rank(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"rank must be an integer or 'all', not {text!r}") from None
+
+
+def _print_check(result: LogCheck) -> None:
+    sides = ", ".join(f"{n:,} {side}" for side, n in sorted(result.sides.items()))
+    span = f"steps {result.steps[0]}..{result.steps[1]}" if result.steps else "no steps"
+    d = result.divergence
+    if d is None:
+        if result.checked:
+            out.print(f"[green]ok[/]: {result.checked:,} log lines ({span}; {sides}) match the data")
+        return
+    out.print(f"[red]first divergence[/] at step {d.step}, rank {d.rank} (epoch {d.epoch}, of={d.of}) "
+              f"after {result.checked - 1:,} matching lines")
+    out.print(f"  logged    {d.logged}\n  replayed  {d.replayed}", markup=False)
+    out.print(f"  {d.reason}", markup=False)
+    if d.samples:
+        table = Table(title="positions that differ", title_justify="left")
+        for col in ("pos", "index", "source", "shard:row", "stored row hash"):
+            table.add_column(col, justify="right" if col in ("pos", "index") else "left")
+        for s in d.samples:
+            table.add_row(str(s.position), str(s.index), f"{s.source}@{s.version[:12]}", f"{s.shard}:{s.shard_row}",
+                          s.row_hash.hex())
+        out.print(table)
+
+
+# -- replay output -------------------------------------------------------------------------------
+
+def _field_previews(result: Replay) -> list[dict[str, str]]:
+    fields = {f.name: f for f in result.fields}
+    return [{c: preview(batch.table.column(c)[i].as_py(), fields.get(c)) for c in batch.table.column_names}
+            for batch in result.batches for i in range(batch.table.num_rows)]
+
+
+def _transformed_previews(result: Replay) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for batch in result.batches:
+        try:
+            table = as_table(batch.transformed)
+            rows = [{c: preview(table.column(c)[i].as_py()) for c in table.column_names} for i in range(table.num_rows)]
+            data[str(batch.rank)] = {"rows": rows}
+        except UserError:
+            data[str(batch.rank)] = {"repr": _short_repr(batch.transformed)}
+    return {"fingerprints": {str(r): fp for r, fp in result.transformed_fingerprints.items()},
+            "error": result.transform_error, "ranks": data}
+
+
+def _export_json(receipt: dict | None) -> dict | None:
+    if receipt is None:
+        return None
+    return {"directory": receipt["directory"], "parquet": receipt["parquet"], "receipt": receipt["receipt_file"]}
+
+
+def _short_repr(value: Any, width: int = 200) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _print_replay(result: Replay, transformed: bool) -> None:
+    spec = result.spec
+    ranks = "all ranks" if len(result.ranks) > 1 else f"rank {result.ranks[0]}"
+    sources = ", ".join(f"{s.name}@{s.version[:12]}" + (f" ×{s.weight:g}" if spec.is_mixture else "")
+                        for s in spec.sources)
+    out.print(f"[bold]step {result.step}[/] (epoch {result.epoch}) · {ranks} of {spec.world_size} · "
+              f"batch {spec.batch_size} · {sources} · spec {spec.hash[:12]}")
+    many = len(result.ranks) > 1
+    out.print(_provenance_table(result, many))
+    out.print(_fields_table(result, many))
+    for s in result.unverified:
+        out.print(f"[red]warning[/]: rank {s.rank} position {s.position} (index {s.index}, shard {s.shard} row "
+                  f"{s.shard_row}): its bytes no longer hash to the stored row hash")
+    if transformed:
+        _print_transformed(result, many)
+    for rank, fp in result.fingerprints.items():
+        out.print(f"fingerprint (stored)       rank {rank}: [bold]{fp}[/]")
+    for rank, fp in result.transformed_fingerprints.items():
+        out.print(f"fingerprint (transformed)  rank {rank}: [bold]{fp}[/]")
+
+
+def _provenance_table(result: Replay, many: bool) -> Table:
+    table = Table(title="samples", title_justify="left")
+    columns = (["rank"] if many else []) + ["pos", "index"] + (["source"] if result.spec.is_mixture else []) \
+        + ["shard:row", "row hash", "pad", "seed"]
+    for col in columns:
+        table.add_column(col, justify="right" if col in ("rank", "pos", "index", "seed") else "left", no_wrap=True)
+    for s in result.samples:
+        cells = ([str(s.rank)] if many else []) + [str(s.position), f"{s.index:,}"] \
+            + ([f"{s.source}@{s.version[:8]}"] if result.spec.is_mixture else []) \
+            + [f"{s.shard}:{s.shard_row}", s.row_hash.hex()[:16] + ("" if s.verified is not False else " [red]![/]"),
+               "yes" if s.padding else "", f"{s.seed:016x}"]
+        table.add_row(*cells)
+    return table
+
+
+def _fields_table(result: Replay, many: bool) -> Table | str:
+    roles = {f.name: f for f in result.fields}
+    names = result.batches[0].table.column_names
+    if not names:
+        return "fields: the mixture's sources share no field with one type (pass --columns)"
+    rows = [(([str(batch.rank)] if many else []) + [str(i)],
+             [preview(batch.table.column(c)[i].as_py(), roles.get(c)) for c in names])
+            for batch in result.batches for i in range(batch.table.num_rows)]
+    return preview_table("fields", (["rank"] if many else []) + ["pos"], names, rows)
+
+
+def preview_table(title: str, labels: list[str], names: list[str], rows: list[tuple[list[str], list[str]]]) -> Table:
+    """One row per sample and a column per field when that fits the terminal, else one row per
+    (sample, field) so no preview is squeezed out of sight."""
+    widths = [max([cell_len(n)] + [cell_len(cells[j]) for _, cells in rows]) for j, n in enumerate(names)]
+    label_width = sum(max([len(h)] + [len(lab[j]) for lab, _ in rows]) for j, h in enumerate(labels))
+    wide = label_width + sum(widths) + 3 * (len(names) + len(labels)) + 1 <= (out.width or 132)
+    table = Table(title=title, title_justify="left")
+    for label in labels:
+        table.add_column(label, justify="right", no_wrap=True)
+    if wide:
+        for name in names:
+            table.add_column(name, no_wrap=True)
+        for label, cells in rows:
+            table.add_row(*label, *cells)
+        return table
+    table.add_column("field", no_wrap=True)
+    table.add_column("preview", overflow="ellipsis", no_wrap=True)
+    for label, cells in rows:
+        for j, (name, cell) in enumerate(zip(names, cells)):
+            table.add_row(*(label if j == 0 else [""] * len(label)), name, cell)
+        table.add_section()
+    return table
+
+
+def _print_transformed(result: Replay, many: bool) -> None:
+    for batch in result.batches:
+        try:
+            table = as_table(batch.transformed)
+        except UserError:
+            out.print(f"as transformed (rank {batch.rank}): {_short_repr(batch.transformed)}", markup=False)
+            continue
+        rows = [([str(i)], [preview(table.column(c)[i].as_py()) for c in table.column_names])
+                for i in range(table.num_rows)]
+        out.print(preview_table(f"as transformed (rank {batch.rank})", ["pos"], table.column_names, rows))
+    if result.transform_error:
+        out.print(f"no transformed fingerprint: {result.transform_error}", markup=False)

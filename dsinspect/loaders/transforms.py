@@ -1,0 +1,75 @@
+"""A training job's own batch transform, named `package.module:function`, and the fingerprint of
+what it produced, so replay can show (and check) the batch as it was fed to the model.
+
+A transformed fingerprint is the batch fingerprint (runlog.batch_fingerprint) over the canonical
+row hashes (FORMAT.md) of the transform's output taken as a table: an Arrow table or record batch,
+a dict of equal-length columns (lists or numpy arrays, 2-D arrays as one row per first axis), a
+list of row dicts, or a dsinspect Batch. A job logs it with `RunRecorder.record(..., of="transformed")`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.canonical import row_hashes
+from dsinspect.loaders.runlog import batch_fingerprint
+
+__all__ = ["load_transform", "as_table", "transformed_row_hashes", "transformed_fingerprint"]
+
+
+def load_transform(name: str) -> Callable[[Any], Any]:
+    """The callable that `package.module:function` (or `package.module:Class.method`) names."""
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"transform {name!r}: expected package.module:function")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"transform {name!r}: cannot import {module_name!r} ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"transform {name!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"transform {name!r}: {attr!r} is not callable")
+    return obj
+
+
+def as_table(result: Any) -> pa.Table:
+    """A transform's output as an Arrow table (see the module docstring for what is accepted)."""
+    table = getattr(result, "table", None)  # a Batch, or anything carrying its rows as .table
+    if isinstance(table, (pa.Table, pa.RecordBatch)):
+        result = table
+    if isinstance(result, pa.RecordBatch):
+        return pa.Table.from_batches([result])
+    if isinstance(result, pa.Table):
+        return result
+    try:
+        if isinstance(result, dict):
+            return pa.table({str(k): _column(v) for k, v in result.items()})
+        if isinstance(result, list) and all(isinstance(r, dict) for r in result):
+            return pa.Table.from_pylist(result)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        raise UserError(f"cannot take the transform's output as a table: {e}") from None
+    raise UserError(f"cannot fingerprint a transform result of type {type(result).__name__}: return an Arrow "
+                    "table, a dict of equal-length columns or a list of row dicts")
+
+
+def transformed_row_hashes(result: Any) -> list[bytes]:
+    table = as_table(result)
+    return row_hashes(table, table.column_names)
+
+
+def transformed_fingerprint(result: Any) -> str:
+    return batch_fingerprint(transformed_row_hashes(result))
+
+
+def _column(values: Any) -> Any:
+    if isinstance(values, np.ndarray) and values.ndim > 1:
+        return list(values)  # one row per entry of the first axis, each a 1-D array
+    return values

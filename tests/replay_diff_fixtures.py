@@ -1,0 +1,89 @@
+"""Helpers for the replay and diff tests: a small catalog, a job that records its run, shard forgery,
+and seeded transforms importable by name (`replay_diff_fixtures:seeded_jitter`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dsinspect.loaders.canonical import row_hashes
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.loader import Loader
+from dsinspect.loaders.manifest import HASH_COLUMN
+from dsinspect.loaders.version import DatasetVersion
+from dsinspect.loaders.writer import WriteOptions
+from conftest import TOY_FIELDS, toy_rows
+
+
+def make_catalog(root) -> Catalog:
+    cat = Catalog(str(root))
+    cat.write_version("toy", toy_rows(300), TOY_FIELDS, key="id",
+                      options=WriteOptions(shard_rows=40, row_group_rows=16))
+    cat.write_version("other", toy_rows(50, start=1000), TOY_FIELDS, key="id", options=WriteOptions(shard_rows=20))
+    return cat
+
+
+def run_job(cat: Catalog, spec, steps: int, record_dir: str | None = None, transform=None,
+            log_transformed: bool = False) -> dict:
+    """Every rank of `spec` reads `steps` batches from its start (across epochs), recording the
+    run: the Loader logs stored fingerprints, or with `log_transformed` those of the transform's
+    output. Returns {(step, rank): batch}."""
+    seen = {}
+    for rank in range(spec.world_size):
+        with Loader(spec, rank=rank, catalog=cat, record_dir=record_dir, transform=transform,
+                    fingerprint_of="transformed" if log_transformed else "stored") as loader:
+            stream = _stream(loader)
+            for step in range(spec.start.step, spec.start.step + steps):
+                batch = next(stream)
+                assert batch.step == step
+                seen[(step, rank)] = batch
+    return seen
+
+
+def _stream(loader):
+    while True:  # each `for` over a loader yields the rest of one epoch
+        yield from loader
+
+
+def rewrite_shard(version: DatasetVersion, index: int, field: str, value, rehash: bool) -> None:
+    """Change one row's field in place under the shard's own (content-addressed) file name; with
+    `rehash` the stored row hash follows, as a forger would do."""
+    shard, row = version.shard_of(index)
+    path = version.shard_path(shard)
+    table = pq.read_table(path)
+    meta = pq.ParquetFile(path).metadata
+    rows = table.to_pylist()
+    rows[row][field] = value
+    data = pa.Table.from_pylist(rows, schema=table.schema)
+    if rehash:
+        names = [f.name for f in version.fields]
+        hashes = pa.array(row_hashes(data.select(names), names), pa.binary(16))
+        data = data.set_column(data.schema.get_field_index(HASH_COLUMN), data.schema.field(HASH_COLUMN), hashes)
+    pq.write_table(data, path, row_group_size=meta.row_group(0).num_rows)
+
+
+# -- transforms a job might run: seeded from batch.seeds, so replay re-creates them -----------------
+
+def seeded_jitter(batch):
+    """Token dropout and a random id appended, drawn per sample from its seed."""
+    out_tokens, noise = [], []
+    for tokens, seed in zip(batch.table.column("tokens").to_pylist(), batch.seeds):
+        rng = np.random.default_rng(int(seed))
+        keep = [t for t in tokens if rng.random() > 0.3]
+        extra = int(rng.integers(0, 50_000))
+        out_tokens.append(keep + [extra])
+        noise.append(float(rng.normal()))
+    return pa.table({"id": batch.table.column("id"), "tokens": pa.array(out_tokens, pa.list_(pa.int32())),
+                     "noise": pa.array(noise, pa.float64())})
+
+
+def unseeded_jitter(batch):
+    """The same augmentation drawing from a fixed generator instead of the samples' seeds."""
+    rng = np.random.default_rng(12345)
+    return {"id": batch.table.column("id").to_pylist(),
+            "noise": [float(rng.normal()) for _ in range(len(batch))]}
+
+
+def not_a_table(batch):
+    return object()
