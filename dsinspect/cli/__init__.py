@@ -9,6 +9,7 @@ import click
 from dsinspect.cli import catalog_cmds
 from dsinspect.cli import show_cmd
 from dsinspect.cli import diff_cmd, replay_cmd
+from dsinspect.cli import web_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError
 
@@ -32,6 +33,8 @@ for command in catalog_cmds.COMMANDS:
 for command in show_cmd.COMMANDS:
     cli.add_command(command)
 for command in replay_cmd.COMMANDS + diff_cmd.COMMANDS:
+    cli.add_command(command)
+for command in web_cmd.COMMANDS:
     cli.add_command(command)
 
 

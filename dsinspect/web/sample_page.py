@@ -1,0 +1,57 @@
+"""Sample page: one sample's fields decoded, beside their raw bytes and hashes."""
+
+import streamlit as st
+
+from dsinspect.errors import DsinspectError
+from dsinspect.web import web_cache, web_fields
+
+url = web_cache.url()
+address = st.query_params.get("address", "")
+st.title("Sample")
+typed = st.text_input("Address (NAME[@REF]:INDEX)", value=address, key="sample_address",
+                      placeholder="demo-text@v1:17")
+if typed.strip() != address:
+    st.query_params["address"] = typed.strip()
+    st.rerun()
+if not address:
+    st.info("Enter a sample address, e.g. demo-text@v1:17.")
+    st.stop()
+try:
+    sample = web_cache.sample_model(url, address)
+except DsinspectError as e:
+    st.error("That address cannot be opened.")
+    st.code(str(e), language=None)
+    st.stop()
+
+st.subheader(sample.address)
+prev_col, next_col, info_col = st.columns([1, 1, 6])
+name = f"{sample.dataset}@{sample.version_id[:12]}"
+if sample.index > 0:
+    prev_col.page_link("sample_page.py", label="previous", icon=":material/arrow_back:",
+                       query_params={"address": f"{name}:{sample.index - 1}"})
+if sample.index + 1 < sample.num_rows:
+    next_col.page_link("sample_page.py", label="next", icon=":material/arrow_forward:",
+                       query_params={"address": f"{name}:{sample.index + 1}"})
+info_col.caption(f"sample {sample.index} of {sample.num_rows:,} · version {sample.version_id}")
+if sample.row_hash_ok:
+    st.success(f"row hash {sample.row_hash_recomputed} matches the stored one", icon=":material/verified:")
+else:
+    st.error(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}", icon=":material/error:")
+web_fields.findings(sample.findings)
+
+mode = st.segmented_control("View", ["Decoded", "Raw", "Side by side"], default="Decoded", required=True,
+                            key="view", bind="query-params")
+file_stem = f"{sample.dataset}-{sample.index}"
+for f in sample.fields:
+    st.markdown("#### `" + f.name.replace("`", "'") + "`")
+    st.caption(f"{f.role} · {f.type} · {f.size:,} bytes" + (" · null" if f.null else ""))
+    if mode == "Side by side":
+        left, right = st.columns(2)
+        with left:
+            web_fields.decoded(f, address)
+        with right:
+            web_fields.raw(f, file_stem)
+    elif mode == "Raw":
+        web_fields.raw(f, file_stem)
+    else:
+        web_fields.decoded(f, address)

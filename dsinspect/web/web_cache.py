@@ -1,0 +1,55 @@
+"""The Streamlit caches in front of `web_model`: one catalog handle per URL, cached views per address."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.web import web_model
+
+__all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png"]
+
+
+def url() -> str:
+    """The configured catalog; nothing a visitor sends can change it."""
+    return web_model.configured_url()
+
+
+@st.cache_resource(show_spinner=False)
+def catalog(catalog_url: str) -> Catalog:
+    """A shared handle: Catalog only reads immutable files, so sessions may share it."""
+    return Catalog(catalog_url)
+
+
+@st.cache_data(show_spinner="Reading the catalog…", ttl=30)
+def catalog_rows(catalog_url: str) -> list[dict[str, Any]]:
+    return web_model.catalog_rows(catalog(catalog_url))
+
+
+@st.cache_data(show_spinner="Reading the manifest…", ttl=30)
+def dataset_model(catalog_url: str, address: str) -> dict[str, Any]:
+    return web_model.dataset_model(catalog(catalog_url), address)
+
+
+@st.cache_data(show_spinner="Reading rows…", max_entries=256)
+def sample_table(catalog_url: str, address: str, page: int) -> dict[str, Any]:
+    return web_model.sample_table(catalog(catalog_url), address, page)
+
+
+@st.cache_data(show_spinner="Reading and decoding the sample…", max_entries=64)
+def sample_model(catalog_url: str, address: str) -> web_model.SampleModel:
+    return web_model.sample_model(catalog(catalog_url), address)
+
+
+@st.cache_data(show_spinner="Decoding the frame…", max_entries=256)
+def frame_png(catalog_url: str, address: str, field: str, index: int) -> tuple[bytes | None, str]:
+    return web_model.frame_png(catalog(catalog_url), address, field, index)
+
+
+@st.cache_data(show_spinner="Replaying the batch…", max_entries=64)
+def replay_model(catalog_url: str, spec_text: str, step: int, rank: str) -> dict[str, Any]:
+    from dsinspect.web import web_replay
+
+    return web_replay.replay_model(catalog(catalog_url), spec_text, step, rank)

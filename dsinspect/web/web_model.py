@@ -1,0 +1,224 @@
+"""Plain, picklable data for the web pages, built from the catalog and the inspection core.
+
+No Streamlit here: pages cache these results (st.cache_data) and only lay them out. Every input
+that comes from a URL is an address, parsed by `dsinspect.loaders.address`; none is used as a path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from dsinspect.defaults import bundled_catalog_path
+from dsinspect.inspect import open_address
+from dsinspect.inspect.hexdump import hex_page
+from dsinspect.inspect.views import ErrorView, View
+from dsinspect.loaders.address import parse_address
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.describe import catalog_listing, version_info
+
+__all__ = ["CATALOG_ENV", "configured_url", "catalog_rows", "dataset_model", "sample_table", "FieldModel",
+           "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "cell", "TOKEN_CAP"]
+
+CATALOG_ENV = "DSINSPECT_CATALOG"
+TABLE_PAGE = 20
+TOKEN_CAP = 4096        # token pieces prepared per field; the page shows them 256 at a time
+STRIP = 8
+_COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f2f7")
+
+
+def configured_url() -> str:
+    """The one catalog this app reads: $DSINSPECT_CATALOG (set by `dsinspect web`), else the bundled one."""
+    return os.environ.get(CATALOG_ENV) or str(bundled_catalog_path())
+
+
+def catalog_rows(catalog: Catalog) -> list[dict[str, Any]]:
+    """One row per dataset version, newest first within a dataset."""
+    rows = []
+    for ds in catalog_listing(catalog)["datasets"]:
+        for v in ds["versions"]:
+            rows.append({"dataset": ds["name"], "version": v["short_id"], "tags": ", ".join(v["tags"]),
+                         "rows": v["rows"], "bytes": v["bytes"], "shards": v["shards"],
+                         "created": (v["created_at"] or "")[:10], "message": v["message"]})
+    return rows
+
+
+def dataset_model(catalog: Catalog, address: str) -> dict[str, Any]:
+    """Schema, shards, tags and every version of the dataset version `address` names."""
+    addr = parse_address(address)
+    version = catalog.resolve(addr)
+    info = version_info(version)
+    listing = [d for d in catalog_listing(catalog)["datasets"] if d["name"] == addr.name]
+    info["versions"] = listing[0]["versions"] if listing else []
+    info["schema"] = [{"name": f.name, "role": f.role.value, "type": str(f.type), "nullable": f.nullable,
+                       "options": json.dumps(dict(f.options), sort_keys=True) if f.options else ""}
+                      for f in version.fields]
+    return info
+
+
+def sample_table(catalog: Catalog, address: str, page: int, page_size: int = TABLE_PAGE) -> dict[str, Any]:
+    """One page of rows of a version, each value cut to a short cell, with the sample's address."""
+    version = catalog.resolve(parse_address(address))
+    pages = max(1, -(-version.num_rows // page_size))
+    page = min(max(page, 0), pages - 1)
+    indices = list(range(page * page_size, min(version.num_rows, (page + 1) * page_size)))
+    names = [f.name for f in version.fields]
+    table = version.take(indices, columns=names) if indices else None
+    rows = []
+    for i, index in enumerate(indices):
+        row = {"index": index, "address": f"{version.name}@{version.id[:12]}:{index}"}
+        row.update({n: cell(table.column(n)[i].as_py()) for n in names})
+        rows.append(row)
+    return {"page": page, "pages": pages, "rows": rows, "columns": ["index", *names, "address"]}
+
+
+def cell(value: Any, limit: int = 80) -> str:
+    """A short, plain-text rendering of any value for a table cell."""
+    if value is None:
+        return "null"
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{len(value):,} bytes>"
+    if isinstance(value, list):
+        text = f"[{len(value)}] " + ", ".join(map(str, value[:8])) + (", …" if len(value) > 8 else "")
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{k}: [{len(v)}]" if isinstance(v, list) else f"{k}: {v}" for k, v in value.items()) + "}"
+    else:
+        text = str(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass
+class FieldModel:
+    name: str
+    role: str
+    type: str
+    null: bool
+    size: int
+    hash: str
+    sha256: str
+    raw: bytes
+    kind: str                       # the view's kind: text, tokens, image, video, trajectory, json, ...
+    view: dict[str, Any] = field(default_factory=dict)
+    findings: list[tuple[str, str]] = field(default_factory=list)  # (severity, message)
+
+
+@dataclass
+class SampleModel:
+    address: str
+    dataset: str
+    version_id: str
+    index: int
+    num_rows: int
+    row_hash_stored: str | None
+    row_hash_recomputed: str
+    row_hash_ok: bool
+    findings: list[tuple[str, str]]
+    fields: list[FieldModel]
+
+    def field(self, name: str) -> FieldModel:
+        return next(f for f in self.fields if f.name == name)
+
+
+def sample_model(catalog: Catalog, address: str) -> SampleModel:
+    """Everything the Sample page shows for one sample, decoded once."""
+    addr = parse_address(address)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        sample = open_address(catalog, addr)
+        fields = [_field_model(sample, info) for info in sample.fields]
+    return SampleModel(sample.address, sample.dataset, sample.version_id, sample.index, sample.num_rows,
+                       sample.row_hash.stored, sample.row_hash.recomputed, sample.row_hash.ok,
+                       _findings(sample.findings), fields)
+
+
+def _field_model(sample: Any, info: Any) -> FieldModel:
+    raw = sample.raw(info.name)
+    view = sample.view(info.name)
+    return FieldModel(info.name, info.role, info.type, info.null, info.size, info.hash,
+                      hashlib.sha256(raw).hexdigest(), raw, view.kind, _view_data(view, raw),
+                      _findings(getattr(view, "findings", [])))
+
+
+def _findings(findings: list) -> list[tuple[str, str]]:
+    return [(f.severity.value, f.message) for f in findings]
+
+
+def _view_data(view: View, raw: bytes) -> dict[str, Any]:
+    kind = view.kind
+    if kind == "text":
+        return {"text": view.text, "visible": view.visible, "chars": view.chars, "lines": view.lines,
+                "notes": [n.label for n in view.notes[:50]]}
+    if kind == "tokens":
+        pieces = [(p.position, p.id, p.display, p.start, p.end, p.special, p.unknown)
+                  for p in view.pieces(0, TOKEN_CAP)]
+        return {"tokenizer": view.tokenizer, "count": len(view.ids), "pieces": pieces, "text": view.text,
+                "stats": view.stats.to_json()}
+    if kind == "image":
+        return {"png": view.png(), "format": view.format, "width": view.display_width,
+                "height": view.display_height, "mode": view.mode}
+    if kind == "video":
+        return _video_data(view)
+    if kind == "trajectory":
+        rows = [r.to_json() for p in range(view.pages) for r in view.page(p).rows]
+        return {"length": view.length, "episode_return": view.episode_return, "rows": rows,
+                "rewards": view.rewards, "returns": view.returns}
+    if kind == "json":
+        return {"pretty": view.pretty}
+    if kind == "scalar":
+        return {"display": view.display, "type": view.type}
+    if kind == "bytes":
+        return {"detected": view.detected, "preview": view.preview}
+    if kind == "error":
+        return {"reason": view.reason}
+    return {}
+
+
+def _video_data(view: Any) -> dict[str, Any]:
+    strip = [(f.index, f.png()) for f in view.strip(STRIP, 96) if not isinstance(f, ErrorView)]
+    return {"codec": view.codec, "container": view.container, "width": view.width, "height": view.height,
+            "fps": view.fps, "duration": view.duration, "frame_count": view.frame_count,
+            "keyframes": view.keyframes, "mime": _video_mime(view.container), "strip": strip}
+
+
+def _video_mime(container: str) -> str:
+    c = container.lower()
+    return "video/webm" if "webm" in c or "matroska" in c else "video/mp4"
+
+
+def frame_png(catalog: Catalog, address: str, field_name: str, index: int) -> tuple[bytes | None, str]:
+    """Frame `index` of a video field at full size as PNG, or None and the reason it failed."""
+    sample = open_address(catalog, parse_address(address))
+    view = sample.view(field_name)
+    if view.kind != "video":
+        return None, f"field {field_name!r} is not a decodable video"
+    frame = view.frame(index)
+    if isinstance(frame, ErrorView):
+        return None, frame.reason
+    return frame.png(), f"frame {frame.index} · t={frame.time:.3f}s" + (" · keyframe" if frame.keyframe else "")
+
+
+def token_html(pieces: list[tuple], start: int = 0, stop: int | None = None) -> str:
+    """Token pieces as coloured spans, the id and byte range on hover. All sample text is escaped."""
+    spans = []
+    for position, tid, display, b0, b1, special, unknown in pieces[start:stop]:
+        colour = "#f4b6b6" if unknown else ("#c9c9c9" if special else _COLOURS[position % len(_COLOURS)])
+        title = f"#{position} id {tid} bytes {b0}–{b1}" + (" special" if special else "") + (" unknown" if unknown else "")
+        text = display if display else "∅"
+        spans.append(f'<span class="dsi-tok" title="{html.escape(title, quote=True)}" '
+                     f'style="background:{colour};border-radius:3px;padding:0 1px;margin:0 1px;'
+                     f'white-space:pre-wrap;font-family:monospace">{html.escape(text, quote=True)}</span>')
+    return '<div class="dsi-tokens" style="line-height:1.9">' + "".join(spans) + "</div>"
+
+
+def hex_text(raw: bytes, page: int = 0, page_size: int = 512) -> tuple[str, int, int]:
+    """A page of a classic hex dump as plain text, the page shown (clamped) and the page count."""
+    hp = hex_page(raw, page, page_size)
+    lines = [f"{line.offset:08x}  {line.hex:<49}  |{line.ascii}|" for line in hp.lines]
+    return "\n".join(lines) or "(0 bytes)", hp.page, hp.pages

@@ -1,0 +1,35 @@
+"""Which page a URL opens: deep links carry query parameters, and the root URL opens the page they name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["PAGES", "page_file", "page_for"]
+
+HERE = Path(__file__).resolve().parent
+# key -> (script, title, icon); the script names start with their key so none shadows a module
+PAGES = {
+    "catalog": ("catalog_page.py", "Catalog", ":material/folder:"),
+    "dataset": ("dataset_page.py", "Dataset", ":material/table:"),
+    "sample": ("sample_page.py", "Sample", ":material/search:"),
+    "replay": ("replay_page.py", "Replay", ":material/replay:"),
+}
+
+
+def page_file(key: str) -> str:
+    """A page's script, as st.page_link and st.switch_page take it (relative to the router)."""
+    return PAGES[key][0]
+
+
+def page_for(params: Mapping[str, str]) -> str:
+    """The page a root URL with these query parameters opens: `address` with an index names a sample,
+    without one a dataset version; `spec` a replay; `a` and `b` a diff; nothing the catalog."""
+    if params.get("spec") and "replay" in PAGES:
+        return "replay"
+    if params.get("a") and params.get("b") and "diff" in PAGES:
+        return "diff"
+    address = params.get("address")
+    if address:
+        return "sample" if ":" in address else "dataset"
+    return "catalog"
