@@ -47,13 +47,22 @@ class CachedShard:
     def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, sidecar: dict):
         self.cache, self.sha256, self._pin_fd = cache, sha256, pin_fd
         self._buffer = pa.memory_map(str(cache._arrow(sha256))).read_buffer()
-        reader = pa.ipc.open_file(self._buffer)
-        self.batch = (reader.get_batch(0) if reader.num_record_batches
-                      else pa.RecordBatch.from_pylist([], schema=reader.schema))
-        self.num_rows = self.batch.num_rows
         self._base = self._buffer.address
         self._digests = np.fromfile(cache._path(sha256, ".blocks"), dtype="<u8")
         self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
+        if len(self._checked) != len(self._digests):  # an older entry of this shard was replaced
+            self._checked = cache._checked[sha256] = np.zeros(len(self._digests), dtype=bool)
+        # The IPC header and footer are parsed before any column is read: check their blocks first.
+        self._verify(np.array([0, max(0, self._buffer.size - BLOCK)]), np.array([1, self._buffer.size]))
+        try:
+            reader = pa.ipc.open_file(self._buffer)
+            self.batch = (reader.get_batch(0) if reader.num_record_batches
+                          else pa.RecordBatch.from_pylist([], schema=reader.schema))
+        except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as e:
+            self._corrupt_unless_intact(e)
+            raise
+        self.num_rows = self.batch.num_rows
+        self.nbytes = self._buffer.size
         self._all_checked = bool(self._checked.all())
         self._views: dict[str, View] = {}
 
@@ -68,9 +77,21 @@ class CachedShard:
         """Verify (once per process) the blocks that reading `rows` of `columns` touches."""
         if self._all_checked:
             return
-        ranges = [self.view(c).touched(rows) for c in columns]
-        self._verify(np.concatenate([lo for lo, _ in ranges]), np.concatenate([hi for _, hi in ranges]))
+        try:  # ranges come from offsets not yet verified: nonsense ranges mean corruption
+            ranges = [self.view(c).touched(rows) for c in columns]
+            starts = np.concatenate([lo for lo, _ in ranges])
+            ends = np.concatenate([hi for _, hi in ranges])
+            if len(starts) and (starts.min() < 0 or ends.max() > self._buffer.size):
+                raise IndexError("a read range falls outside the cached file")
+        except (IndexError, ValueError) as e:
+            self._corrupt_unless_intact(e)
+            raise
+        self._verify(starts, ends)
         self._all_checked = bool(self._checked.all())
+
+    def _corrupt_unless_intact(self, error: Exception) -> None:
+        """After a parse error: verify every block; a mismatch drops the entry (IntegrityError)."""
+        self._verify(np.array([0]), np.array([self._buffer.size]))
 
     def _verify(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Hash every not-yet-checked block that [start, end) ranges touch; a mismatch is never read."""
@@ -137,8 +158,8 @@ class ShardCache:
     def check_fits(self, need_bytes: int, what: str) -> None:
         """Refuse at start a working set the bound cannot hold (rather than thrash or stall later)."""
         if self.max_bytes is not None and need_bytes > self.max_bytes:
-            raise UserError(f"cache bound of {self.max_bytes:,} bytes is smaller than {what} ({need_bytes:,} bytes "
-                            "as stored): raise the bound, or use shuffle='window' with fewer window_shards")
+            raise UserError(f"cache bound of {self.max_bytes:,} bytes is smaller than {what} ({need_bytes:,} bytes): "
+                            "raise the bound, or use shuffle='window' with fewer window_shards")
 
     def cached_bytes(self) -> int:
         return sum(meta["arrow_bytes"] for _, meta in self._entries())

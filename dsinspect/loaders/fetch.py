@@ -11,14 +11,15 @@ import time
 
 import fsspec
 
-from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.stats import ReadStats
 
 __all__ = ["fetch_verified", "TRANSIENT"]
 
 _CHUNK = 4 << 20
-# Errors worth another try: network and server hiccups. A missing file is not one of them.
-TRANSIENT: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError, OSError)
+# Errors worth another try: anything the storage client raises (network and server hiccups, a
+# checksum the client itself rejects), except a missing file or a refused permission.
+TRANSIENT: tuple[type[BaseException], ...] = (Exception,)
 
 
 def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: str, size: int, directory: str,
@@ -32,6 +33,8 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
             tmp, got, nbytes = _download(fs, path, directory)
         except FileNotFoundError:
             raise NotFoundError(f"shard {url} is missing from storage") from None
+        except PermissionError as e:
+            raise UserError(f"shard {url}: permission denied ({e})") from None
         except TRANSIENT as e:
             if attempt >= retries:
                 raise IntegrityError(f"shard {url}: fetch failed after {attempt + 1} tries: "

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.cache import ShardCache
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.loader import Batch, Loader
 from dsinspect.loaders.order import epoch_end, epoch_start_step, locate_step
@@ -44,7 +45,8 @@ class TorchBatches(IterableDataset):
     the parent: wrap it in TorchLoader, or call set_epoch(e) before each epoch as with a sampler."""
 
     def __init__(self, spec: RunSpec, catalog: str | Catalog | None = None, columns: Sequence[str] | None = None,
-                 rank: int | None = None, *, dense: Sequence[str] = (), transform=None):
+                 rank: int | None = None, *, dense: Sequence[str] = (), transform=None,
+                 cache_bytes: int | None = None):
         self.spec, self.rank = _placement(spec, rank)
         if catalog is None:
             from dsinspect.defaults import open_catalog
@@ -53,6 +55,7 @@ class TorchBatches(IterableDataset):
         self.columns = list(columns) if columns else None
         self.dense = tuple(dense)
         self.transform = transform  # runs in the worker; its output arrives as batch["transformed"]
+        self.cache_bytes = cache_bytes  # bound of the node-local shard cache this process reads through
         self._base = self.spec.start.step  # where the next pass starts, for every worker
         self._loader: Loader | None = None
         self._loader_pid = 0
@@ -105,7 +108,7 @@ class TorchBatches(IterableDataset):
         """This process's own Loader: a forked worker must not share the parent's open files."""
         if self._loader is None or self._loader_pid != os.getpid():
             self._loader = Loader(self.spec, self.rank, Catalog(self.catalog_url), columns=self.columns, prefetch=0,
-                                  transform=self.transform)
+                                  transform=self.transform, cache=ShardCache(max_bytes=self.cache_bytes))
             self._loader_pid = os.getpid()
         return self._loader
 

@@ -123,6 +123,11 @@ class BatchReader:
 
     def _load(self, key: tuple[int, int]) -> CachedShard:
         cached = self.cache.open(self.versions[key[0]], key[1])
+        try:
+            self._check_decoded(key[0], key[1], cached)
+        except UserError:
+            cached.release()
+            raise
         with self._lock:
             self._pending.pop(key, None)
             if key in self._open:  # loaded twice (foreground and background): keep one pin
@@ -141,8 +146,9 @@ class BatchReader:
 
     def _plan_budget(self, spec: RunSpec) -> int:
         """How many shards to keep open, and a clear error now if the cache bound cannot hold the
-        working set of this shuffle mode."""
-        need, shards = 0, 0
+        working set of this shuffle mode as stored (checked again, decoded, at the first fill)."""
+        shards = 0
+        self._need: list[tuple[int, str]] = []
         for version in self.versions:
             sizes = sorted((s.bytes for s in version.manifest.shards), reverse=True)
             if spec.shuffle is Shuffle.GLOBAL:
@@ -151,10 +157,21 @@ class BatchReader:
                 take, what = spec.window_shards, f"one shuffle window ({spec.window_shards} shards)"
             else:
                 take, what = 1, "one shard"
-            need += sum(sizes[:take])
+            self._need.append((sum(sizes[:take]), f"{what} of {version.address}"))
+            self.cache.check_fits(sum(n for n, _ in self._need), self._need[-1][1])
             shards += min(2 * take, len(sizes)) if spec.shuffle is not Shuffle.GLOBAL else len(sizes)
-            self.cache.check_fits(need, f"{what} of {version.address}")
+        self._decoded_checked = False
         return max(2, shards)
+
+    def _check_decoded(self, k: int, shard: int, cached: CachedShard) -> None:
+        """The cache holds decoded Arrow, often larger than the stored Parquet: once the first
+        shard is in, scale the working set by what it really takes and refuse a bound too small."""
+        if self._decoded_checked or self.cache.max_bytes is None:
+            return
+        ratio = max(1.0, cached.nbytes / max(1, self.versions[k].manifest.shards[shard].bytes))
+        need = int(sum(n for n, _ in self._need) * ratio)
+        self.cache.check_fits(need, f"{self._need[k][1]} as cached ({ratio:.1f}x its stored size)")
+        self._decoded_checked = True  # only once passed: a refusal in a read-ahead thread repeats in the reader
 
     def _check_columns(self) -> None:
         first = {f.name: f.type for f in self.versions[0].fields}

@@ -1,0 +1,441 @@
+"""The node-local shard cache shared by real processes (multiprocessing 'spawn'): one download per
+residency, a bound it keeps up to the pinned working set, pins that eviction respects, and no
+trust in anything a killed process or a flipped bit left behind."""
+
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices
+from dsinspect.loaders.cache import ShardCache
+from dsinspect.loaders.canonical import row_hashes
+
+FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
+          Field("tokens", pa.list_(pa.int32()), "tokens")]
+NAMES = [f.name for f in FIELDS]
+READ = [*NAMES, HASH_COLUMN]
+SPAWN = multiprocessing.get_context("spawn")
+WAIT = 60  # seconds any process or signal may take before a test gives up
+
+
+def random_rows(n, blob=200, seed=0):
+    """Incompressible rows, so a shard's cached Arrow bytes are close to its Parquet bytes."""
+    rng = np.random.default_rng(seed)
+    return [{"id": i, "blob": rng.bytes(blob), "tokens": rng.integers(0, 1 << 30, i % 17, dtype=np.int32).tolist()}
+            for i in range(n)]
+
+
+def write(tmp_path, shards, shard_rows, blob=200, name="cache"):
+    catalog = Catalog(str(tmp_path / "catalog"))
+    version = catalog.write_version(name, random_rows(shards * shard_rows, blob), FIELDS, key="id",
+                                    options=WriteOptions(shard_rows=shard_rows, row_group_rows=32))
+    return catalog, version
+
+
+def stored(version):
+    table = pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
+    return table.select(NAMES).to_pylist(), table.column(HASH_COLUMN).to_pylist()
+
+
+def entry(root, sha, ext=".json"):
+    return Path(root) / f"{sha}{ext}"
+
+
+def wait_for(path, process=None, timeout=WAIT):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if process is not None and not process.is_alive():
+            raise AssertionError(f"child exited ({process.exitcode}) before {path} appeared")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {path}")
+        time.sleep(0.01)
+
+
+def join(process):
+    process.join(WAIT)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        raise AssertionError("child process hung")
+
+
+# -- children (spawned: module-level functions, arguments as plain data) -------------------------
+
+class RecordingCache(ShardCache):
+    """A ShardCache that remembers which shards this process filled and evicted."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.filled, self.evicted = [], []
+
+    def _fill(self, version, shard):
+        sidecar = super()._fill(version, shard)
+        self.filled.append(sidecar["sha256"])
+        return sidecar
+
+    def _evict(self, sha256):
+        done = super()._evict(sha256)
+        if done:
+            self.evicted.append(sha256)
+        return done
+
+
+def _read_rank(catalog_url, spec_json, rank, root, bound, out, barrier):
+    cache = RecordingCache(root, max_bytes=bound, backoff=0.01)
+    spec = RunSpec.from_json(spec_json)
+    batches = []
+    with Loader(spec, rank=rank, catalog=Catalog(catalog_url), cache=cache) as loader:
+        for b in loader:
+            barrier.wait(WAIT)  # ranks step together, as under DDP
+            batches.append([b.step, b.indices.tolist(), [h.hex() for h in b.row_hashes],
+                            [h.hex() for h in row_hashes(b.table, NAMES)]])
+    stats = loader.stats()  # after close: fetches begun by read-ahead have finished
+    Path(out).write_text(json.dumps({"batches": batches, "stats": stats, "filled": cache.filled,
+                                     "evicted": cache.evicted}))
+
+
+class _SlowFile:
+    """A source file whose second read never returns (the download is under way when killed)."""
+
+    def __init__(self, f, ready):
+        self.f, self.ready, self.reads = f, ready, 0
+
+    def read(self, n=-1):
+        self.reads += 1
+        if self.reads > 1:
+            Path(self.ready).touch()
+            time.sleep(10 * WAIT)
+        return self.f.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _fill_until_killed(catalog_url, root, stage, ready):
+    import dsinspect.loaders.cache as cache_module
+    import dsinspect.loaders.fetch as fetch_module
+
+    catalog = Catalog(catalog_url)
+    version = catalog.resolve("cache")
+    if stage == "download":  # part of the shard is in the temp file
+        fetch_module._CHUNK = 4096
+        real_open = catalog.fs.open
+        catalog.fs.open = lambda path, mode="rb", **kw: _SlowFile(real_open(path, mode, **kw), ready)
+    else:  # "publish": the Arrow file and block hashes are in place, the sidecar is being written
+        real_write = cache_module._write_durably
+
+        def write_then_hang(path, data):
+            if str(path).endswith(".json"):
+                Path(ready).touch()
+                time.sleep(10 * WAIT)
+            real_write(path, data)
+
+        cache_module._write_durably = write_then_hang
+    ShardCache(root).open(version, 0)
+
+
+def _hold_pin(catalog_url, root, ready, release, out):
+    version = Catalog(catalog_url).resolve("cache")
+    shard = ShardCache(root).open(version, 0)
+    Path(ready).touch()
+    wait_for(release)
+    rows = np.arange(shard.num_rows)
+    shard.check(rows, READ)  # every block still verifies after the pressure
+    data = shard.batch.select(NAMES).to_pylist()
+    hashes = shard.batch.column(HASH_COLUMN).to_pylist()
+    Path(out).write_text(json.dumps({"rows": data == stored(version)[0][: len(data)],
+                                     "hashes": row_hashes(shard.batch, NAMES) == hashes}))
+    shard.release()
+
+
+# -- a monitor of the cache directory --------------------------------------------------------------
+
+class CacheMonitor(threading.Thread):
+    """Samples the cache: bytes held (complete entries) and bytes of entries some process pins
+    (a shared flock on <sha>.pin, read from /proc/locks so the monitor takes no lock itself)."""
+
+    def __init__(self, root):
+        super().__init__(daemon=True)
+        self.root, self.samples, self.stop = Path(root), [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.samples.append(self.sample())
+            time.sleep(0.02)
+
+    def sample(self):
+        held = {}
+        for p in self.root.glob("*.json"):
+            try:
+                held[p.stem] = json.loads(p.read_bytes())["arrow_bytes"]
+            except (OSError, ValueError, KeyError):
+                pass
+        try:
+            locked = {line.split()[5].rsplit(":", 1)[1] for line in open("/proc/locks")
+                      if "FLOCK" in line and "->" not in line}
+        except OSError:
+            locked = set()
+        pinned = 0
+        for sha, size in held.items():
+            try:
+                if str(os.stat(self.root / f"{sha}.pin").st_ino) in locked:
+                    pinned += size
+            except OSError:
+                pass
+        return sum(held.values()), pinned
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads flock state from /proc/locks (Linux)")
+def test_four_processes_share_one_bounded_cache(tmp_path):
+    catalog, version = write(tmp_path, shards=32, shard_rows=40)
+    rows, hashes = stored(version)
+    sizes = [s.bytes for s in version.manifest.shards]
+    window, world = 2, 4
+    bound = 4 * max(sizes)  # one window fits (check_fits), an eighth of the version
+    assert 6 * bound < sum(sizes)
+    spec = RunSpec.create(catalog, "cache", seed=11, batch_size=5, world_size=world, shuffle="window",
+                          window_shards=window)
+    root = tmp_path / "shared-cache"
+    monitor = CacheMonitor(root)
+    root.mkdir()
+    monitor.start()
+    barrier = SPAWN.Barrier(world)
+    procs = [SPAWN.Process(target=_read_rank, args=(catalog.url, spec.to_json(), r, str(root), bound,
+                                                    str(tmp_path / f"rank{r}.json"), barrier)) for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        join(p)
+    monitor.stop.set()
+    monitor.join()
+    assert [p.exitcode for p in procs] == [0] * world
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+
+    seen = []
+    for rank, result in enumerate(results):
+        assert [b[0] for b in result["batches"]] == list(range(len(rows) // spec.global_batch))
+        for step, indices, got, rehashed in result["batches"]:
+            assert indices == batch_indices(spec, step, rank).tolist()
+            assert got == [hashes[i].hex() for i in indices], f"rank {rank} step {step}: stored hashes"
+            assert rehashed == got, f"rank {rank} step {step}: the data does not hash to its stored hash"
+            seen += indices
+    assert sorted(seen) == list(range(len(rows)))  # 1,280 rows, global batch 20: the whole epoch, once
+
+    # each shard downloaded once per residency, counted per shard across the four processes
+    filled = [sha for r in results for sha in r["filled"]]
+    evicted = [sha for r in results for sha in r["evicted"]]
+    for s in version.manifest.shards:
+        assert 1 <= filled.count(s.sha256) <= 1 + evicted.count(s.sha256), s.sha256
+    assert sum(r["stats"]["shards_fetched"] for r in results) == len(filled)
+    assert sum(r["stats"]["evictions"] for r in results) == len(evicted) >= 1
+    # ranks in step need the same shards at the same time: one download each per epoch, plus the
+    # next epoch's first shards that read-ahead fetches (up to two windows) before the loaders close
+    assert len(filled) <= len(sizes) + 2 * window, (len(filled), len(evicted))
+
+    # never over the bound by more than what is pinned (plus one fill per process between
+    # publishing a shard and evicting to make room for it)
+    arrow = max(json.loads(p.read_bytes())["arrow_bytes"] for p in root.glob("*.json"))
+    assert len(monitor.samples) > 10
+    worst = max(total - pinned for total, pinned in monitor.samples)
+    assert worst <= bound + world * arrow, (worst, bound, arrow)
+    peak = max(total for total, _ in monitor.samples)
+    assert peak <= bound + max(p for _, p in monitor.samples) + world * arrow
+    assert peak < sum(sizes) / 2
+
+
+@pytest.mark.parametrize("stage", ["download", "publish"])
+def test_a_process_killed_while_filling_leaves_nothing_trusted(tmp_path, stage):
+    catalog, version = write(tmp_path, shards=2, shard_rows=200)
+    rows, hashes = stored(version)
+    sha = version.manifest.shards[0].sha256
+    root, ready = tmp_path / "cache", tmp_path / "ready"
+    child = SPAWN.Process(target=_fill_until_killed, args=(catalog.url, str(root), stage, str(ready)))
+    child.start()
+    wait_for(ready, child)
+    os.kill(child.pid, signal.SIGKILL)
+    join(child)
+    assert child.exitcode == -signal.SIGKILL
+    if stage == "publish":  # the shard's data is all there, only the sidecar that vouches for it is not
+        assert entry(root, sha, ".arrow").exists() and entry(root, sha, ".blocks").exists()
+    assert not entry(root, sha).exists()
+
+    spec = RunSpec.create(catalog, "cache", batch_size=50, shuffle="none")
+    with Loader(spec, catalog=catalog, cache=ShardCache(root), prefetch=0) as loader:  # the lock died with it
+        batches = list(loader)
+        stats = loader.stats()
+    assert [r for b in batches for r in b.rows()] == rows
+    assert [h for b in batches for h in b.row_hashes] == hashes
+    assert stats["cache_misses"] == stats["shards_fetched"] == 2, "nothing the killed process left was trusted"
+
+
+def test_eviction_never_removes_a_pinned_shard(tmp_path):
+    catalog, version = write(tmp_path, shards=6, shard_rows=50)
+    pinned = version.manifest.shards[0].sha256
+    root = tmp_path / "cache"
+    ready, release, out = tmp_path / "ready", tmp_path / "release", tmp_path / "out.json"
+    holder = SPAWN.Process(target=_hold_pin, args=(catalog.url, str(root), str(ready), str(release), str(out)))
+    holder.start()
+    try:
+        wait_for(ready, holder)
+        pressure = ShardCache(root, max_bytes=1)  # every fill evicts whatever is not in use
+        for shard in range(1, 6):
+            pressure.open(version, shard).release()
+            assert entry(root, pinned).exists() and entry(root, pinned, ".arrow").exists(), f"after shard {shard}"
+        assert pressure.stats.snapshot()["evictions"] == 4  # shards 1..4, each when the next came in
+    finally:
+        release.touch()
+        join(holder)
+    assert holder.exitcode == 0 and json.loads(out.read_text()) == {"rows": True, "hashes": True}
+    pressure.open(version, 1).release()  # released: now it goes
+    assert not entry(root, pinned).exists()
+
+
+def _buffers(arrow_path):
+    """(column, buffer index, offset in the file, size) of every buffer of the cached record batch."""
+    data = pa.memory_map(str(arrow_path)).read_buffer()
+    batch = pa.ipc.open_file(data).get_batch(0)
+    out = []
+    for name in batch.schema.names:
+        for i, buf in enumerate(batch.column(name).buffers()):
+            if buf is not None and buf.size:
+                out.append((name, i, buf.address - data.address, buf.size))
+    return out, data.size
+
+
+def test_a_flipped_byte_in_a_cached_shard_is_detected_and_the_entry_fetched_again(tmp_path):
+    catalog, version = write(tmp_path, shards=2, shard_rows=400)
+    rows, hashes = stored(version)
+    sha = version.manifest.shards[1].sha256
+    root = tmp_path / "cache"
+    spec = RunSpec.create(catalog, "cache", seed=2, batch_size=40, shuffle="window", window_shards=2)
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
+        list(loader)
+    arrow = entry(root, sha, ".arrow")
+    buffers, _ = _buffers(arrow)
+    _, _, offset, size = next(b for b in buffers if b[0] == "blob" and b[1] == 2)  # blob values
+    data = bytearray(arrow.read_bytes())
+    data[offset + size // 2] ^= 0x01
+    arrow.write_bytes(bytes(data))
+
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:  # another process, in effect
+        with pytest.raises(IntegrityError, match="do not match") as e:
+            list(loader)
+    assert str(arrow) in str(e.value)
+    assert not entry(root, sha).exists(), "the corrupt entry is dropped"
+
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
+        batches = list(loader)
+        stats = loader.stats()
+    assert stats["shards_fetched"] == 1 and stats["verify_failures"] == 0
+    for b in batches:
+        assert b.rows() == [rows[i] for i in b.indices] and b.row_hashes == [hashes[i] for i in b.indices]
+
+
+@pytest.mark.parametrize("region", [
+    "values",
+    "offsets",
+    "ipc-metadata",
+])
+def test_every_flipped_byte_is_detected_or_harmless(tmp_path, region):
+    """Flip each byte of one region of a cached shard in turn: a full read either returns the
+    stored rows or raises IntegrityError and drops the entry, never anything else."""
+    catalog, version = write(tmp_path, shards=1, shard_rows=64, blob=40)
+    rows, hashes = stored(version)
+    sha = version.manifest.shards[0].sha256
+    root = tmp_path / "cache"
+    ShardCache(root).open(version, 0).release()
+    saved = {ext: entry(root, sha, ext).read_bytes() for ext in (".json", ".blocks", ".arrow")}
+    buffers, size = _buffers(entry(root, sha, ".arrow"))
+    if region == "values":
+        positions = [p for _, i, off, n in buffers if i == 2 or _ == "id" for p in range(off, off + n, 11)]
+    elif region == "offsets":
+        positions = [p for name, i, off, n in buffers if name in ("blob", "tokens") and i == 1
+                     for p in range(off, off + n)]
+    else:
+        first = min(off for _, _, off, _ in buffers)
+        last = max(off + n for _, _, off, n in buffers)
+        positions = [*range(8, first, 2), *range(last, size - 6, 2)]  # header messages, footer (not the magic)
+    bad = []
+    for pos in positions:
+        for ext, data in saved.items():
+            entry(root, sha, ext).write_bytes(data)
+        flipped = bytearray(saved[".arrow"])
+        flipped[pos] ^= 0xFF
+        entry(root, sha, ".arrow").write_bytes(bytes(flipped))
+        cache = ShardCache(root)
+        try:
+            shard = cache.open(version, 0)
+            try:
+                shard.check(np.arange(shard.num_rows), READ)
+                ok = (shard.batch.select(NAMES).to_pylist() == rows
+                      and shard.batch.column(HASH_COLUMN).to_pylist() == hashes)
+            finally:
+                shard.release()
+            outcome = "read" if ok else "WRONG ROWS"
+        except IntegrityError:
+            outcome = "integrity" if not entry(root, sha).exists() else "integrity, entry kept"
+        except Exception as e:  # noqa: BLE001 - anything else is the finding
+            outcome = f"{type(e).__name__}, entry {'kept' if entry(root, sha).exists() else 'dropped'}"
+        if outcome not in ("read", "integrity"):
+            bad.append((pos, outcome))
+            if len(bad) == 8:
+                break  # enough to show it
+    assert not bad, f"{len(bad)} of {len(positions)} flips: {bad[:8]}"
+
+
+@pytest.mark.parametrize("damage", ["truncated arrow", "longer arrow", "block hashes", "sidecar", "no blocks"])
+def test_an_entry_whose_files_disagree_is_not_trusted(tmp_path, damage):
+    catalog, version = write(tmp_path, shards=1, shard_rows=200)
+    rows, hashes = stored(version)
+    sha = version.manifest.shards[0].sha256
+    root = tmp_path / "cache"
+    ShardCache(root).open(version, 0).release()
+    arrow, blocks, sidecar = (entry(root, sha, ext) for ext in (".arrow", ".blocks", ".json"))
+    if damage == "truncated arrow":
+        arrow.write_bytes(arrow.read_bytes()[:-1000])
+    elif damage == "longer arrow":
+        arrow.write_bytes(arrow.read_bytes() + b"\0" * 8)
+    elif damage == "block hashes":
+        b = bytearray(blocks.read_bytes())
+        b[3] ^= 0x10
+        blocks.write_bytes(bytes(b))
+    elif damage == "sidecar":
+        sidecar.write_text(sidecar.read_text()[:-5])
+    else:
+        blocks.unlink()
+    spec = RunSpec.create(catalog, "cache", batch_size=50, shuffle="none")
+    with Loader(spec, catalog=catalog, cache=ShardCache(root), prefetch=0) as loader:
+        batches = list(loader)
+        stats = loader.stats()
+    assert stats["cache_misses"] == stats["shards_fetched"] == 1 and stats["cache_hits"] == 0
+    assert [r for b in batches for r in b.rows()] == rows and [h for b in batches for h in b.row_hashes] == hashes
+
+
+def test_a_bound_smaller_than_one_cached_window_is_refused(tmp_path):
+    catalog = Catalog(str(tmp_path / "catalog"))
+    rng = np.random.default_rng(0)
+    rows = [{"id": i, "tokens": rng.integers(0, 50, 256, dtype=np.int32).tolist()} for i in range(1600)]
+    version = catalog.write_version("tokens", rows, FIELDS[::2], options=WriteOptions(shard_rows=100))
+    window = 4
+    parquet_window = sum(sorted((s.bytes for s in version.manifest.shards), reverse=True)[:window])
+    scratch = ShardCache(tmp_path / "scratch")
+    scratch.open(version, 0).release()
+    cached_window = window * scratch.cached_bytes()
+    bound = int(1.2 * parquet_window)
+    assert bound < cached_window / 2  # the window takes more than twice the bound in the cache
+    spec = RunSpec.create(catalog, "tokens", seed=1, batch_size=16, shuffle="window", window_shards=window)
+    with pytest.raises(UserError, match="cache bound"):
+        with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache", max_bytes=bound), prefetch=0) as loader:
+            next(iter(loader))
