@@ -10,6 +10,7 @@ from dsinspect.cli import catalog_cmds
 from dsinspect.cli import show_cmd
 from dsinspect.cli import diff_cmd, replay_cmd
 from dsinspect.cli import web_cmd
+from dsinspect.cli import tui_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError
 
@@ -25,7 +26,8 @@ def cli(ctx: click.Context, catalog_url: str | None) -> None:
     """Versioned datasets for ML training, and the tools to see exactly what training read."""
     ctx.obj = {"catalog_url": catalog_url}
     if ctx.invoked_subcommand is None:
-        ctx.invoke(catalog_cmds.ls)  # the terminal UI takes this place once it exists
+        # no command: the terminal UI; without a terminal (a pipe, a script) the listing instead
+        ctx.invoke(tui_cmd.tui if tui_cmd.interactive() else catalog_cmds.ls)
 
 
 for command in catalog_cmds.COMMANDS:
@@ -35,6 +37,8 @@ for command in show_cmd.COMMANDS:
 for command in replay_cmd.COMMANDS + diff_cmd.COMMANDS:
     cli.add_command(command)
 for command in web_cmd.COMMANDS:
+    cli.add_command(command)
+for command in tui_cmd.COMMANDS:
     cli.add_command(command)
 
 

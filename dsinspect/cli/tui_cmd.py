@@ -1,0 +1,32 @@
+"""`dsinspect tui [ADDRESS]`: the Textual terminal UI (also what `dsinspect` alone opens)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dsinspect.cli.output import catalog_from, catalog_option
+from dsinspect.loaders.address import parse_address
+
+
+@click.command()
+@click.argument("address", required=False)
+@catalog_option
+@click.pass_context
+def tui(ctx: click.Context, address: str | None, catalog_url: str | None) -> None:
+    """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample."""
+    if address:
+        parse_address(address)  # a malformed address is a one-line error, before the screen clears
+    catalog = catalog_from(ctx, catalog_url)
+    from dsinspect.tui import run  # Textual loads only when the UI starts
+
+    run(address, catalog=catalog)
+
+
+def interactive() -> bool:
+    """Both ends are a terminal: the UI can run (Textual reads stdin and draws on stderr)."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+COMMANDS = [tui]

@@ -1,0 +1,116 @@
+"""The dsinspect Textual app: screens, global keys, the go-to prompt and error notifications."""
+
+from __future__ import annotations
+
+from textual.app import App
+from textual.binding import Binding
+
+from dsinspect.errors import DsinspectError
+from dsinspect.loaders.address import parse_address
+from dsinspect.tui.adapter import DataSource
+from dsinspect.tui.catalog_screen import CatalogScreen
+from dsinspect.tui.commands import DsinspectCommands
+from dsinspect.tui.dataset_screen import DatasetScreen
+from dsinspect.tui.diff_prompt import DiffPrompt
+from dsinspect.tui.diff_screen import DiffScreen
+from dsinspect.tui.goto_screen import GoToScreen
+from dsinspect.tui.help_screen import HelpScreen
+from dsinspect.tui.messages import LoadFailed, OpenAddress
+from dsinspect.tui.replay_screen import ReplayScreen
+from dsinspect.tui.sample_screen import SampleScreen
+
+__all__ = ["DsinspectApp"]
+
+
+class DsinspectApp(App):
+    """Catalog → dataset → sample, with `g` to jump to any address."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "dsinspect"
+    COMMANDS = App.COMMANDS | {DsinspectCommands}
+    BINDINGS = [
+        Binding("g", "goto", "Go to"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("c", "catalog", "Catalog"),
+        Binding("D", "diff", "Diff"),
+        Binding("R", "replay", "Replay"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, catalog_url: str | None = None, address: str | None = None, source: DataSource | None = None):
+        super().__init__()
+        self.source = source or DataSource(catalog_url)
+        self.start_address = address
+        self.dataset_names: list[str] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(CatalogScreen())
+        if self.start_address:
+            self.open_address(self.start_address)
+        try:
+            self.dataset_names = self.source.catalog.datasets()
+        except Exception:  # noqa: BLE001 - the palette just lists fewer commands
+            self.dataset_names = []
+
+    # -- navigation ---------------------------------------------------------------------------
+
+    def open_address(self, address: str) -> None:
+        """Push the dataset screen (and the sample screen when the address has an index)."""
+        try:
+            addr = parse_address(address)
+        except DsinspectError as e:
+            self.notify(str(e), title="bad address", severity="error", markup=False)
+            return
+        version = f"{addr.name}@{addr.ref}"
+        top = self.screen
+        if isinstance(top, SampleScreen) and addr.index is not None and (top.addr.name, top.addr.ref) == (addr.name, addr.ref):
+            if top.sample is None or top.sample.index != addr.index:
+                top.load_sample(addr)  # another sample of the same version: stay on this screen
+            return
+        if not (isinstance(top, DatasetScreen) and top.address == version):
+            self.push_screen(DatasetScreen(version, cursor=addr.index or 0))
+        if addr.index is not None:
+            self.push_screen(self._sample_screen(f"{version}:{addr.index}"))
+
+    def _sample_screen(self, address: str) -> SampleScreen:
+        """The one installed sample screen, reused (composing a screen costs more than reading a
+        sample); a fresh one when it is already on the stack."""
+        if not self.is_screen_installed("sample"):
+            self.install_screen(SampleScreen(address), "sample")
+        screen = self.get_screen("sample")
+        if screen in self.screen_stack:
+            return SampleScreen(address)
+        screen.show_address(address)
+        return screen
+
+    def on_open_address(self, message: OpenAddress) -> None:
+        self.open_address(message.address)
+
+    def on_load_failed(self, message: LoadFailed) -> None:
+        self.notify(message.text, title="error", severity="error", timeout=8, markup=False)
+
+    def action_goto(self) -> None:
+        def done(address: str | None) -> None:
+            if address:
+                self.open_address(address)
+        self.push_screen(GoToScreen(), done)
+
+    def action_diff(self, a: str = "", b: str = "") -> None:
+        def done(pair: tuple[str, str] | None) -> None:
+            if pair:
+                self.open_diff(*pair)
+        self.push_screen(DiffPrompt(a, b), done)
+
+    def open_diff(self, a: str, b: str) -> None:
+        self.push_screen(DiffScreen(a, b))
+
+    def action_replay(self, spec: str = "", step: int = 0, rank: str = "0") -> None:
+        self.push_screen(ReplayScreen(spec, step, rank))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_catalog(self) -> None:
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, CatalogScreen):
+            self.pop_screen()

@@ -1,0 +1,110 @@
+"""The catalog: datasets on the left, the chosen dataset's versions and tags on the right."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from dsinspect.tui.messages import LoadFailed, OpenAddress
+
+__all__ = ["CatalogScreen"]
+
+VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "shards", "message")
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+class CatalogScreen(Screen):
+    """Datasets, versions (id, parent, created, message, rows, bytes) and tags; Enter opens a version."""
+
+    BINDINGS = [Binding("r", "reload", "Reload")]
+
+    def __init__(self) -> None:
+        super().__init__(id="catalog")
+        self.listing: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with Vertical(id="catalog-left"):
+                yield Label("datasets", classes="pane-title")
+                yield OptionList(id="datasets")
+            with Vertical(id="catalog-right"):
+                yield Label("versions", classes="pane-title", id="versions-title")
+                yield DataTable(id="versions", cursor_type="row", zebra_stripes=True)
+                yield Static(id="tags")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "catalog"
+        self.query_one("#versions", DataTable).add_columns(*VERSION_COLUMNS)
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self.load_listing()
+
+    @work(thread=True, exclusive=True, group="listing")
+    def load_listing(self) -> None:
+        try:
+            listing = self.app.source.listing()
+        except Exception as e:  # noqa: BLE001 - any read failure becomes a notification
+            self.post_message(LoadFailed(f"could not list the catalog: {e}"))
+            return
+        self.app.call_from_thread(self.show_listing, listing)
+
+    def show_listing(self, listing: dict[str, Any]) -> None:
+        self.listing = listing
+        self.sub_title = f"catalog {listing['catalog']}"
+        datasets = self.query_one("#datasets", OptionList)
+        datasets.clear_options()
+        datasets.add_options(Option(f"{d['name']}  ({len(d['versions'])} versions)", id=d["name"])
+                             for d in listing["datasets"])
+        if listing["datasets"]:
+            datasets.highlighted = 0
+            self.show_dataset(listing["datasets"][0]["name"])
+        datasets.focus()
+
+    @on(OptionList.OptionHighlighted, "#datasets")
+    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if event.option.id:
+            self.show_dataset(event.option.id)
+
+    @on(OptionList.OptionSelected, "#datasets")
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#versions", DataTable).focus()
+
+    def dataset(self, name: str) -> dict[str, Any] | None:
+        return next((d for d in (self.listing or {}).get("datasets", []) if d["name"] == name), None)
+
+    def show_dataset(self, name: str) -> None:
+        item = self.dataset(name)
+        if item is None:
+            return
+        self.current = name
+        table = self.query_one("#versions", DataTable)
+        table.clear()
+        for v in sorted(item["versions"], key=lambda v: v.get("created_at") or "", reverse=True):
+            table.add_row(v["short_id"], ", ".join(v["tags"]), (v["parent"] or "-")[:12],
+                          (v["created_at"] or "-")[:16], f"{v['rows']:,}", human_bytes(v["bytes"]),
+                          str(v["shards"]), v["message"], key=v["id"])
+        self.query_one("#versions-title", Label).update(f"versions of {name}")
+        tags = "  ".join(f"[b]{t}[/b] → {vid[:12]}" for t, vid in sorted(item["tags"].items())) or "no tags"
+        self.query_one("#tags", Static).update(f"tags: {tags}")
+
+    @on(DataTable.RowSelected, "#versions")
+    def _open_version(self, event: DataTable.RowSelected) -> None:
+        self.post_message(OpenAddress(f"{self.current}@{event.row_key.value}"))

@@ -1,0 +1,105 @@
+"""One field of a sample, decoded: prepared off the UI thread (`prepare`), then drawn by `FieldView`."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image as PILImage
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from dsinspect.cli.render import Options, findings_text, hex_panel, render_view
+from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, TokensView, VideoView, View
+from dsinspect.tui.pictures import picture
+from dsinspect.tui.token_strip import TokenStrip
+from dsinspect.tui.video_player import FRAME_SIDE, VideoPlayer
+
+__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable"]
+
+
+@dataclass
+class Prepared:
+    """Everything needed to draw one field without further decoding on the UI thread."""
+
+    info: FieldInfo
+    view: View
+    body: RenderableType | None = None
+    image: PILImage.Image | None = None
+    first_frame: FrameView | ErrorView | None = None
+
+
+def prepare(sample: Sample, name: str, width: int = 90) -> Prepared:
+    """Decode field `name` (slow for video: run it in a worker)."""
+    info = sample.field(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+        view = sample.view(name)
+        out = Prepared(info, view)
+        if isinstance(view, ImageView):
+            out.image = view.image()
+            out.body = _image_head(view)
+        elif isinstance(view, VideoView):
+            out.first_frame = view.frame(0, max_side=FRAME_SIDE) if view.frame_count else None
+        elif not isinstance(view, TokensView):
+            out.body = render_view(view, Options(width=width))
+    return out
+
+
+def _image_head(view: ImageView) -> RenderableType:
+    head = Text(f"{view.format} {view.width}x{view.height} {view.mode} · {view.byte_size:,} bytes"
+                + (f" · {view.frames} frames" if view.frames > 1 else "")
+                + (f" · EXIF orientation {view.orientation}" if view.orientation not in (None, 1) else ""), "bold")
+    return Group(head, findings_text(view.findings)) if view.findings else head
+
+
+def raw_renderable(sample: Sample, name: str, page: int = 0) -> RenderableType:
+    """The field's hashes and hex dumps of its raw (and, when different, canonical) bytes."""
+    info = sample.field(name)
+    lines = Text.assemble(("field hash (xxh3-128) ", "dim"), (info.hash, "bold"), "\n",
+                          ("row hash ", "dim"), (sample.row_hash.stored or "(none)", "bold"),
+                          ("  ✓ matches" if sample.row_hash.ok else "  ✗ MISMATCH", "green" if sample.row_hash.ok else "bold red"))
+    parts: list[Any] = [lines]
+    if not info.raw_is_canonical and not info.null:
+        parts.append(hex_panel(sample.hex(name, page), f"raw bytes ({info.size:,})"))
+    parts.append(hex_panel(sample.hex(name, page, canonical=True), f"canonical bytes ({info.canonical_size:,})"))
+    return Group(*parts)
+
+
+class FieldView(Vertical):
+    """The decoded view of one field: a token strip, a picture, a video player, or a rich rendering."""
+
+    DEFAULT_CSS = """
+    FieldView { height: auto; }
+    FieldView .field-title { text-style: bold; background: $panel; width: 100%; }
+    """
+
+    def __init__(self, prepared: Prepared, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.prepared = prepared
+
+    def compose(self) -> ComposeResult:
+        p, info = self.prepared, self.prepared.info
+        yield Static(f"{info.name} · {info.role} · {info.type}" + (" · null" if info.null else ""),
+                     classes="field-title", markup=False)
+        view = p.view
+        if isinstance(view, TokensView):
+            yield TokenStrip(view, id="token-strip")
+            if view.findings:
+                yield Static(findings_text(view.findings))
+            yield Static(Text.assemble(("decoded: ", "dim"), view.text[:4000]), classes="decoded-text")
+        elif isinstance(view, VideoView) and p.first_frame is not None:
+            if view.findings:
+                yield Static(findings_text(view.findings))
+            yield VideoPlayer(view, p.first_frame, id="video-player")
+        else:
+            if p.body is not None:
+                yield Static(p.body, classes="view-body")
+            if p.image is not None:
+                yield picture(p.image, id="image-picture")
+        if isinstance(view, ErrorView):
+            self.add_class("broken")

@@ -1,0 +1,169 @@
+"""One sample: its fields on the left; the chosen field decoded, above its hashes and raw hex."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+from dsinspect.loaders.address import Address, parse_address
+from dsinspect.tui.field_view import FieldView, Prepared, prepare, raw_renderable
+from dsinspect.tui.messages import LoadFailed
+from dsinspect.tui.token_strip import TokenStrip
+from dsinspect.tui.video_player import VideoPlayer
+
+__all__ = ["SampleScreen"]
+
+
+class Pane(VerticalScroll, can_focus=False):
+    """A scrolling pane that the focus skips: tab goes from the field list straight to the view."""
+
+
+class SampleScreen(Screen):
+    """`address` is NAME[@REF]:INDEX. Decoding happens in workers; the screen never blocks."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("n", "step(1)", "Next sample"),
+        Binding("p", "step(-1)", "Prev sample"),
+        Binding("x", "toggle_raw", "Raw hex"),
+        Binding("full_stop", "frame(1)", "Next frame", show=False),
+        Binding("comma", "frame(-1)", "Prev frame", show=False),
+        Binding("right", "token(1)", "Next token", show=False),
+        Binding("left", "token(-1)", "Prev token", show=False),
+        Binding("pagedown", "hex_page(1)", "Hex page", show=False),
+        Binding("pageup", "hex_page(-1)", "Hex page", show=False),
+    ]
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.addr: Address = parse_address(address)
+        self.sample: Any = None
+        self.field_name: str | None = None
+        self.hex_page = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("reading the sample…", id="sample-summary")
+        with Horizontal():
+            yield OptionList(id="fields")
+            with Vertical(id="sample-right"):
+                yield Pane(id="decoded")
+                yield Pane(Static(id="raw-body"), id="raw")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.ready = True
+        self.load_sample(self.addr)
+
+    def show_address(self, address: str) -> None:
+        """Show another sample on this (reused) screen: skips composing a new screen on every open."""
+        addr = parse_address(address)
+        if getattr(self, "ready", False) and (self.sample is None or (addr.name, addr.ref, addr.index) !=
+                                               (self.addr.name, self.addr.ref, self.sample.index)):
+            self.query_one("#sample-summary", Static).update(f"reading {addr}…")
+            self.load_sample(addr)
+        self.addr = addr
+
+    @property
+    def address(self) -> str:
+        return str(self.addr)
+
+    @work(thread=True, exclusive=True, group="sample")
+    def load_sample(self, addr: Address) -> None:
+        try:
+            sample = self.app.source.sample(addr)
+        except Exception as e:  # noqa: BLE001
+            self.post_message(LoadFailed(f"could not open {addr}: {e}"))
+            return
+        self.app.call_from_thread(self.show_sample, addr, sample)
+
+    def show_sample(self, addr: Address, sample: Any) -> None:
+        self.addr, self.sample = Address(addr.name, addr.ref, sample.index), sample
+        self.sub_title = sample.address
+        ok = sample.row_hash.ok
+        check = Text(" row hash ✓ matches the data", "green") if ok else Text(
+            f" !! ROW HASH MISMATCH: stored {sample.row_hash.stored} ≠ recomputed {sample.row_hash.recomputed}",
+            "bold white on red")
+        self.query_one("#sample-summary", Static).update(Text.assemble(
+            (sample.address, "bold"), f"  row {sample.index:,} of {sample.num_rows:,}  ", check))
+        fields = self.query_one("#fields", OptionList)
+        fields.clear_options()
+        fields.add_options(Option(self._field_label(f), id=f.name) for f in sample.fields)
+        keep = self.field_name if self.field_name in [f.name for f in sample.fields] else None
+        names = [f.name for f in sample.fields]
+        fields.highlighted = names.index(keep) if keep else self._first_interesting(sample)
+        fields.focus()
+
+    @staticmethod
+    def _field_label(f: Any) -> Text:
+        size = "null" if f.null else f"{f.size:,} B"
+        return Text.assemble((f.name, "bold"), f"\n  {f.role} · {size}", style="")
+
+    @staticmethod
+    def _first_interesting(sample: Any) -> int:
+        """The first field that is not a scalar (the one worth looking at), else the first."""
+        return next((i for i, f in enumerate(sample.fields) if f.role != "scalar"), 0)
+
+    @on(OptionList.OptionHighlighted, "#fields")
+    async def _field_chosen(self, event: OptionList.OptionHighlighted) -> None:
+        if self.sample is not None and event.option.id:
+            self.field_name, self.hex_page = event.option.id, 0
+            await self.query_one("#decoded").remove_children()
+            await self.query_one("#decoded").mount(Static(f"decoding {event.option.id}…", classes="loading"))
+            self.decode_field(self.sample, event.option.id, max(40, self.query_one("#decoded").size.width - 2))
+            self._show_raw()
+
+    @work(thread=True, exclusive=True, group="decode")
+    def decode_field(self, sample: Any, name: str, width: int) -> None:
+        try:
+            prepared = prepare(sample, name, width)
+        except Exception as e:  # noqa: BLE001 - the core should not raise; if it does, say so and carry on
+            self.post_message(LoadFailed(f"could not decode {name}: {e}"))
+            return
+        self.app.call_from_thread(self.show_field, sample, prepared)
+
+    async def show_field(self, sample: Any, prepared: Prepared) -> None:
+        if sample is not self.sample or prepared.info.name != self.field_name:
+            return  # the person has moved on
+        decoded = self.query_one("#decoded")
+        await decoded.remove_children()
+        if sample is self.sample and prepared.info.name == self.field_name:
+            await decoded.mount(FieldView(prepared, id="field-view"))
+
+    def _show_raw(self) -> None:
+        if self.sample is not None and self.field_name:
+            self.query_one("#raw-body", Static).update(raw_renderable(self.sample, self.field_name, self.hex_page))
+
+    def action_hex_page(self, delta: int) -> None:
+        self.hex_page = max(0, self.hex_page + delta)
+        self._show_raw()
+
+    def action_frame(self, delta: int) -> None:
+        players = self.query(VideoPlayer)
+        if players:
+            players.first().action_step(delta)
+
+    def action_token(self, delta: int) -> None:
+        strips = self.query(TokenStrip)
+        if strips:
+            strips.first().action_move(delta)
+
+    def action_toggle_raw(self) -> None:
+        self.query_one("#raw").toggle_class("hidden")
+
+    def action_step(self, delta: int) -> None:
+        if self.sample is None:
+            return
+        index = self.sample.index + delta
+        if 0 <= index < self.sample.num_rows:
+            self.load_sample(Address(self.addr.name, self.addr.ref, index))
+        else:
+            self.notify(f"no sample {index}: the version has {self.sample.num_rows:,} rows", severity="warning")

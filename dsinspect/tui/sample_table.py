@@ -1,0 +1,143 @@
+"""A virtualised sample table: draws only visible lines and asks for missing pages by message,
+so a million-row version scrolls as fast as a ten-row one."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from rich.cells import set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+__all__ = ["SampleTable", "PAGE_ROWS"]
+
+PAGE_ROWS = 128
+_KEEP_PAGES = 64
+_HEADER = Style(bold=True, reverse=True)
+_CURSOR = Style(bgcolor="#2d4f7c", color="white", bold=True)
+_LOADING = Style(dim=True, italic=True)
+
+
+class SampleTable(ScrollView, can_focus=True):
+    """Rows of a version, fetched in pages of PAGE_ROWS through `PageWanted`; Enter opens a row."""
+
+    DEFAULT_CSS = """
+    SampleTable { height: 1fr; }
+    """
+    BINDINGS = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "open", "Open sample"),
+    ]
+
+    cursor = reactive(0)
+
+    class PageWanted(Message):
+        def __init__(self, table: "SampleTable", page: int) -> None:
+            super().__init__()
+            self.table, self.page = table, page
+
+    class RowOpened(Message):
+        def __init__(self, table: "SampleTable", index: int) -> None:
+            super().__init__()
+            self.table, self.index = table, index
+
+    def __init__(self, columns: list[str], num_rows: int, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.columns = ["#", *columns]
+        self.num_rows = num_rows
+        self._pages: OrderedDict[int, list[list[str]]] = OrderedDict()
+        self._pending: set[int] = set()
+        self._widths = [max(len(str(max(num_rows - 1, 0))), 1) + 1, *(max(8, min(len(c) + 2, 26)) for c in columns)]
+        self.virtual_size = Size(sum(self._widths) + len(self._widths), num_rows + 1)
+
+    # -- data in ------------------------------------------------------------------------------
+
+    def add_page(self, page: int, cells: list[list[str]]) -> None:
+        """Store a fetched page and redraw; keeps at most _KEEP_PAGES pages."""
+        self._pending.discard(page)
+        self._pages[page] = cells
+        self._pages.move_to_end(page)
+        while len(self._pages) > _KEEP_PAGES:
+            self._pages.popitem(last=False)
+        for row in cells:
+            for i, cell in enumerate(row):
+                if len(cell) + 1 > self._widths[i] and self._widths[i] < 26:
+                    self._widths[i] = min(26, len(cell) + 1)
+        self.refresh()
+
+    def page_failed(self, page: int) -> None:
+        self._pending.discard(page)
+
+    def row_cells(self, index: int) -> list[str] | None:
+        page = self._pages.get(index // PAGE_ROWS)
+        return None if page is None else page[index % PAGE_ROWS]
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            return self._strip(self.columns, _HEADER, width)
+        index = self.scroll_offset.y + y - 1
+        if index >= self.num_rows:
+            return Strip.blank(width)
+        cells = self.row_cells(index)
+        if cells is None:
+            self._want(index // PAGE_ROWS)
+            return self._strip([str(index), "…"], _LOADING, width)
+        return self._strip(cells, _CURSOR if index == self.cursor else Style(), width)
+
+    def _strip(self, cells: list[str], style: Style, width: int) -> Strip:
+        text = " ".join(set_cell_size(c, w) for c, w in zip(cells, self._widths))
+        return Strip([Segment(set_cell_size(text, width), style)], width)
+
+    def _want(self, page: int) -> None:
+        if page not in self._pending and page not in self._pages:
+            self._pending.add(page)
+            self.post_message(self.PageWanted(self, page))
+
+    # -- moving -------------------------------------------------------------------------------
+
+    @property
+    def visible_rows(self) -> int:
+        return max(1, self.scrollable_content_region.height - 1)
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        top = self.scroll_offset.y
+        if new < top:
+            self.scroll_to(y=new, animate=False)
+        elif new >= top + self.visible_rows:
+            self.scroll_to(y=new - self.visible_rows + 1, animate=False)
+        self.refresh()
+
+    def action_move(self, delta: int) -> None:
+        self.cursor = max(0, min(self.num_rows - 1, self.cursor + delta))
+
+    def action_page(self, delta: int) -> None:
+        self.action_move(delta * self.visible_rows)
+
+    def action_jump(self, index: int) -> None:
+        self.cursor = index if index >= 0 else max(0, self.num_rows + index)
+
+    def action_open(self) -> None:
+        if self.num_rows:
+            self.post_message(self.RowOpened(self, self.cursor))
+
+    def on_click(self, event: events.Click) -> None:
+        index = self.scroll_offset.y + event.y - 1
+        if event.y >= 1 and 0 <= index < self.num_rows:
+            if index == self.cursor and event.chain >= 2:
+                self.action_open()
+            self.cursor = index

@@ -1,0 +1,121 @@
+"""The terminal UI's shell and catalog screen, driven by Textual's Pilot on the sample catalog."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from textual.widgets import DataTable, Input, OptionList
+
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.catalog_screen import CatalogScreen
+from dsinspect.tui.dataset_screen import DatasetScreen
+from dsinspect.tui.goto_screen import GoToScreen
+from dsinspect.tui.help_screen import HelpScreen
+from dsinspect.tui.sample_screen import SampleScreen
+from tui_helpers import SIZE, screen_text, until
+
+def notes(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+@pytest.mark.asyncio
+async def test_opens_on_the_catalog_with_datasets_versions_and_tags():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="listing")
+        text = screen_text(app)
+        for name in ("demo-images", "demo-rl", "demo-text", "demo-video"):
+            assert name in text
+        assert "df104cc7dc2f" in text and "latest, v2" in text and "tags: latest → df104cc7dc2f" in text
+        assert "g Go to" in text and "? Help" in text  # the footer shows the bindings
+        await pilot.press("down", "down")  # demo-text
+        await until(pilot, lambda: "versions of demo-text" in screen_text(app))
+        table = app.screen.query_one("#versions", DataTable)
+        assert table.row_count == 2
+        assert [c.label.plain for c in table.columns.values()] == [
+            "version", "tags", "parent", "created", "rows", "bytes", "shards", "message"]
+        await until(pilot, lambda: "339133768ea3" in screen_text(app) and "242" in screen_text(app))
+        await pilot.press("enter")  # into the versions table
+        await pilot.press("down", "enter")  # v1
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen))
+        assert app.screen.address.startswith("demo-text@20215359ed29")
+
+
+@pytest.mark.asyncio
+async def test_help_screen_opens_and_closes():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert "NAME[@REF][:INDEX]" in screen_text(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CatalogScreen))
+
+
+@pytest.mark.asyncio
+async def test_goto_prompt_opens_a_sample_and_refuses_a_bad_address():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GoToScreen))
+        await pilot.press(*"demo-text@@", "enter")
+        assert isinstance(app.screen, GoToScreen)  # a malformed address stays in the prompt, explained
+        assert "bad address" in screen_text(app)
+        app.screen.query_one(Input).value = "demo-text@v1:17"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample, what="sample")
+        assert app.screen.sample.index == 17
+        await pilot.press("escape")
+        assert isinstance(app.screen, DatasetScreen)
+
+
+@pytest.mark.asyncio
+async def test_unknown_dataset_is_a_notification_not_a_crash():
+    app = DsinspectApp(address="no-such-dataset@v1:3")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: notes(app), what="a notification")
+        assert any("no-such-dataset" in n for n in notes(app))
+        assert app.is_running
+        app.open_address("demo-text@v1:99999")  # out of range
+        await until(pilot, lambda: any("out of range" in n for n in notes(app)))
+        app.open_address("bad address!")
+        await until(pilot, lambda: any("bad" in n for n in notes(app)[2:]))
+        assert app.is_running
+
+
+@pytest.mark.asyncio
+async def test_command_palette_lists_datasets_and_opens_one():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.dataset_names)
+        await pilot.press("ctrl+p")
+        await pilot.press(*"open demo-rl")
+        await until(pilot, lambda: "Open demo-rl" in screen_text(app), what="palette hit")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.info, what="dataset")
+        assert app.screen.info["name"] == "demo-rl"
+
+
+@pytest.mark.asyncio
+async def test_start_address_with_index_opens_dataset_then_sample():
+    app = DsinspectApp(address="demo-images@v1:5")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample)
+        assert [type(s).__name__ for s in app.screen_stack[1:]] == ["CatalogScreen", "DatasetScreen", "SampleScreen"]
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.info)
+        assert app.screen.query_one("SampleTable").cursor == 5
+
+
+def test_tui_package_imports_neither_web_nor_textual_eagerly():
+    code = ("import sys, dsinspect.tui; assert 'textual' not in sys.modules; "
+            "import dsinspect.tui.app; assert not any(m.startswith('dsinspect.web') for m in sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_dsinspect_without_a_terminal_lists_instead_of_opening_the_ui():
+    done = subprocess.run([sys.executable, "-m", "dsinspect"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=60)
+    assert done.returncode == 0 and "demo-text" in done.stdout

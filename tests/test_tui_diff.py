@@ -1,0 +1,54 @@
+"""The diff screens: two versions' summary, schema changes and changed rows, and one changed row
+before and after, side by side."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import DataTable, Input
+
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.diff_prompt import DiffPrompt
+from dsinspect.tui.diff_screen import DiffScreen
+from dsinspect.tui.field_view import FieldView
+from dsinspect.tui.row_diff_screen import RowDiffScreen
+from tui_helpers import SIZE, screen_text, until
+
+
+@pytest.mark.asyncio
+async def test_diff_a_version_against_its_parent_and_open_a_changed_row():
+    app = DsinspectApp(address="demo-text@v2")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: getattr(app.screen, "info", None))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
+        text = screen_text(app)
+        assert "3 added, 1 removed, 2 changed" in text and "2 shared, 3 added, 2 removed" in text
+        assert "no schema changes" in text
+        rows = app.screen.query_one("#row-changes", DataTable)
+        assert [rows.get_row_at(i)[0] for i in range(rows.row_count)] == ["changed"] * 2 + ["added"] * 3 + ["removed"]
+        await pilot.press("enter")  # the first changed row
+        await until(pilot, lambda: isinstance(app.screen, RowDiffScreen) and len(app.screen.query(FieldView)) == 4,
+                    what="before/after views")
+        before, after = app.screen.query_one("#before"), app.screen.query_one("#after")
+        assert [f.prepared.info.name for f in before.query(FieldView)] == ["text", "tokens"]
+        assert before.query(FieldView).first().prepared.view.chars == 188
+        assert after.query(FieldView).first().prepared.view.chars == 125
+        await pilot.press("escape")
+        assert isinstance(app.screen, DiffScreen)
+        app.screen.query_one("#row-changes", DataTable).move_cursor(row=5)  # removed: only a "before"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RowDiffScreen) and "absent on this side" in screen_text(app))
+
+
+@pytest.mark.asyncio
+async def test_diff_prompt_takes_two_addresses_and_refuses_bad_ones():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, DiffPrompt))
+        await pilot.press(*"demo-images@v1", "enter", *"bad@@", "enter")
+        assert isinstance(app.screen, DiffPrompt) and "bad address" in screen_text(app)
+        app.screen.query_one("#diff-b", Input).value = "demo-images@v2"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
+        assert "2 changed" in screen_text(app)

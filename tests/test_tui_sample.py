@@ -1,0 +1,137 @@
+"""The sample screen: every role's decoded view beside its hashes and raw hex, the token cursor,
+video frame stepping, trajectories with sparklines, and error views for broken fields."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from textual.widgets import OptionList
+
+import dsinspect
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.manifest import Field
+from dsinspect.tui.adapter import DataSource
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.field_view import FieldView
+from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.token_strip import TokenStrip
+from dsinspect.tui.video_player import VideoPlayer
+from tui_helpers import SIZE, screen_text, until
+
+
+async def open_field(pilot, app, address: str, field: str) -> SampleScreen:
+    app.open_address(address)
+    await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample, what="sample")
+    screen = app.screen
+    names = [f.name for f in screen.sample.fields]
+    screen.query_one("#fields", OptionList).highlighted = names.index(field)
+    await until(pilot, lambda: screen.query(FieldView) and screen.query_one(FieldView).prepared.info.name == field,
+                what=f"field {field}")
+    await pilot.pause(0.05)
+    return screen
+
+
+@pytest.mark.asyncio
+async def test_tokens_coloured_with_the_id_under_the_cursor():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-text@v1:0", "tokens")
+        strip = screen.query_one(TokenStrip)
+        ids = screen.sample.view("tokens").ids
+        assert f"token #0  id {ids[0]}" in screen_text(app)
+        await pilot.press("right", "right")
+        assert strip.cursor == 2
+        await until(pilot, lambda: f"token #2  id {ids[2]}" in screen_text(app))
+        assert "field hash (xxh3-128) " + screen.sample.field("tokens").hash in screen_text(app)
+        assert "canonical bytes" in screen_text(app)
+        # boundaries: neighbouring pieces get different backgrounds
+        rendered = strip.render().renderables[1]
+        backgrounds = {str(span.style) for span in rendered.spans}
+        assert len(backgrounds) >= 3
+
+
+@pytest.mark.asyncio
+async def test_text_image_json_and_scalar_fields():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-text@v1:2", "text")
+        assert "Tiny changelog" in screen_text(app) and "raw bytes (258)" in screen_text(app)
+        screen = await open_field(pilot, app, "demo-images@v1:3", "image")
+        assert screen.query("#image-picture")
+        text = screen_text(app)
+        assert ("JPEG" in text or "PNG" in text) and ("▀" in text or "▄" in text)
+        screen = await open_field(pilot, app, "demo-video@v1:0", "info")
+        assert '"codec"' in screen_text(app)
+        screen = await open_field(pilot, app, "demo-video@v1:0", "fps")
+        assert str(screen.sample.value("fps")) in screen_text(app)
+
+
+@pytest.mark.asyncio
+async def test_video_frames_step_forward_and_back():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-video@v1:1", "video")
+        player = screen.query_one(VideoPlayer)
+        assert "frame 1/18" in screen_text(app) and screen.query("#frame-picture")
+        await pilot.press("full_stop", "full_stop")
+        await until(pilot, lambda: "frame 3/18" in screen_text(app), what="frame 3")
+        await pilot.press("comma")
+        await until(pilot, lambda: "frame 2/18" in screen_text(app), what="frame 2")
+        await pilot.press("comma", "comma")
+        await until(pilot, lambda: "frame 18/18" in screen_text(app), what="wrap to the last frame")
+        assert player.frame_index == 17
+
+
+@pytest.mark.asyncio
+async def test_trajectory_table_with_sparklines_and_next_sample():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-rl@v1:1", "trajectory")
+        text = screen_text(app)
+        assert "episode: 33 steps" in text and "reward  ▁" in text and "return  ▁" in text and "terminated" in text
+        await pilot.press("n")
+        await until(pilot, lambda: screen.sample.index == 2 and screen.query_one(FieldView).prepared.info.name
+                    == "trajectory" and "episode: 120 steps" in screen_text(app), what="next sample")
+        await pilot.press("p", "p", "p")
+        await until(pilot, lambda: screen.sample.index == 0)
+        await pilot.press("p")
+        await until(pilot, lambda: [n for n in app._notifications if "no sample -1" in n.message])
+
+
+@pytest.fixture
+def broken_source(tmp_path):
+    """A dataset whose image, video and JSON fields hold broken bytes."""
+    video = dsinspect.open_catalog().resolve("demo-video@v1").row(0)["video"]
+    catalog = Catalog(str(tmp_path / "catalog"))
+    catalog.write_version("broken", [{"image": b"\x89PNG\r\n\x1a\n not really", "video": video[: len(video) // 2],
+                                      "info": '{"unclosed": [1, 2'}],
+                          [Field("image", pa.binary(), "image"), Field("video", pa.binary(), "video"),
+                           Field("info", pa.string(), "json")], tags=["v1"])
+    return DataSource(catalog=catalog)
+
+
+@pytest.mark.asyncio
+async def test_broken_fields_show_error_views_with_their_bytes(broken_source):
+    app = DsinspectApp(source=broken_source)
+    async with app.run_test(size=SIZE) as pilot:
+        for field in ("image", "info", "video"):
+            screen = await open_field(pilot, app, "broken@v1:0", field)
+            text = screen_text(app)
+            view = screen.sample.view(field)
+            if view.kind == "error":
+                assert "could not decode as" in text and screen.query_one(FieldView).has_class("broken")
+            else:  # a half video still decodes its complete frames, with findings
+                assert view.findings
+            assert "field hash" in text
+        assert app.is_running
+
+
+def test_half_block_fallback_draws_a_picture_without_textual_image():
+    from PIL import Image
+
+    from dsinspect.tui.pictures import half_block_text
+
+    text = half_block_text(Image.new("RGB", (20, 10), (255, 0, 0)))
+    lines = text.plain.splitlines()
+    assert len(lines) == 5 and set(lines[0]) == {"▀"}
+    assert text.spans[0].style.color.get_truecolor() == (255, 0, 0)

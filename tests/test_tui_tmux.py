@@ -1,0 +1,83 @@
+"""A real terminal: `dsinspect tui demo-text@v1` in a tmux pane, driven by send-keys and read with
+capture-pane. Needs tmux (apt-get install -y tmux)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+
+class Pane:
+    """One tmux session on a private server socket, so no other session is touched."""
+
+    def __init__(self, command: str, width: int = 120, height: int = 40):
+        self.socket = f"dsinspect-test-{uuid.uuid4().hex[:8]}"
+        env = {**os.environ, "COLORTERM": "truecolor", "TERM": "xterm-256color"}
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-s", "tui", command, env=env)
+
+    def tmux(self, *args: str, env: dict | None = None) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=env, timeout=20)
+        return done.stdout
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", "tui", key)
+            time.sleep(0.15)
+
+    def text(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "tui")
+
+    def wait_for(self, *needles: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.text()
+            if all(n in screen for n in needles):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needles} never appeared; the pane shows:\n{screen}")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.tmux("kill-server")
+
+
+def _command(args: str) -> str:
+    exe = shutil.which("dsinspect")
+    return f"{exe} {args}" if exe else f"{sys.executable} -m dsinspect {args}"
+
+
+def test_sample_table_and_token_view_in_a_real_terminal():
+    pane = Pane(_command("tui demo-text@v1"))
+    try:
+        screen = pane.wait_for("Samples", "doc_id", "A simple bread")  # the sample table, first rows drawn
+        assert "Open sample" in screen  # footer bindings
+        pane.keys("Down", "Enter")  # sample 1
+        pane.wait_for("row 1 of 240", "row hash")
+        pane.keys("Down")  # from the text field to the tokens field
+        screen = pane.wait_for("tokenizer", "token #0", "id ")
+        pane.keys("Right", "Right")
+        screen = pane.wait_for("token #2")
+        assert "canonical bytes" in screen
+        pane.keys("q")
+        deadline = time.monotonic() + 10
+        while "tui" in pane.tmux("list-sessions") and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        pane.close()
+
+
+def test_dsinspect_alone_opens_the_catalog_in_a_terminal():
+    pane = Pane(_command(""))
+    try:
+        pane.wait_for("datasets", "demo-text", "versions of demo-images", "Go to")
+        pane.keys("q")
+    finally:
+        pane.close()

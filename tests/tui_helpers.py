@@ -1,0 +1,29 @@
+"""Shared helpers for the terminal-UI tests (a plain module, not a conftest: fixtures stay local)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from textual.pilot import Pilot
+
+SIZE = (120, 36)
+
+
+async def until(pilot: Pilot, condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
+    """Let the app run until `condition()` is truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - a query before the widget exists
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        await pilot.pause(0.02)
+
+
+def screen_text(app) -> str:
+    """What the screen shows, as plain text lines."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
