@@ -19,7 +19,7 @@ from dsinspect.loaders.cache import ShardCache
 from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import HASH_COLUMN
-from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch, plan_batches
+from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch, plan_steps
 from dsinspect.loaders.reader import BatchReader
 from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.spec import RunSpec
@@ -102,6 +102,7 @@ class Loader:
         self._last_yield: float | None = None
         self._source_names = tuple(s.name for s in spec.sources)
         self._plans: dict[int, BatchPlan] = {}
+        self._stride = 1
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -122,13 +123,20 @@ class Loader:
             yield batch
 
     def batch_at(self, step: int) -> Batch:
-        """The batch of any step, read now (no effect on the iteration position)."""
-        return self._read(plan_batch(self.spec, step, self.rank))
+        """The batch of any step, read now (no effect on the iteration position). Steps
+        `step + k * stride` are planned along with it (see `set_stride`)."""
+        return self._read(self._plan(step))
+
+    def set_stride(self, stride: int) -> None:
+        """Say that `batch_at` will be asked for every `stride`-th step (a DataLoader worker of
+        `stride` workers), so plans and shard fetches run ahead along those steps."""
+        self._stride = max(1, stride)
+        self._plans = {}
 
     def warm(self, steps: Iterable[int]) -> None:
         """Start fetching the shards these future steps read, for callers that read steps out of
         order (a DataLoader worker reads every W-th step through `batch_at`)."""
-        self._reader.warm([plan_batch(self.spec, s, self.rank) for s in steps])
+        self._reader.warm(plan_steps(self.spec, list(steps), self.rank))
 
     def _plan(self, step: int) -> BatchPlan:
         """Plans come in vectorised chunks: one permutation pass serves many steps."""
@@ -136,7 +144,7 @@ class Loader:
         if plan is None:
             # start small (the first batch should not wait for 256 plans), then grow to full chunks
             chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
-            plans = plan_batches(self.spec, step, chunk, self.rank)
+            plans = plan_steps(self.spec, range(step, step + chunk * self._stride, self._stride), self.rank)
             self._plans = {p.step: p for p in plans}
             self._reader.warm(plans)
             plan = self._plans[step]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.permute import Permutation, key_of, sample_seeds
 from dsinspect.loaders.spec import LastBatch, RunSpec, Shuffle
 
-__all__ = ["BatchPlan", "plan_batch", "plan_batches", "batch_indices", "epoch_order", "samples_at", "locate_step",
+__all__ = ["BatchPlan", "plan_batch", "plan_batches", "plan_steps", "batch_indices", "epoch_order", "samples_at", "locate_step",
            "steps_in_epoch", "epoch_start_step", "epoch_end", "mixture_counts"]
 
 
@@ -96,25 +97,32 @@ def plan_batch(spec: RunSpec, step: int, rank: int) -> BatchPlan:
 def plan_batches(spec: RunSpec, first_step: int, count: int, rank: int) -> list[BatchPlan]:
     """`plan_batch` for `count` consecutive steps in one vectorised pass (what a loader reading
     ahead needs); equal to planning each step on its own."""
-    if count <= 0:
+    return plan_steps(spec, range(first_step, first_step + max(0, count)), rank)
+
+
+def plan_steps(spec: RunSpec, steps: Sequence[int], rank: int) -> list[BatchPlan]:
+    """`plan_batch` for any steps (e.g. every W-th, as a DataLoader worker reads) in one pass."""
+    steps = list(steps)
+    if not steps:
         return []
-    plan_batch(spec, first_step, rank)  # validates rank and step
-    where = [locate_step(spec, s) for s in range(first_step, first_step + count)]
+    for s in (min(steps), max(steps)):
+        plan_batch(spec, s, rank)  # validates rank and steps
+    where = [locate_step(spec, s) for s in steps]
     b = spec.batch_size
     offsets = rank * b + np.arange(b, dtype=np.int64)
-    plans: list[BatchPlan] = []
+    plans: dict[int, BatchPlan] = {}
     for epoch in dict.fromkeys(e for e, _ in where):
-        steps = [(s, p) for s, (e, p) in zip(range(first_step, first_step + count), where) if e == epoch]
-        positions = (np.array([p for _, p in steps], dtype=np.int64)[:, None] + offsets).ravel()
+        chosen = [(s, p) for s, (e, p) in zip(steps, where) if e == epoch]
+        positions = (np.array([p for _, p in chosen], dtype=np.int64)[:, None] + offsets).ravel()
         padding = positions >= spec.epoch_length
         positions %= spec.epoch_length
         sources, indices, source_epochs = _samples(spec, epoch, positions)
         seeds = sample_seeds(spec.seed, source_epochs, sources, indices)
-        for i, (step, _) in enumerate(steps):
+        for i, (step, _) in enumerate(chosen):
             part = slice(i * b, (i + 1) * b)
-            plans.append(BatchPlan(step, epoch, rank, positions[part], sources[part], indices[part],
-                                   padding[part], seeds[part]))
-    return plans
+            plans[step] = BatchPlan(step, epoch, rank, positions[part], sources[part], indices[part],
+                                    padding[part], seeds[part])
+    return [plans[s] for s in steps]
 
 
 def batch_indices(spec: RunSpec, step: int, rank: int) -> np.ndarray:

@@ -33,7 +33,6 @@ __all__ = ["TorchBatches", "TorchLoader", "batch_to_torch", "unpack", "split_rag
 METADATA = ("step", "epoch", "positions", "indices", "sources", "padding", "seeds", "row_hashes", "nulls",
             "transformed")
 PRODUCER_FORMAT = "dsinspect.torch-producer/1"
-_WARM_EVERY, _WARM_AHEAD = 8, 32  # a worker looks ahead for shards every 8 of its steps, 32 steps far
 
 
 # -- the dataset ---------------------------------------------------------------------------------
@@ -135,9 +134,8 @@ class _Producer:
             self.dataset._seek(self.end)  # the pass is over: the next one reads the next epoch
             raise StopIteration
         step = self.next
-        if self._made % _WARM_EVERY == 0:  # fetch this worker's next shards ahead
-            self.dataset._reader().warm(range(step + self.stride, min(self.end, step + _WARM_AHEAD * self.stride),
-                                              self.stride))
+        if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
+            self.dataset._reader().set_stride(self.stride)
         batch = self.dataset.batch_at(step)
         self._made += 1
         self.next = step + self.stride
