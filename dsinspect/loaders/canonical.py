@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import xxhash
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.arrow_kinds import is_fixed_width as _fixed_width, is_var_binary as _is_var_binary
 
 __all__ = ["ENCODING", "ROW_DOMAIN", "encode_column", "field_hashes", "row_hashes", "combine_row_hash"]
 
@@ -97,16 +98,6 @@ def _payloads(arr: pa.Array) -> list[bytes]:
     if pa.types.is_struct(t):
         return _struct_payloads(arr)
     raise UserError(f"cannot hash values of Arrow type {t}")
-
-
-def _fixed_width(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
-            or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t))
-
-
-def _is_var_binary(t: pa.DataType) -> bool:
-    return (pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
 def _bool_values(arr: pa.Array) -> np.ndarray:

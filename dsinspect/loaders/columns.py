@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.arrow_kinds import is_fixed_width as _fixed, is_var_binary as _var_binary
 from dsinspect.loaders.touched import touched_ranges
 
 __all__ = ["column_view", "gather_column", "FixedView", "ListView", "ArrowView"]
@@ -173,13 +174,3 @@ def _dtype(t: pa.DataType) -> np.dtype | None:
     if pa.types.is_floating(t):
         return np.dtype(f"<f{width}")
     return None
-
-
-def _fixed(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
-            or pa.types.is_fixed_size_binary(t) or pa.types.is_decimal(t))
-
-
-def _var_binary(t: pa.DataType) -> bool:
-    return (pa.types.is_string(t) or pa.types.is_large_string(t)
-            or pa.types.is_binary(t) or pa.types.is_large_binary(t))

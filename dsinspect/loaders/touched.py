@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.arrow_kinds import has_large_offsets, is_fixed_width as _fixed, is_var_binary
+
 __all__ = ["touched_ranges"]
 
 
@@ -97,14 +99,6 @@ def _whole(arr: pa.Array, starts: list, ends: list) -> None:
             ends.append(np.array([buf.address + buf.size], np.int64))
 
 
-def _fixed(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
-            or pa.types.is_fixed_size_binary(t) or pa.types.is_decimal(t))
-
-
 def _var(t: pa.DataType) -> bool | None:
-    if pa.types.is_string(t) or pa.types.is_binary(t):
-        return False
-    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        return True
-    return None
+    """None if not string/binary; else whether its offsets are 64-bit."""
+    return has_large_offsets(t) if is_var_binary(t) else None
