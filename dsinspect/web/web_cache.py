@@ -9,7 +9,8 @@ import streamlit as st
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.web import web_model
 
-__all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png"]
+__all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
+           "diff_changed_rows"]
 
 
 def url() -> str:
@@ -53,3 +54,22 @@ def replay_model(catalog_url: str, spec_text: str, step: int, rank: str) -> dict
     from dsinspect.web import web_replay
 
     return web_replay.replay_model(catalog(catalog_url), spec_text, step, rank)
+
+
+@st.cache_data(show_spinner="Comparing the versions…", max_entries=64, ttl=30)  # tags may move
+def diff_model(catalog_url: str, a: str, b: str) -> dict[str, Any]:
+    from dsinspect.web import web_diff
+
+    return web_diff.diff_model(catalog(catalog_url), a, b)
+
+
+@st.cache_data(show_spinner="Reading the changed rows…", max_entries=256, ttl=30)
+def diff_changed_rows(catalog_url: str, a: str, b: str, page: int) -> list[dict[str, Any]]:
+    """One page of the changed rows of `diff_model(a, b)`, before and after side by side."""
+    from dsinspect.web import web_diff
+
+    m = diff_model(catalog_url, a, b)
+    start = page * web_diff.CHANGED_PAGE
+    # by full version id, so the rows are those of the versions the model compared
+    return web_diff.changed_rows(catalog(catalog_url), f"{m['a']['dataset']}@{m['a']['id']}",
+                                 f"{m['b']['dataset']}@{m['b']['id']}", m["changed"][start:start + web_diff.CHANGED_PAGE])

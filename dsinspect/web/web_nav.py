@@ -14,6 +14,7 @@ PAGES = {
     "dataset": ("dataset_page.py", "Dataset", ":material/table:"),
     "sample": ("sample_page.py", "Sample", ":material/search:"),
     "replay": ("replay_page.py", "Replay", ":material/replay:"),
+    "diff": ("diff_page.py", "Diff", ":material/compare_arrows:"),
 }
 
 

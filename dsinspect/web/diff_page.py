@@ -1,0 +1,122 @@
+"""Diff page: two version addresses -> summary, schema changes, shard changes, and the rows that
+changed (side by side), were added or were removed. Sample text goes through st.code and dataframes."""
+
+import streamlit as st
+
+from dsinspect.errors import DsinspectError
+from dsinspect.web import web_cache
+from dsinspect.web.web_diff import CHANGED_PAGE
+from dsinspect.web.web_nav import page_file
+
+url = web_cache.url()
+params = st.query_params
+a, b = params.get("a", ""), params.get("b", "")
+st.title("Diff")
+left, right = st.columns(2)
+typed_a = left.text_input("Before (NAME@REF)", value=a, key="diff_a", placeholder="demo-images@v1").strip()
+typed_b = right.text_input("After (NAME@REF)", value=b, key="diff_b", placeholder="demo-images@v2").strip()
+if (typed_a, typed_b) != (a, b):
+    for name, value in (("a", typed_a), ("b", typed_b)):
+        if value:
+            params[name] = value
+        elif name in params:
+            del params[name]
+    st.rerun()
+if not (a and b):
+    st.info("Enter two versions to compare, e.g. demo-images@v1 and demo-images@v2; the page's URL then names the diff.")
+    st.stop()
+try:
+    m = web_cache.diff_model(url, a, b)
+except DsinspectError as e:
+    st.error("Those versions cannot be compared.")
+    st.code(str(e), language=None)
+    st.stop()
+
+
+def code_name(name: str) -> str:
+    return "`" + str(name).replace("`", "'") + "`"
+
+
+st.subheader(f"{m['a']['name']} → {m['b']['name']}")
+counts = m["counts"]
+c = st.columns(6)
+c[0].metric("rows before", f"{m['a']['rows']:,}")
+grown = m["b"]["rows"] - m["a"]["rows"]
+c[1].metric("rows after", f"{m['b']['rows']:,}", delta=f"{grown:+,}" if grown else None)
+c[2].metric("changed", f"{counts['changed']:,}")
+c[3].metric("added", f"{counts['added']:,}")
+c[4].metric("removed", f"{counts['removed']:,}")
+c[5].metric("moved", f"{counts['moved']:,}")
+matched = f"rows matched by key {code_name(m['key'])}" if m["matched_by"] == "key" else "rows matched by row hash"
+st.caption(f"{matched} · {m['rows_read']:,} rows read · {len(m['schema'])} schema change(s) · "
+           f"{m['shards_shared']} shard(s) shared")
+if m["empty"]:
+    st.success("No change: the two versions hold the same rows under the same schema.", icon=":material/check:")
+if m["notes"]:
+    st.code("\n".join(f"ℹ {n}" for n in m["notes"]), language=None, wrap_lines=True)
+if m["field_counts"]:
+    st.dataframe([{"field": k, "changed rows": v} for k, v in m["field_counts"].items()], hide_index=True,
+                 key="diff_fields")
+
+st.markdown("#### Schema changes")
+if m["schema"]:
+    st.dataframe(m["schema"], hide_index=True, width="stretch", key="diff_schema")
+else:
+    st.caption("none")
+st.markdown("#### Shard changes")
+if m["shards"]:
+    st.dataframe(m["shards"], hide_index=True, width="stretch", key="diff_shards")
+else:
+    st.caption("none")
+
+st.markdown(f"#### Changed rows ({counts['changed']:,})")
+listed = len(m["changed"])
+if listed < counts["changed"]:
+    st.caption(f"the first {listed} are listed")
+if listed:
+    pages = max(1, -(-listed // CHANGED_PAGE))
+    page = 1
+    if pages > 1:
+        page = st.number_input(f"Changed rows page (of {pages})", 1, pages, 1, key="diff_page")
+    ident = m["ident"]
+    for r in web_cache.diff_changed_rows(url, a, b, int(page) - 1):
+        with st.container(border=True):
+            st.text(f"{ident} {r[ident]} · index {r['index_a']} → {r['index_b']} · changed: {', '.join(r['fields'])}")
+            links = st.columns([1, 1, 4])
+            links[0].page_link(page_file("sample"), label="before", icon=":material/search:",
+                               query_params={"address": r["address_a"]})
+            links[1].page_link(page_file("sample"), label="after", icon=":material/search:",
+                               query_params={"address": r["address_b"]})
+            for f in r["field_values"]:
+                st.markdown(f"{code_name(f['name'])} · {f['role']}")
+                if f["kind"] == "image":
+                    before, after, figure = st.columns(3)
+                    before.image(f["before"], caption=f"before: {f['before_caption']}", width="content")
+                    after.image(f["after"], caption=f"after: {f['after_caption']}", width="content")
+                    detail = f["detail"]
+                    if f["difference"] is not None:
+                        figure.image(f["difference"], caption="pixel difference (white: largest)", width="content")
+                    if "pixel_mean_abs_diff" in detail:
+                        figure.text(f"mean |Δ| {detail['pixel_mean_abs_diff']} of 255 · "
+                                    f"{detail['pixels_changed']:.1%} of pixels changed")
+                    else:
+                        figure.text("sizes differ: no pixel comparison")
+                else:
+                    before, after = st.columns(2)
+                    before.caption("before")
+                    before.code(f["before"], language=None, wrap_lines=True)
+                    after.caption("after")
+                    after.code(f["after"], language=None, wrap_lines=True)
+                    st.code(f"detail: {f['detail_text']}", language=None, wrap_lines=True)
+
+for kind, rows in (("added", m["added"]), ("removed", m["removed"])):
+    st.markdown(f"#### {kind.capitalize()} rows ({counts[kind]:,})")
+    if not rows:
+        st.caption("none")
+        continue
+    if len(rows) < counts[kind]:
+        st.caption(f"the first {len(rows)} are listed")
+    st.dataframe(rows, hide_index=True, width="stretch", key=f"diff_{kind}")
+if m["moved"]:
+    st.markdown(f"#### Moved rows ({counts['moved']:,})")
+    st.dataframe(m["moved"], hide_index=True, width="stretch", key="diff_moved")
