@@ -13,15 +13,17 @@ from dsinspect.loaders.address import parse_address
 @click.command()
 @click.argument("address", required=False)
 @catalog_option
+@click.option("--transform", metavar="package.module:function", default=None,
+              help="The job's batch transform: replay shows each sample as stored and as fed to the model.")
 @click.pass_context
-def tui(ctx: click.Context, address: str | None, catalog_url: str | None) -> None:
+def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transform: str | None = None) -> None:
     """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample."""
     if address:
         parse_address(address)  # a malformed address is a one-line error, before the screen clears
     catalog = catalog_from(ctx, catalog_url)
     from dsinspect.tui import run  # Textual loads only when the UI starts
 
-    run(address, catalog=catalog)
+    run(address, catalog=catalog, transform=transform)
 
 
 def interactive() -> bool:

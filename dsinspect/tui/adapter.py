@@ -95,12 +95,23 @@ class DataSource:
 
         return diff(self.version(a), self.version(b), self.catalog, limit=limit)
 
-    def replay(self, spec: str, step: int, rank: str) -> Any:
+    def replay(self, spec: str, step: int, rank: str, transform: str | None = None) -> Any:
         """The batch of (step, rank) of the run in `spec` (a spec file or run record directory);
-        `rank` is an integer or "all"."""
+        `rank` is an integer or "all". With `transform` (package.module:function) each rank's batch
+        also carries `.transformed`, the job's transform re-run seeded as in the job."""
         from dsinspect.loaders.replay import replay
 
-        return replay(spec, step, rank, catalog=self.catalog)
+        fn = _transform(transform)
+        return _guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
+
+    def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
+        """The fingerprint log `log` (a file or run record directory) checked at `step` against
+        replay: a LogCheck (`.ok`, `.checked`, `.divergence`)."""
+        from dsinspect.loaders.logcheck import check_log
+
+        fn = _transform(transform)
+        return _guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,
+                                          transform=fn), transform)
 
     def _group(self, version: DatasetVersion, shard: int, group: int, names: list[str]) -> pa.Table:
         key = (version.id, shard, group)
@@ -115,6 +126,37 @@ class DataSource:
             while len(self._groups) > _GROUP_CACHE:
                 self._groups.popitem(last=False)
         return table
+
+
+# -- transforms -----------------------------------------------------------------------------------
+
+def _transform(name: str | None) -> Any:
+    """The job's transform by name; the job's own modules import from the current directory, as
+    with `dsinspect replay --transform`."""
+    if not name:
+        return None
+    import os
+    import sys
+
+    from dsinspect.loaders.transforms import load_transform
+
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_transform(name)
+
+
+def _guarded(call: Any, transform: str | None) -> Any:
+    """An exception raised by the user's transform becomes one line naming it."""
+    from dsinspect.errors import DsinspectError, UserError
+
+    try:
+        return call()
+    except DsinspectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the transform is user code
+        if not transform:
+            raise
+        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
 
 
 # -- cells ----------------------------------------------------------------------------------------

@@ -37,8 +37,10 @@ class DsinspectApp(App):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, catalog_url: str | None = None, address: str | None = None, source: DataSource | None = None):
+    def __init__(self, catalog_url: str | None = None, address: str | None = None, source: DataSource | None = None,
+                 transform: str | None = None):
         super().__init__()
+        self.transform = transform or ""  # the run's transform (package.module:function), the replay default
         self.source = source or DataSource(catalog_url)
         self.start_address = address
         self.dataset_names: list[str] = []
@@ -67,7 +69,7 @@ class DsinspectApp(App):
             if top.sample is None or top.sample.index != addr.index:
                 top.load_sample(addr)  # another sample of the same version: stay on this screen
             return
-        if not (isinstance(top, DatasetScreen) and top.address == version):
+        if not (isinstance(top, DatasetScreen) and (top.address == version or _same_version(top.version, addr))):
             self.push_screen(DatasetScreen(version, cursor=addr.index or 0))
         if addr.index is not None:
             self.push_screen(self._sample_screen(f"{version}:{addr.index}"))
@@ -104,8 +106,9 @@ class DsinspectApp(App):
     def open_diff(self, a: str, b: str) -> None:
         self.push_screen(DiffScreen(a, b))
 
-    def action_replay(self, spec: str = "", step: int = 0, rank: str = "0") -> None:
-        self.push_screen(ReplayScreen(spec, step, rank))
+    def action_replay(self, spec: str = "", step: int = 0, rank: str = "0", transform: str | None = None,
+                      log: str = "") -> None:
+        self.push_screen(ReplayScreen(spec, step, rank, self.transform if transform is None else transform, log))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -114,3 +117,8 @@ class DsinspectApp(App):
     def action_catalog(self) -> None:
         while len(self.screen_stack) > 2 and not isinstance(self.screen, CatalogScreen):
             self.pop_screen()
+
+
+def _same_version(version, addr) -> bool:
+    """`addr` names `version` by its id (a dataset screen opened by tag opens its rows by id)."""
+    return version is not None and version.name == addr.name and version.id == addr.ref

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from PIL import Image as PILImage
@@ -15,11 +15,14 @@ from textual.widgets import Static
 
 from dsinspect.cli.render import Options, findings_text, hex_panel, render_view
 from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, TokensView, VideoView, View
+from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.tui.pictures import picture
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import FRAME_SIDE, VideoPlayer
 
-__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable"]
+__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable", "STEP_ROWS"]
+
+STEP_ROWS = 20  # trajectory steps drawn per page: laying out a long step table is most of opening an episode
 
 
 @dataclass
@@ -39,6 +42,8 @@ def prepare(sample: Sample, name: str, width: int = 90) -> Prepared:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
         view = sample.view(name)
+        if isinstance(view, TrajectoryView) and view.page_size > STEP_ROWS:
+            view = replace(view, page_size=STEP_ROWS)
         out = Prepared(info, view)
         if isinstance(view, ImageView):
             out.image = view.image()

@@ -1,21 +1,38 @@
-"""Replay: a run spec, a step and a rank (or all ranks) → the exact batch, each sample openable."""
+"""Replay: a run spec, a step and a rank (or all ranks) → the exact batch, each sample openable.
+
+With the job's transform (package.module:function) the highlighted sample is shown as stored and as
+fed to the model, side by side; with a fingerprint log (a file or run record directory) each step is
+marked as matching the log or diverging from it. Replay and the log check run in thread workers.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Label, Static
 
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
-__all__ = ["ReplayScreen"]
+__all__ = ["ReplayScreen", "Fed"]
 
 COLUMNS = ("rank", "pos", "index", "source", "version", "shard", "row", "row hash", "pad", "verified")
+VALUE_WIDTH = 40
+
+
+@dataclass
+class Fed:
+    """One rank's transform output, made displayable in the worker: a table when it is one, else a repr."""
+
+    table: Any = None  # pa.Table or None
+    text: str = ""
 
 
 class ReplayScreen(Screen):
@@ -27,10 +44,13 @@ class ReplayScreen(Screen):
         Binding("left_square_bracket", "step(-1)", "Prev step"),
     ]
 
-    def __init__(self, spec: str = "", step: int = 0, rank: str = "0") -> None:
+    def __init__(self, spec: str = "", step: int = 0, rank: str = "0", transform: str = "", log: str = "") -> None:
         super().__init__()
         self.spec, self.step, self.rank = spec, step, rank
+        self.transform, self.log_path = transform or "", log or ""
         self.result: Any = None
+        self.fed: dict[int, Fed] = {}
+        self.checks: dict[tuple[str, str, str, int], Any] = {}  # (spec, log, transform, step) -> LogCheck | error str
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -41,8 +61,17 @@ class ReplayScreen(Screen):
             yield Input(str(self.step), id="replay-step", type="integer")
             yield Label("rank")
             yield Input(self.rank, placeholder="0 or all", id="replay-rank")
+        with Horizontal(id="replay-form2"):
+            yield Label("transform")
+            yield Input(self.transform, placeholder="package.module:function (optional)", id="replay-transform")
+            yield Label("log")
+            yield Input(self.log_path, placeholder="fingerprint log or run record dir (optional)", id="replay-log")
         yield Static("enter a spec file, a step and a rank (or all), then press enter", id="replay-summary")
+        yield Static("", id="replay-check", classes="hidden")
         yield DataTable(id="replay-batch", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="replay-compare", classes="hidden"):
+            yield VerticalScroll(Static(id="as-stored"), id="as-stored-pane")
+            yield VerticalScroll(Static(id="as-fed"), id="as-fed-pane")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -59,6 +88,8 @@ class ReplayScreen(Screen):
         step = self.query_one("#replay-step", Input).value.strip() or "0"
         self.step = int(step) if step.lstrip("-").isdigit() else 0
         self.rank = self.query_one("#replay-rank", Input).value.strip() or "0"
+        self.transform = self.query_one("#replay-transform", Input).value.strip()
+        self.log_path = self.query_one("#replay-log", Input).value.strip()
         self.run_replay()
 
     def action_step(self, delta: int) -> None:
@@ -69,36 +100,162 @@ class ReplayScreen(Screen):
 
     def run_replay(self) -> None:
         self.query_one("#replay-summary", Static).update(f"replaying step {self.step}, rank {self.rank}…")
-        self.compute(self.spec, self.step, self.rank)
+        self.compute(self.spec, self.step, self.rank, self.transform)
+        self.run_check()
+
+    # -- replay -------------------------------------------------------------------------------
 
     @work(thread=True, exclusive=True, group="replay")
-    def compute(self, spec: str, step: int, rank: str) -> None:
+    def compute(self, spec: str, step: int, rank: str, transform: str) -> None:
         try:
-            result = self.app.source.replay(spec, step, rank)
+            result = self.app.source.replay(spec, step, rank, transform or None)
+            fed = {b.rank: _fed(b.transformed) for b in result.batches} if transform else {}
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not replay step {step} rank {rank}: {e}"))
             return
-        self.app.call_from_thread(self.show, result)
+        self.app.call_from_thread(self.show, result, fed, transform)
 
-    def show(self, result: Any) -> None:
+    def show(self, result: Any, fed: dict[int, Fed] | None = None, transform: str = "") -> None:
         if result.step != self.step:
             return
-        self.result = result
+        self.result, self.fed = result, fed or {}
         fps = "  ".join(f"rank {r}: {fp}" for r, fp in result.fingerprints.items())
         bad = len(result.unverified)
-        self.query_one("#replay-summary", Static).update(
-            f"step {result.step} · epoch {result.epoch} · world size {result.spec.world_size} · batch size "
-            f"{result.spec.batch_size} · ranks {result.ranks}\nfingerprints  {fps}"
-            + (f"\n[bold red]{bad} sample(s) no longer match their stored row hash[/]" if bad else ""))
+        lines = (f"step {result.step} · epoch {result.epoch} · world size {result.spec.world_size} · batch size "
+                 f"{result.spec.batch_size} · ranks {result.ranks}\nfingerprints  {fps}")
+        if transform:
+            tfps = "  ".join(f"rank {r}: {fp}" for r, fp in result.transformed_fingerprints.items())
+            lines += f"\ntransformed   {tfps or '(none)'}" + (f"  ({result.transform_error})" if result.transform_error else "")
+        summary = Text(lines)
+        if bad:
+            summary.append(f"\n{bad} sample(s) no longer match their stored row hash", "bold red")
+        self.query_one("#replay-summary", Static).update(summary)
         table = self.query_one("#replay-batch", DataTable)
         table.clear()
         for i, s in enumerate(result.samples):
             table.add_row(str(s.rank), str(s.position), f"{s.index:,}", s.source, s.version[:12], str(s.shard),
                           str(s.shard_row), s.row_hash.hex(), "yes" if s.padding else "",
                           {True: "✓", False: "✗ MISMATCH", None: "-"}[s.verified], key=str(i))
+        self.query_one("#replay-compare").set_class(not transform, "hidden")
+        self._mark_divergence()
+        if result.samples:
+            self._compare(0)
         table.focus()
+
+    @on(DataTable.RowHighlighted, "#replay-batch")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.result is not None and event.row_key is not None and event.row_key.value is not None:
+            self._compare(int(event.row_key.value))
+
+    def _compare(self, i: int) -> None:
+        """Sample `i` of the batch as stored and as fed to the model (when the run names a transform)."""
+        if not self.fed or self.result is None or not 0 <= i < len(self.result.samples):
+            return
+        from dsinspect.cli.replay_preview import preview
+
+        s = self.result.samples[i]
+        batch = next(b for b in self.result.batches if b.rank == s.rank)
+        fields = {f.name: f for f in self.result.fields}
+        stored = _kv_table(f"as stored · rank {s.rank} pos {s.position} · {s.source}:{s.index}",
+                           [(c, preview(batch.table.column(c)[s.position].as_py(), fields.get(c), VALUE_WIDTH))
+                            for c in batch.table.column_names])
+        fed = self.fed.get(s.rank, Fed(text="(no output)"))
+        if fed.table is not None and fed.table.num_rows == batch.table.num_rows:
+            fed_view: Any = _kv_table(f"as fed to the model · {self.transform}",
+                                      [(c, preview(fed.table.column(c)[s.position].as_py(), None, VALUE_WIDTH))
+                                       for c in fed.table.column_names])
+        elif fed.table is not None:
+            fed_view = Text(f"as fed to the model · {self.transform}\nthe transform made {fed.table.num_rows} rows "
+                            f"from {batch.table.num_rows}: columns {', '.join(fed.table.column_names)}")
+        else:
+            fed_view = Text(f"as fed to the model · {self.transform}\n{fed.text}")
+        self.query_one("#as-stored", Static).update(stored)
+        self.query_one("#as-fed", Static).update(fed_view)
 
     @on(DataTable.RowSelected, "#replay-batch")
     def _open(self, event: DataTable.RowSelected) -> None:
         s = self.result.samples[int(event.row_key.value)]
         self.post_message(OpenAddress(f"{s.source}@{s.version}:{s.index}"))
+
+    # -- the fingerprint log ------------------------------------------------------------------
+
+    def _check_key(self) -> tuple[str, str, str, int]:
+        return (self.spec, self.log_path, self.transform, self.step)
+
+    def run_check(self) -> None:
+        line = self.query_one("#replay-check", Static)
+        line.set_class(not self.log_path, "hidden")
+        if not self.log_path:
+            return
+        key = self._check_key()
+        if key in self.checks:
+            self._show_check()
+            return
+        line.update(Text(f"checking step {self.step} against {self.log_path}…", "dim"))
+        self.check(*key)
+
+    @work(thread=True, exclusive=True, group="check")
+    def check(self, spec: str, log: str, transform: str, step: int) -> None:
+        try:
+            outcome: Any = self.app.source.check_step(spec, log, step, transform or None)
+        except Exception as e:  # noqa: BLE001
+            outcome = f"could not check step {step} against the log: {e}"
+        self.app.call_from_thread(self._checked, (spec, log, transform, step), outcome)
+
+    def _checked(self, key: tuple[str, str, str, int], outcome: Any) -> None:
+        self.checks[key] = outcome
+        if key == self._check_key():
+            self._show_check()
+
+    def _show_check(self) -> None:
+        outcome = self.checks.get(self._check_key())
+        if outcome is None:
+            return
+        line = self.query_one("#replay-check", Static)
+        if isinstance(outcome, str):
+            line.update(Text(outcome, "bold red"))
+        elif outcome.checked == 0:
+            line.update(Text(f"step {self.step}: the log has no line for this step", "yellow"))
+        elif outcome.ok:
+            line.update(Text(f"step {self.step}: ✓ matches the log ({outcome.checked} line(s), "
+                             + ", ".join(f"{n} {side}" for side, n in outcome.sides.items()) + ")", "bold green"))
+        else:
+            d = outcome.divergence
+            where = f"positions {d.positions}" if d.positions else "no position attributable"
+            line.update(Text(f"step {d.step}: ✗ DIVERGES from the log at rank {d.rank} ({d.of}; {where}): {d.reason}",
+                             "bold white on red"))
+        self._mark_divergence()
+
+    def _mark_divergence(self) -> None:
+        """Flag the batch rows the log check names as diverging."""
+        outcome = self.checks.get(self._check_key()) if self.log_path else None
+        if self.result is None or self.result.step != self.step or outcome is None or isinstance(outcome, str) \
+                or outcome.ok:
+            return
+        d = outcome.divergence
+        table = self.query_one("#replay-batch", DataTable)
+        verified_col = table.ordered_columns[COLUMNS.index("verified")].key
+        for i, s in enumerate(self.result.samples):
+            if s.rank == d.rank and s.position in d.positions:
+                table.update_cell(str(i), verified_col, Text("✗ DIVERGES", "bold red"))
+
+
+def _fed(transformed: Any) -> Fed:
+    """The transform's output as a table when it is one (see transforms.as_table), else its repr."""
+    from dsinspect.errors import UserError
+    from dsinspect.loaders.transforms import as_table
+
+    try:
+        return Fed(table=as_table(transformed))
+    except UserError:
+        text = repr(transformed).replace("\n", " ")
+        return Fed(text=text if len(text) <= 2000 else text[:1999] + "…")
+
+
+def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False, expand=True, box=None, padding=(0, 1))
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
