@@ -1,0 +1,137 @@
+"""cProfile of dsinspect's token read path at 0 workers: where the time of one batch goes.
+
+  python benchmarks/profile_tokens.py [--quick] [--batches N] [--prefetch 0|2] [--top K]
+
+Uses the data of bench_read.py (written there on first use, kept under /tmp/dsinspect-bench), a
+temporary shard cache warmed before profiling, and the Loader loop the benchmark times
+(`for batch in loader: batch.to_numpy()["tokens"]`). cProfile sees only the calling thread, so the
+default is prefetch=0 (every read on this thread); with --prefetch 2 it profiles the prefetch
+thread too (threading.setprofile) and reports the two threads together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_read as br  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batches", type=int, default=1500)
+    ap.add_argument("--prefetch", type=int, default=0)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    mode = "quick" if args.quick else "full"
+    br.prepare(mode, print)
+    tmp = tempfile.mkdtemp(prefix="profile-", dir=br.ROOT)
+    try:
+        br.warm_shard_cache(mode, os.path.join(tmp, "cache"))
+        br.warm_page_cache(mode)
+        from dsinspect.loaders import Catalog, Loader, RunSpec
+        p = br.paths(mode)
+        ids = json.loads((p["catalog"] / "bench.json").read_text())
+        cat = Catalog(str(p["catalog"]))
+        spec = RunSpec.create(cat, f"tokens@{ids['tokens'][:16]}", seed=br.SEED, batch_size=br.BATCH, shuffle="global")
+        n = min(args.batches, br.SIZES[mode]["tokens"] // br.BATCH - 50)
+
+        def loop(loader, count):
+            it = iter(loader)
+            for _ in range(count):
+                next(it).to_numpy()["tokens"]
+
+        # unprofiled rate first (same loop), then the profile
+        with Loader(spec, 0, cat, columns=["tokens"], prefetch=args.prefetch) as loader:
+            loop(loader, 20)
+            t = time.perf_counter()
+            loop(loader, n)
+            wall = time.perf_counter() - t
+        print(f"unprofiled: {n} batches in {wall:.3f} s = {wall / n * 1e6:.0f} us/batch = "
+              f"{n * br.BATCH / wall:,.0f} samples/s (prefetch={args.prefetch})")
+
+        prof = cProfile.Profile()
+        if args.prefetch:
+            profiles = []
+            orig = threading.Thread.run
+
+            def run(self):
+                pr = cProfile.Profile()
+                profiles.append(pr)
+                pr.enable()
+                try:
+                    orig(self)
+                finally:
+                    pr.disable()
+            threading.Thread.run = run
+        with Loader(spec, 0, cat, columns=["tokens"], prefetch=args.prefetch) as loader:
+            loop(loader, 20)
+            prof.enable()
+            t = time.perf_counter()
+            loop(loader, n)
+            wall = time.perf_counter() - t
+            prof.disable()
+        sink = io.StringIO()
+        stats = pstats.Stats(prof, stream=sink)
+        if args.prefetch:
+            threading.Thread.run = orig
+            for pr in profiles:
+                stats.add(pr)
+        print(f"profiled:   {n} batches in {wall:.3f} s = {wall / n * 1e6:.0f} us/batch (cProfile overhead included)\n")
+        for key, title in (("tottime", "own time"), ("cumulative", "cumulative time")):
+            sink.seek(0)
+            sink.truncate()
+            stats.sort_stats(key).print_stats(args.top)
+            text = sink.getvalue()
+            print(f"--- top {args.top} by {title} (divide by {n} for per-batch) ---")
+            print(text[text.find("   ncalls"):])
+        # per batch, the functions that matter most
+        rows = []
+        for (file, line, fn), (cc, nc, tt, ct, _) in stats.stats.items():
+            rows.append((ct, tt, nc, f"{Path(file).name}:{line}({fn})"))
+        rows.sort(reverse=True)
+        print(f"--- per batch (us), cumulative / own / calls per batch, top 30 by cumulative ---")
+        for ct, tt, nc, name in rows[:30]:
+            print(f"{ct / n * 1e6:9.1f} {tt / n * 1e6:9.1f} {nc / n:8.2f}  {name}")
+        # time to first batch: Catalog + RunSpec.create + Loader + first batch, warm (as bench_read times it)
+        def first_batch():
+            c = Catalog(str(p["catalog"]))
+            sp = RunSpec.create(c, f"tokens@{ids['tokens'][:16]}", seed=br.SEED, batch_size=br.BATCH, shuffle="global")
+            with Loader(sp, 0, c, columns=["tokens"], prefetch=args.prefetch) as ld:
+                next(iter(ld)).to_numpy()["tokens"]
+        first_batch()
+        walls = []
+        for _ in range(5):
+            t = time.perf_counter()
+            first_batch()
+            walls.append(time.perf_counter() - t)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(5):
+            first_batch()
+        prof.disable()
+        walls.sort()
+        print(f"\n--- time to first batch: median {walls[2] * 1e3:.1f} ms unprofiled; profile of 5 (ms per first batch) ---")
+        rows = [(ct, tt, nc, f"{Path(f).name}:{ln}({fn})") for (f, ln, fn), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
+        rows.sort(reverse=True)
+        for ct, tt, nc, name in rows[:args.top + 10]:
+            print(f"{ct / 5 * 1e3:9.2f} {tt / 5 * 1e3:9.2f} {nc / 5:8.1f}  {name}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
