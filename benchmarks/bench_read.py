@@ -60,13 +60,14 @@ PEERS = ("torch-arrow", "torchdata-stateful", "hf-datasets", "mosaic-streaming",
 CONFIGS = [  # (reader, workload, num_workers)
     *[(r, w, nw) for w in ("tokens", "images") for r in ("dsinspect", *PEERS) for nw in (0, 2)],
     ("dsinspect-torchloader", "tokens", 0),   # the TorchLoader adapter without workers (extra)
-    ("dsinspect-noprefetch", "tokens", 0),    # Loader(prefetch=0): no read-ahead thread (extra)
+    ("dsinspect-prefetch2", "tokens", 0),     # Loader(prefetch=2): a read-ahead thread (extra)
+    ("dsinspect-prefetch2", "images", 0),
     ("torch-arrow-rows", "tokens", 0),        # per-row __getitem__ + default collate (extra)
     ("torch-arrow-rows", "tokens", 2),
     ("hf-datasets-arrow", "tokens", 0),       # HF with_format("arrow") instead of numpy (extra)
     ("hf-datasets-arrow", "tokens", 2),
 ]
-EXTRA = {"dsinspect-torchloader", "dsinspect-noprefetch", "torch-arrow-rows", "hf-datasets-arrow"}
+EXTRA = {"dsinspect-torchloader", "dsinspect-prefetch2", "torch-arrow-rows", "hf-datasets-arrow"}
 
 
 # ==================================================================================================
@@ -189,6 +190,8 @@ def prepare(mode: str, log) -> dict[str, float]:
 
     def dsinspect_catalog():
         from dsinspect.loaders import Catalog, Field
+        for old in p["dir"].glob("dsinspect-catalog-*"):  # written by older writer code
+            shutil.rmtree(old, ignore_errors=True)
         cat = Catalog(str(_fresh(p["catalog"])))
         tok = _tokens_array(p["tokens_arrow"])
 
@@ -443,8 +446,8 @@ class DsinspectReader(Reader):
         if self.nw == 0 and self.variant != "torch":
             from dsinspect.loaders import Loader
             transform = (lambda b: decode_many(b.table.column("image").to_pylist())) if self.workload == "images" else None
-            loader = Loader(spec, 0, cat, columns=[self._column()], transform=transform,
-                            prefetch=0 if self.variant == "noprefetch" else 2)
+            options = {"prefetch": 2} if self.variant == "prefetch2" else {}  # else the library's default
+            loader = Loader(spec, 0, cat, columns=[self._column()], transform=transform, **options)
         else:
             from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
             if self.workload == "images":
@@ -480,8 +483,8 @@ class DsinspectTorchReader(DsinspectReader):
     variant = "torch"
 
 
-class DsinspectNoPrefetchReader(DsinspectReader):
-    variant = "noprefetch"
+class DsinspectPrefetchReader(DsinspectReader):
+    variant = "prefetch2"
 
 
 class TorchArrowReader(Reader):
@@ -623,17 +626,17 @@ class LitReader(Reader):
 
 
 READERS = {"dsinspect": DsinspectReader, "dsinspect-torchloader": DsinspectTorchReader,
-           "dsinspect-noprefetch": DsinspectNoPrefetchReader, "torch-arrow": TorchArrowReader,
+           "dsinspect-prefetch2": DsinspectPrefetchReader, "torch-arrow": TorchArrowReader,
            "torch-arrow-rows": TorchArrowRowsReader, "torchdata-stateful": StatefulReader,
            "hf-datasets": HFReader, "hf-datasets-arrow": HFArrowReader, "mosaic-streaming": MosaicReader,
            "litdata": LitReader}
 
 DESCRIBE = {
-    "dsinspect": "nw=0: Loader(prefetch=2, a read-ahead thread) -> batch.to_numpy(); nw=2: TorchLoader(TorchBatches"
+    "dsinspect": "nw=0: Loader(spec) with the default prefetch -> batch.to_numpy(); nw=2: TorchLoader(TorchBatches"
                  "(dense=['tokens'])); images: transform= Pillow decode of the batch's bytes. Catalog of zstd Parquet "
                  "shards, read through the node-local shard cache (Arrow IPC, memory-mapped), global shuffle",
     "dsinspect-torchloader": "TorchLoader(TorchBatches) with num_workers=0 (the torch adapter's own cost)",
-    "dsinspect-noprefetch": "Loader(prefetch=0): every read on the consuming thread",
+    "dsinspect-prefetch2": "Loader(prefetch=2): batches assembled ahead in a thread",
     "torch-arrow": "torch DataLoader, map-style dataset over a memory-mapped Arrow IPC file, seeded randperm "
                    "sampler (RandomSampler's order), batch_size=32 with __getitems__: one numpy gather (or 32 decodes) "
                    "per batch, identity collate. Resume: the permutation sliced at the saved offset (no loader state)",
@@ -754,6 +757,8 @@ def child(cfg: dict) -> dict:
     first = next(it)
     reader.array(first)
     result["first_ttfb_ms_in_process"] = round((time.perf_counter() - t) * 1e3, 2)
+    if hasattr(loader, "_prefetch"):
+        result["loader_prefetch"] = loader._prefetch
     consumed, state, expected = 1, None, None
     for _ in range(warm):
         next(it)
