@@ -29,6 +29,30 @@ def toy_rows(n, start=0):
     return [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)} for i in range(start, start + n)]
 
 
+def forge_rl_version(catalog_dir, tmp_path):
+    """demo-rl@forged in a copied catalog: shard 0 rewritten with row 3's episode_return changed,
+    its stored row hashes kept, under a manifest that is consistent again (only row hashes can tell)."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from dsinspect.loaders.manifest import Manifest, Shard
+
+    cat = Catalog(str(catalog_dir))
+    v = cat.resolve("demo-rl@v1")
+    table = pq.read_table(v.shard_path(0))
+    ret = table.column("episode_return").to_pylist()
+    ret[3] += 1.0
+    table = table.set_column(table.schema.get_field_index("episode_return"), "episode_return", pa.array(ret))
+    pq.write_table(table, tmp_path / "forged.parquet")
+    raw = (tmp_path / "forged.parquet").read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    (catalog_dir / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
+    shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
+    cat._publish("demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
+    return cat
+
+
 def pytest_configure(config):
     """Tests (and the processes they start) use a private shard cache, never the user's."""
     if "DSINSPECT_CACHE" not in os.environ or not os.environ["DSINSPECT_CACHE"].startswith(tempfile.gettempdir()):

@@ -1,19 +1,15 @@
 """The CLI as a person and a script use it: real processes, real exit codes, one-line errors."""
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Manifest, Shard
+from conftest import forge_rl_version
 from dsinspect.demo.build import DATASETS
 
 
@@ -95,20 +91,7 @@ def test_verify_names_the_shard_with_a_flipped_byte(catalog_copy):
 
 def test_verify_reports_rows_whose_hash_does_not_match(catalog_copy, tmp_path):
     """A shard rewritten with one changed value and a fixed-up manifest: the row hash still catches it."""
-    cat = Catalog(str(catalog_copy))
-    v = cat.resolve("demo-rl@v1")
-    table = pq.read_table(v.shard_path(0))
-    ret = table.column("episode_return").to_pylist()
-    ret[3] += 1.0
-    table = table.set_column(table.schema.get_field_index("episode_return"), "episode_return", pa.array(ret))
-    tmp = tmp_path / "x.parquet"
-    pq.write_table(table, tmp)
-    raw = tmp.read_bytes()
-    sha = hashlib.sha256(raw).hexdigest()
-    (catalog_copy / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
-    shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
-    forged = Manifest(v.fields, shards, v.manifest.key, {"message": "forged"})
-    cat._publish("demo-rl", forged, ["forged"])
+    forge_rl_version(catalog_copy, tmp_path)
     done = run("verify", "demo-rl@forged", catalog=catalog_copy)
     assert done.returncode == 1
     assert "1 row(s) do not match their stored row hash (rows 3)" in done.stderr

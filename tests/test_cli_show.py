@@ -1,7 +1,6 @@
 """`dsinspect show` as a person and a script use it: real processes, content a person recognises,
 --field, --raw, --json, a loud row-hash mismatch, and one-line errors for mistakes."""
 
-import hashlib
 import json
 import os
 import shutil
@@ -9,12 +8,12 @@ import subprocess
 import sys
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from conftest import forge_rl_version
 from dsinspect.defaults import BUNDLED
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field, Manifest, Shard
+from dsinspect.loaders.manifest import Field
 
 
 def show(*args, catalog=None):
@@ -113,25 +112,10 @@ def test_another_tokenizer():
     assert "tokenizer cl100k_base (100,277 ids)" in out
 
 
-def forge(catalog_dir, tmp_path):
-    """demo-rl@forged: row 3's episode_return changed in a rewritten shard that keeps the old row hashes."""
-    cat = Catalog(str(catalog_dir))
-    v = cat.resolve("demo-rl@v1")
-    table = pq.read_table(v.shard_path(0))
-    ret = table.column("episode_return").to_pylist()
-    ret[3] += 1.0
-    table = table.set_column(table.schema.get_field_index("episode_return"), "episode_return", pa.array(ret))
-    pq.write_table(table, tmp_path / "forged.parquet")
-    raw = (tmp_path / "forged.parquet").read_bytes()
-    sha = hashlib.sha256(raw).hexdigest()
-    (catalog_dir / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
-    shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
-    cat._publish("demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
-
 
 def test_a_row_hash_mismatch_is_loud(tmp_path):
     shutil.copytree(BUNDLED / "datasets" / "demo-rl", tmp_path / "catalog" / "datasets" / "demo-rl")
-    forge(tmp_path / "catalog", tmp_path)
+    forge_rl_version(tmp_path / "catalog", tmp_path)
     done = show("demo-rl@forged:3", catalog=tmp_path / "catalog")
     assert_one_line_error(done, 1, "stored row hash", "does not match")
     assert done.stdout.count("ROW HASH MISMATCH") == 2  # at the top and again at the bottom

@@ -1,7 +1,6 @@
 """The inspection core on whole samples: every role of the sample catalog, raw bytes and hashes,
 a catalog of deliberately broken values (never an exception), a forged row, and import hygiene."""
 
-import hashlib
 import io
 import json
 import shutil
@@ -11,17 +10,17 @@ import sys
 import zlib
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from conftest import forge_rl_version
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.inspect import ErrorView, NullView, Severity, open_address, open_sample
 from dsinspect.loaders.canonical import encode_column, field_hashes
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field, Manifest, Shard
+from dsinspect.loaders.manifest import Field
 
 ROLE_KINDS = {"scalar": "scalar", "text": "text", "tokens": "tokens", "image": "image", "video": "video",
               "trajectory": "trajectory", "json": "json", "bytes": "bytes"}
@@ -239,22 +238,6 @@ def test_missing_tokenizer_blob_leaves_the_ids_visible(tmp_path):
 
 # -- a forged row: the stored hash no longer matches -------------------------------------------
 
-def forge_rl_version(catalog_dir, tmp_path):
-    """A demo-rl version whose shard 0 has row 3's episode_return changed but its stored row hash kept."""
-    cat = Catalog(str(catalog_dir))
-    v = cat.resolve("demo-rl@v1")
-    table = pq.read_table(v.shard_path(0))
-    ret = table.column("episode_return").to_pylist()
-    ret[3] += 1.0
-    table = table.set_column(table.schema.get_field_index("episode_return"), "episode_return", pa.array(ret))
-    tmp = tmp_path / "forged.parquet"
-    pq.write_table(table, tmp)
-    raw = tmp.read_bytes()
-    sha = hashlib.sha256(raw).hexdigest()
-    (catalog_dir / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
-    shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
-    cat._publish("demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
-    return cat
 
 
 def test_a_forged_row_shows_the_mismatch(tmp_path):
