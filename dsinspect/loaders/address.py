@@ -11,7 +11,7 @@ __all__ = ["Address", "parse_address", "check_name", "NAME_PATTERN"]
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _NAME = re.compile(rf"^{NAME_PATTERN}$")
-_ADDRESS = re.compile(rf"^(?P<name>[^@:]*)(?:@(?P<ref>[^@:]*))?(?::(?P<index>[^@:]*))?$")
+_ADDRESS = re.compile(r"^(?P<name>[^@:]*)(?:@(?P<ref>[^@:]*))?(?::(?P<index>[^@:]*))?$")
 HEX_PREFIX_MIN = 8
 
 

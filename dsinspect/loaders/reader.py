@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
