@@ -51,4 +51,4 @@ async def test_diff_prompt_takes_two_addresses_and_refuses_bad_ones():
         app.screen.query_one("#diff-b", Input).value = "demo-images@v2"
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
-        assert "2 changed" in screen_text(app)
+        await until(pilot, lambda: "2 changed" in screen_text(app), what="diff summary")

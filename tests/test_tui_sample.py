@@ -38,7 +38,7 @@ async def test_tokens_coloured_with_the_id_under_the_cursor():
         screen = await open_field(pilot, app, "demo-text@v1:0", "tokens")
         strip = screen.query_one(TokenStrip)
         ids = screen.sample.view("tokens").ids
-        assert f"token #0  id {ids[0]}" in screen_text(app)
+        await until(pilot, lambda: f"token #0  id {ids[0]}" in screen_text(app), what="token cursor")
         await pilot.press("right", "right")
         assert strip.cursor == 2
         await until(pilot, lambda: f"token #2  id {ids[2]}" in screen_text(app))
@@ -57,7 +57,7 @@ async def test_text_image_json_and_scalar_fields():
         screen = await open_field(pilot, app, "demo-text@v1:2", "text")
         assert "Tiny changelog" in screen_text(app) and "raw bytes (258)" in screen_text(app)
         screen = await open_field(pilot, app, "demo-images@v1:3", "image")
-        assert screen.query("#image-picture")
+        await until(pilot, lambda: screen.query("#image-picture"), what="image")
         text = screen_text(app)
         assert ("JPEG" in text or "PNG" in text) and ("▀" in text or "▄" in text)
         screen = await open_field(pilot, app, "demo-video@v1:0", "info")
@@ -72,7 +72,8 @@ async def test_video_frames_step_forward_and_back():
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_field(pilot, app, "demo-video@v1:1", "video")
         player = screen.query_one(VideoPlayer)
-        assert "frame 1/18" in screen_text(app) and screen.query("#frame-picture")
+        await until(pilot, lambda: "frame 1/18" in screen_text(app) and screen.query("#frame-picture"),
+                    what="first frame")  # decoded in a worker: wait, do not race it
         await pilot.press("full_stop", "full_stop")
         await until(pilot, lambda: "frame 3/18" in screen_text(app), what="frame 3")
         await pilot.press("comma")
