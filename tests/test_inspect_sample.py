@@ -268,3 +268,19 @@ def test_public_api_is_pinned():
             "VideoView", "FrameView", "TrajectoryView", "JsonView", "ScalarView", "BytesView", "NullView",
             "HexPage", "Finding", "Severity"} <= set(api.__all__)
     assert all(hasattr(api, name) for name in api.__all__)
+
+
+def test_array_fields_show_shape_statistics_and_non_finite_values(tmp_path):
+    """The `array` role (embeddings, masks, ndarrays): JSON with one line per innermost list."""
+    catalog = Catalog(str(tmp_path / "cat"))
+    rows = [{"emb": [0.5, -1.0, float("nan")], "grid": [[1, 2], [3, 4], [5, 6]]}]
+    catalog.write_version("arr", rows, [Field("emb", pa.list_(pa.float32()), "array"),
+                                        Field("grid", pa.list_(pa.list_(pa.int8())), "array")])
+    sample = open_address(catalog, "arr:0")
+    emb, grid = sample.view("emb"), sample.view("grid")
+    assert sample.row_hash.ok and emb.kind == grid.kind == "json"
+    messages = {f.code: f.message for f in emb.findings + grid.findings if f.code != "array-shape"}
+    assert messages == {"array-non-finite": "1 values are null, NaN or infinite"}
+    shapes = [f.message for f in emb.findings + grid.findings if f.code == "array-shape"]
+    assert shapes == ["shape 3, 3 values, min -1, max 0.5, mean -0.25", "shape 3 × 2, 6 values, min 1, max 6, mean 3.5"]
+    assert grid.pretty.splitlines() == ["[", "  [1, 2],", "  [3, 4],", "  [5, 6]", "]"]

@@ -8,11 +8,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
+
 from dsinspect.inspect.hexdump import HexPage, hex_page
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, jsonable, no_json
 
-__all__ = ["JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "sniff", "MAX_JSON_BYTES"]
+__all__ = ["JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "array_view", "sniff",
+           "MAX_JSON_BYTES"]
 
 MAX_JSON_BYTES = 16 << 20
 _MAGIC = [  # (offset, prefix, description)
@@ -113,6 +116,44 @@ def scalar_view(value: Any, type_name: str) -> ScalarView:
     else:
         display = repr(value) if isinstance(value, float) else str(value)
     return ScalarView(jsonable(value), type_name, display, findings)
+
+
+def array_view(value: list | None) -> JsonView:
+    """Numbers in (nested) lists, shown as JSON with innermost lists on one line; shape and
+    statistics as findings (a 4,096-wide embedding stays one readable line per row)."""
+    value = value if value is not None else []
+    flat, shape = _flatten(value)
+    numbers = np.asarray([np.nan if v is None else float(v) for v in flat], dtype=np.float64)
+    finite = numbers[np.isfinite(numbers)]
+    findings = [Finding(Severity.INFO, "array-shape", f"shape {' × '.join(map(str, shape)) if shape else 'ragged'}, "
+                        f"{len(flat):,} values" + (f", min {finite.min():.6g}, max {finite.max():.6g}, "
+                                                     f"mean {finite.mean():.6g}" if len(finite) else ""))]
+    if len(finite) < len(numbers):
+        findings.append(Finding(Severity.WARNING, "array-non-finite",
+                                f"{len(numbers) - len(finite):,} values are null, NaN or infinite"))
+    data = jsonable(value)
+    pretty = _compact(data)
+    return JsonView(data, pretty, json.dumps(data), len(pretty.encode("utf-8")), findings)
+
+
+def _flatten(value: list) -> tuple[list, tuple[int, ...] | None]:
+    """All leaves in order, and the shape when every level is regular (else None)."""
+    if not any(isinstance(v, list) for v in value):
+        return value, (len(value),)
+    flat, shapes = [], set()
+    for v in value:
+        leaves, shape = _flatten(v if isinstance(v, list) else [v])
+        flat += leaves
+        shapes.add(shape)
+    inner = shapes.pop() if len(shapes) == 1 else None
+    return flat, (len(value), *inner) if inner is not None else None
+
+
+def _compact(data: Any, indent: str = "") -> str:
+    if not isinstance(data, list) or not any(isinstance(v, list) for v in data):
+        return json.dumps(data)
+    inner = indent + "  "
+    return "[\n" + ",\n".join(inner + _compact(v, inner) for v in data) + "\n" + indent + "]"
 
 
 def sniff(data: bytes) -> str | None:

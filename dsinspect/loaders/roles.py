@@ -18,6 +18,7 @@ class Role(str, enum.Enum):
     JSON = "json"
     SCALAR = "scalar"
     BYTES = "bytes"
+    ARRAY = "array"  # numbers in (nested) lists: embeddings, masks, ndarrays
 
 
 def _is_binary(t: pa.DataType) -> bool:
@@ -36,6 +37,12 @@ def _is_scalar(t: pa.DataType) -> bool:
     return not (pa.types.is_nested(t) or _is_binary(t))
 
 
+def _is_number_array(t: pa.DataType) -> bool:
+    while _is_list(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+
+
 _ACCEPTS = {
     Role.TOKENS: (lambda t: _is_list(t) and pa.types.is_integer(t.value_type), "a list of integers"),
     Role.TEXT: (_is_string, "a string"),
@@ -45,6 +52,7 @@ _ACCEPTS = {
     Role.JSON: (lambda t: _is_string(t) or _is_binary(t), "a string or binary holding JSON text"),
     Role.SCALAR: (_is_scalar, "a number, bool, string or timestamp"),
     Role.BYTES: (_is_binary, "binary"),
+    Role.ARRAY: (lambda t: _is_list(t) and _is_number_array(t), "a list (or nested lists) of numbers or bools"),
 }
 
 
