@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.columns import int64_array
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest
 
@@ -121,17 +122,44 @@ class DatasetVersion:
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
 
-    def row_table(self, index: int, columns: Sequence[str] | None = None) -> pa.Table:
-        """One row as a one-row table with its stored row hash; reads a single row group."""
+    def row_table(self, index: int, columns: Sequence[str] | None = None, *, verify: bool = True) -> pa.Table:
+        """One row as a one-row table with its stored row hash; reads a single row group.
+
+        With `verify` the row is re-hashed and compared with its stored hash. A read that fails or
+        does not match is read once more from a freshly opened file (damage in transit goes away),
+        then refused with IntegrityError; `verify=False` returns the bytes as stored, for viewers
+        that show a damaged row and flag it."""
         loc = self.locate(index)
-        return self.read_row_group(loc.shard, loc.row_group, columns).slice(loc.group_row, 1)
+        try:
+            table = self._checked_row(loc, index, verify)
+        except IntegrityError:
+            self._files.pop(loc.shard, None)  # the footer may be what was damaged: reopen
+            table = self._checked_row(loc, index, verify)
+        return table.select(list(columns)) if columns else table
 
     def row(self, index: int) -> dict[str, Any]:
-        """One row as Python values (the data fields only)."""
+        """One row as Python values (the data fields only), verified against its stored hash."""
         return self.row_table(index, [f.name for f in self.fields]).to_pylist()[0]
 
     def row_hash(self, index: int) -> bytes:
-        return self.row_table(index, [HASH_COLUMN]).column(0)[0].as_py()
+        """The stored row hash (read alone: checking it would need every field of the row)."""
+        loc = self.locate(index)
+        return self.read_row_group(loc.shard, loc.row_group, [HASH_COLUMN]).column(0)[loc.group_row].as_py()
+
+    def _checked_row(self, loc: RowLocation, index: int, verify: bool) -> pa.Table:
+        columns = [f.name for f in self.fields] + [HASH_COLUMN] if verify else None
+        table = self.read_row_group(loc.shard, loc.row_group, columns).slice(loc.group_row, 1)
+        if verify:
+            if table.column_names != columns:  # a damaged footer can rename or drop a column
+                raise IntegrityError(f"shard {loc.shard} of {self.address} does not hold the columns its manifest "
+                                     f"declares ({self.shard_url(loc.shard)}): {table.column_names}")
+            stored = table.column(HASH_COLUMN)[0].as_py()
+            actual = row_hashes(table, [f.name for f in self.fields])[0]
+            if stored != actual:
+                raise IntegrityError(f"row {index} of {self.address} does not match its stored row hash "
+                                     f"({self.shard_url(loc.shard)}): stored {stored.hex() if stored else None}, "
+                                     f"read {actual.hex()}")
+        return table
 
     def locate_many(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Vectorised `locate`: (shard, row group, row within group) arrays for global indices."""
