@@ -131,7 +131,8 @@ def _length_findings(columns: dict[str, str], lengths: dict[str, int], length: i
 def _rewards(rewards: list | None, findings: list[Finding]) -> tuple[list, list, float | None]:
     if rewards is None:
         return [], [], None
-    arr = np.array([math.nan if r is None else float(r) for r in rewards], dtype=np.float64)
+    arr = np.array([float(r) if isinstance(r, (int, float)) else math.nan for r in rewards],  # None or a non-number: no reward
+                   dtype=np.float64)
     nulls = [t for t, r in enumerate(rewards) if r is None]
     if nulls:
         findings.append(Finding(Severity.ERROR, "trajectory-null-reward",

@@ -28,7 +28,7 @@ class Address:
 
 def check_name(value: str, what: str = "dataset name") -> str:
     """`value` if it is a safe single path component; names can never escape the catalog root."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):  # not match(): `$` accepts a trailing newline
         raise UserError(f"bad {what} {value!r}: use letters, digits, '.', '_' or '-', starting with a "
                         "letter or digit (at most 128 characters)")
     return value

@@ -134,7 +134,7 @@ class Manifest:
     def from_bytes(cls, raw: bytes, where: str = "manifest") -> "Manifest":
         try:
             data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: a nesting bomb
             raise ManifestError(f"{where}: not valid JSON ({e})") from None
         return _parse(data, where)
 

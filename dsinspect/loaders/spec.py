@@ -81,13 +81,13 @@ class RunSpec:
         _check(bool(self.sources), "a run needs at least one source")
         for s in self.sources:
             _check(s.rows > 0, f"source {s.name}@{s.version[:12]} has no rows")
-            _check(s.weight > 0, f"source {s.name} has weight {s.weight}; weights must be positive")
+            _check(s.weight > 0 and s.weight != float("inf"), f"source {s.name} has weight {s.weight}; weights must be positive and finite")
         for name in ("batch_size", "world_size", "window_shards", "mixture_block"):
             _check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
         _check(isinstance(self.seed, int) and self.seed >= 0, "seed must be a non-negative integer")
         if self.epoch_size is not None:
             _check(len(self.sources) > 1, "epoch_size applies to mixtures; one source's epoch is its row count")
-            _check(self.epoch_size >= 1, "epoch_size must be >= 1")
+            _check(isinstance(self.epoch_size, int) and self.epoch_size >= 1, "epoch_size must be an integer >= 1")
         _check(self.mixture_block >= len(self.sources), "mixture_block must be at least the number of sources")
         if self.last_batch is LastBatch.DROP:
             _check(self.global_batch <= self.epoch_length,
@@ -149,7 +149,7 @@ class RunSpec:
                        start=Start(int(start.get("step", 0)), int(start.get("epoch", 0)), int(start.get("position", 0))))
         except UserError as e:
             raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise UserError(f"{where}: malformed run spec ({e.__class__.__name__}: {e})") from None
         if data.get("order_hash", spec.order_hash) != spec.order_hash:
             raise UserError(f"{where}: order_hash does not match the order it describes (edited by hand?)")
@@ -159,7 +159,7 @@ class RunSpec:
     def loads(cls, text: str, where: str = "run spec") -> "RunSpec":
         try:
             return cls.from_json(json.loads(text), where)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: a nesting bomb
             raise UserError(f"{where}: not valid JSON ({e})") from None
 
     # -- building ------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ class LoaderState:
             raise UserError(f"loader state is missing {e}") from None
         ints = ("step", "epoch", "position", "world_size", "batch_size", "rank")
         if not all(isinstance(getattr(state, k), int) and not isinstance(getattr(state, k), bool)
-                   and getattr(state, k) >= 0 for k in ints):
+                   and 0 <= getattr(state, k) < 2 ** 63 for k in ints):  # beyond int64: nonsense, and numpy overflows
             raise UserError(f"loader state has a non-integer or negative field among {ints}")
         if not isinstance(state.order_hash, str) or not isinstance(state.receipt, str):
             raise UserError("loader state has a malformed order_hash or receipt")

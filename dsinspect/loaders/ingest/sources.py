@@ -1,0 +1,90 @@
+"""The source registry: open a `SourceSpec` as a reader, or guess its kind from a URL.
+
+Kinds: jsonl, parquet, hf (a `datasets` `save_to_disk` directory, or `.arrow` files), webdataset
+(`.tar` shards), mds (a MosaicML Streaming directory with `index.json`). Readers are imported when
+first opened, so asking for one kind never imports another's dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.source import Source, SourceSpec
+from dsinspect.loaders.ingest.source_files import is_glob
+from dsinspect.loaders.storage import url_to_fs
+
+__all__ = ["KINDS", "open_source", "detect_source"]
+
+KINDS = {
+    "jsonl": ("dsinspect.loaders.ingest.jsonl", "JsonlSource"),
+    "parquet": ("dsinspect.loaders.ingest.parquet", "ParquetSource"),
+    "hf": ("dsinspect.loaders.ingest.hf", "HfSource"),
+    "webdataset": ("dsinspect.loaders.ingest.webdataset", "WebDatasetSource"),
+    "mds": ("dsinspect.loaders.ingest.mds", "MdsSource"),
+}
+
+# Name endings that decide the kind on their own, longest first so `.jsonl.gz` beats `.gz`.
+_SUFFIX_KINDS = sorted(
+    [(s, "jsonl") for s in (".jsonl", ".ndjson", ".json")]
+    + [(s + c, "jsonl") for s in (".jsonl", ".ndjson", ".json") for c in (".gz", ".zst", ".zstd", ".bz2", ".xz")]
+    + [(".parquet", "parquet"), (".pq", "parquet"), (".parq", "parquet"),
+       (".arrow", "hf"), (".tar", "webdataset"), (".tar.gz", "webdataset"), (".tgz", "webdataset")],
+    key=lambda sk: -len(sk[0]))
+
+# Marker files that make a directory one kind.
+_MARKERS = [("index.json", "mds"), ("dataset_info.json", "hf"), ("state.json", "hf"),
+            ("dataset_dict.json", "hf")]
+
+
+def open_source(spec: SourceSpec) -> Source:
+    """The reader for `spec` (an unknown kind is a UserError listing the known ones)."""
+    if spec.kind not in KINDS:
+        raise UserError(f"unknown source kind {spec.kind!r} (known: {', '.join(KINDS)})")
+    module, name = KINDS[spec.kind]
+    return getattr(importlib.import_module(module), name)(spec)
+
+
+def detect_source(url: str, kind: str | None = None, **options: Any) -> SourceSpec:
+    """A spec for `url`, its kind given or guessed from the name (file or glob) or, for a directory,
+    from marker files (MDS `index.json`, Hugging Face `dataset_info.json`/`state.json`) and then the
+    endings of the files inside."""
+    if kind is not None:
+        if kind not in KINDS:
+            raise UserError(f"unknown source kind {kind!r} (known: {', '.join(KINDS)})")
+        return SourceSpec(kind, url, options)
+    return SourceSpec(_guess(url), url, options)
+
+
+def _guess(url: str) -> str:
+    by_name = _kind_of_name(url.rstrip("/"))
+    if by_name:
+        return by_name
+    fs, path = url_to_fs(url)
+    try:
+        if is_glob(url) or not fs.isdir(path):
+            if not is_glob(url) and not fs.exists(path):
+                raise UserError(f"{url}: no such file or directory")
+            raise UserError(f"{url}: cannot tell the source kind from its name; pass the kind "
+                            f"({', '.join(KINDS)})")
+        names = {p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)}
+        for marker, kind in _MARKERS:
+            if marker in names:
+                return kind
+        found = {k for p in fs.find(path) if (k := _kind_of_name(p))}
+    except OSError as e:
+        raise UserError(f"cannot list {url}: {e}") from None
+    if len(found) == 1:
+        return found.pop()
+    if not found:
+        raise UserError(f"{url}: no JSONL, Parquet, Arrow, tar or MDS files found; pass the kind "
+                        f"({', '.join(KINDS)})")
+    raise UserError(f"{url}: holds files of several kinds ({', '.join(sorted(found))}); pass the kind")
+
+
+def _kind_of_name(name: str) -> str | None:
+    for suffix, kind in _SUFFIX_KINDS:
+        if name.endswith(suffix):
+            return kind
+    return None

@@ -1,0 +1,138 @@
+"""WebDataset tar shards (`.tar`, `.tar.gz`/`.tgz`): one row per sample, one column per extension.
+
+Members are grouped into samples as webdataset does: the key is the member's directory plus its
+basename up to the first dot, the extension the rest (`a/x.seg.png` → key `a/x`, field `seg.png`);
+consecutive members with one key form a sample. Columns: `__key__` (string), then the extensions
+of the first sample, sorted. Text extensions (`txt`, `text`, `transcript`, `caption`) and `json`
+become UTF-8 strings (the stored bytes exactly), integer extensions (`cls`, `cls2`, `idx`, `index`,
+`id`, `count`) int64 (only when the text is a plain integer, so it writes back the same), all
+others binary. Every sample must have the same parts; a missing or extra part is a UserError naming
+the tar file and the key. Tars are read as streams, one member at a time.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from functools import cached_property
+from typing import Any, Iterator, Mapping
+
+import pyarrow as pa
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.infer import role_for_extension
+from dsinspect.loaders.ingest.source import Part, SourceSpec
+from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
+
+__all__ = ["WebDatasetSource", "KEY", "split_member_name", "extension_type"]
+
+KEY = "__key__"
+_NAME = re.compile(r"^((?:.*/|)[^./]+)[.]([^/]*)$")  # webdataset's key/extension split
+_TEXT = {"txt", "text", "transcript", "caption", "json"}
+_INT = {"cls", "cls2", "idx", "index", "id", "count"}
+_PLAIN_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+def split_member_name(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a tar member name, or None when it has no extension."""
+    m = _NAME.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def extension_type(ext: str) -> pa.DataType:
+    last = ext.lower().rsplit(".", 1)[-1]
+    return pa.string() if last in _TEXT else pa.int64() if last in _INT else pa.binary()
+
+
+class WebDatasetSource:
+    def __init__(self, spec: SourceSpec):
+        self.spec = spec
+
+    @cached_property
+    def files(self):
+        return list_files(self.spec.url, (".tar", ".tar.gz", ".tgz"), "tar shards")
+
+    def parts(self) -> list[Part]:
+        return [Part(i, f.url, f.size) for i, f in enumerate(self.files)]
+
+    @cached_property
+    def extensions(self) -> list[str]:
+        first = self.files[0].url
+        for _, members in _samples(first):
+            return sorted(members)
+        raise UserError(f"{first}: no samples in the tar file")
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(KEY, pa.string(), False)]
+                         + [pa.field(e, extension_type(e)) for e in self.extensions])
+
+    def hints(self) -> Mapping[str, Any]:
+        roles = {e: r.value for e in self.extensions if (r := role_for_extension(e))}
+        return {"roles": roles, "webdataset_extensions": {e: e for e in self.extensions}}
+
+    def read(self, part: Part) -> Iterator[pa.RecordBatch]:
+        schema, wanted = self.schema(), set(self.extensions)
+        rows: list[dict] = []
+        size = 0
+        for key, members in _samples(part.url):
+            _check_parts(part.url, key, set(members), wanted, self.files[0].url)
+            rows.append({KEY: key, **{e: _value(part.url, key, e, members[e]) for e in self.extensions}})
+            size += sum(map(len, members.values()))
+            if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows, size = [], 0
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _check_parts(url: str, key: str, have: set, wanted: set, first_url: str) -> None:
+    for ext in sorted(wanted - have):
+        raise UserError(f"{url}: sample {key!r} has no {ext!r} part (other samples have "
+                        f"{', '.join(sorted(wanted))})")
+    for ext in sorted(have - wanted):
+        raise UserError(f"{url}: sample {key!r} has a {ext!r} part that the first sample of {first_url} has not")
+
+
+def _value(url: str, key: str, ext: str, data: bytes) -> Any:
+    t = extension_type(ext)
+    if t == pa.binary():
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{url}: sample {key!r} part {ext!r} is not UTF-8 text ({e})") from None
+    if t == pa.string():
+        return text
+    if not _PLAIN_INT.fullmatch(text) or not -(1 << 63) <= int(text) < (1 << 63):
+        raise UserError(f"{url}: sample {key!r} part {ext!r} should hold a plain 64-bit integer, got {text[:40]!r}")
+    return int(text)
+
+
+def _samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {extension: bytes}) per sample, streaming the tar's members in order."""
+    key, members = None, {}
+    for name, data in _members(url):
+        split = split_member_name(name)
+        if split is None:
+            raise UserError(f"{url}: member {name!r} has no extension, so it belongs to no sample field")
+        k, ext = split
+        if k != key:
+            if key is not None:
+                yield key, members
+            key, members = k, {}
+        if ext in members:
+            raise UserError(f"{url}: sample {k!r} has two {ext!r} parts")
+        members[ext] = data
+    if key is not None:
+        yield key, members
+
+
+def _members(url: str) -> Iterator[tuple[str, bytes]]:
+    with open_file(url) as f:
+        try:
+            with tarfile.open(fileobj=f, mode="r|*") as tar:
+                for member in tar:
+                    if member.isfile():
+                        yield member.name, tar.extractfile(member).read()
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise UserError(f"cannot read {url} as a tar file: {e}") from None
