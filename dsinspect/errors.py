@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError"]
+__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError", "StorageError"]
 
 
 class DsinspectError(Exception):
@@ -27,3 +27,7 @@ class IntegrityError(DsinspectError):
     """Stored bytes do not match their recorded hash (exit 1: a failed check, not a user mistake)."""
 
     exit_code = 1
+
+
+class StorageError(UserError):
+    """A write the storage refused (disk full, permission denied, read-only): names the path (exit 2)."""

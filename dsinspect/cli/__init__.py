@@ -11,6 +11,7 @@ from dsinspect.cli import show_cmd
 from dsinspect.cli import diff_cmd, replay_cmd
 from dsinspect.cli import web_cmd
 from dsinspect.cli import tui_cmd
+from dsinspect.cli import ingest_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError
 
@@ -20,14 +21,30 @@ __all__ = ["main", "cli"]
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--catalog", "catalog_url", metavar="URL", envvar="DSINSPECT_CATALOG",
               help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
+@click.option("--inject-faults", "inject_faults", metavar="SPEC", default=None,
+              help="Debug: inject storage read faults, e.g. 'seed=7,error=0.05,truncate=0.02,flip=0.02,slow=0.01' "
+                   "(grammar in dsinspect/loaders/faults.py); a count of injected faults goes to stderr at exit.")
 @click.version_option(package_name="dsinspect")
 @click.pass_context
-def cli(ctx: click.Context, catalog_url: str | None) -> None:
+def cli(ctx: click.Context, catalog_url: str | None, inject_faults: str | None = None) -> None:
     """Versioned datasets for ML training, and the tools to see exactly what training read."""
     ctx.obj = {"catalog_url": catalog_url}
+    if inject_faults is not None:
+        _inject_faults(ctx, inject_faults)
     if ctx.invoked_subcommand is None:
         # no command: the terminal UI; without a terminal (a pipe, a script) the listing instead
         ctx.invoke(tui_cmd.tui if tui_cmd.interactive() else catalog_cmds.ls)
+
+
+def _inject_faults(ctx: click.Context, text: str) -> None:
+    """Validate the spec now (a bad one is a UserError), then let every `url_to_fs` wrap its
+    filesystem; the environment variable also reaches subprocesses (the web app)."""
+    import os
+
+    from dsinspect.loaders import faults
+    faults.FaultSpec.parse(text)
+    os.environ[faults.ENV] = text
+    ctx.call_on_close(lambda: click.echo(f"dsinspect: {faults.GLOBAL_STATS.summary()}", err=True))
 
 
 for command in catalog_cmds.COMMANDS:
@@ -39,6 +56,8 @@ for command in replay_cmd.COMMANDS + diff_cmd.COMMANDS:
 for command in web_cmd.COMMANDS:
     cli.add_command(command)
 for command in tui_cmd.COMMANDS:
+    cli.add_command(command)
+for command in ingest_cmd.COMMANDS:
     cli.add_command(command)
 
 

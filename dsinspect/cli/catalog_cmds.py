@@ -7,7 +7,6 @@ from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, human_bytes, json_option, out, progress
 from dsinspect.loaders.describe import catalog_listing, version_info
-from dsinspect.loaders.verify import verify_version
 
 
 @click.command()
@@ -80,14 +79,20 @@ def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_
 
 @click.command()
 @click.argument("address")
+@click.option("--engine", type=click.Choice(["inline", "pool", "ray"]), default="inline", show_default=True,
+              help="Where shards are re-hashed: this process, a local process pool, or Ray.")
+@click.option("--workers", type=int, default=None, help="Parallel workers for --engine pool/ray.")
 @catalog_option
 @json_option
 @click.pass_context
-def verify(ctx: click.Context, address: str, catalog_url: str | None, as_json: bool) -> None:
+def verify(ctx: click.Context, address: str, engine: str, workers: int | None, catalog_url: str | None,
+           as_json: bool) -> None:
     """Re-hash every shard (sha256) and every row; exit 1 naming each mismatch."""
+    from dsinspect.loaders.verify_parts import verify_parallel
+
     version = catalog_from(ctx, catalog_url).resolve(address)
     with progress(f"verify {version.address}", version.manifest.num_bytes, unit_bytes=True) as advance:
-        report = verify_version(version, on_bytes=advance)
+        report = verify_parallel(version, engine, workers, on_bytes=advance)
     if as_json:
         emit_json(report.to_json())
     else:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any, Iterable
@@ -15,7 +16,7 @@ from typing import Any, Iterable
 from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, UserError
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
-from dsinspect.loaders.storage import join, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, locked, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import Rows, VersionWriter, WriteOptions
 
@@ -161,9 +162,10 @@ class Catalog:
     def set_tag(self, name: str, tag: str, version_id: str) -> None:
         check_name(tag, "tag")
         self.manifest(name, version_id)  # a tag never points at a missing version
-        tags = self.tags(name)
-        tags[tag] = version_id
-        write_atomic(self.fs, self._tags_path(name), _tags_bytes(tags))
+        with locked(self.fs, self._tags_path(name)):  # concurrent taggers must not lose an update
+            tags = self.tags(name)
+            tags[tag] = version_id
+            write_atomic(self.fs, self._tags_path(name), _tags_bytes(tags))
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
         """Store a side file (e.g. a tokenizer.json) by content; its sha256."""
@@ -194,18 +196,27 @@ class Catalog:
 
     def _publish(self, name: str, manifest: Manifest, tags: Iterable[str]) -> DatasetVersion:
         """Write the manifest unless that content exists; point the given tags (and `latest`, when
-        the version is new) at it."""
+        the version is new) at it. All or nothing: if the tags cannot be written, a manifest this
+        call wrote is removed again, so no version appears that the tags do not know."""
         version_id = manifest.id
         path = self.manifest_path(name, version_id)
-        moved = tuple(tags)
-        if not self.fs.exists(path):
-            write_atomic(self.fs, path, manifest.to_file_bytes())
-            moved = (LATEST, *moved)
-        # else: equal content, equal id; nothing is written and `latest` stays where it is
-        if moved:
-            current = self.tags(name)
-            current.update({t: version_id for t in moved})
-            write_atomic(self.fs, self._tags_path(name), _tags_bytes(current))
+        with locked(self.fs, self._tags_path(name)):
+            moved = tuple(tags)
+            created = not self.fs.exists(path)
+            if created:
+                write_atomic(self.fs, path, manifest.to_file_bytes())
+                moved = (LATEST, *moved)
+            # else: equal content, equal id; nothing is written and `latest` stays where it is
+            if moved:
+                try:
+                    current = self.tags(name)
+                    current.update({t: version_id for t in moved})
+                    write_atomic(self.fs, self._tags_path(name), _tags_bytes(current))
+                except BaseException:
+                    if created:
+                        with contextlib.suppress(OSError):
+                            self.fs.rm_file(path)
+                    raise
         return self.version(name, version_id)
 
 

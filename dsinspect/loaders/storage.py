@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir", "cache_dir"]
+from dsinspect.errors import StorageError
+
+__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir", "cache_dir",
+           "write_errors", "locked"]
 
 
 def cache_dir() -> Path:
@@ -25,7 +32,8 @@ def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     fs, path = fsspec.core.url_to_fs(str(url))
     if is_local(fs):
         path = os.path.abspath(path)
-    return fs, path.rstrip("/") or "/"
+    from dsinspect.loaders.faults import wrap_from_env  # debug: $DSINSPECT_INJECT_FAULTS (--inject-faults)
+    return wrap_from_env(fs), path.rstrip("/") or "/"
 
 
 def join(*parts: str) -> str:
@@ -37,8 +45,12 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
-    """Write `data` so that readers see the old file or the new one, never a part."""
-    if is_local(fs):
+    """Write `data` so that readers see the old file or the new one, never a part. A failed write
+    (disk full, permission denied, read-only) raises StorageError naming `path` and leaves no temp file."""
+    with write_errors(fs, path):
+        if not is_local(fs):
+            fs.pipe_file(path, data)  # object stores publish a whole object at once
+            return
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
@@ -51,8 +63,6 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         except BaseException:
             _unlink_quietly(tmp)
             raise
-    else:
-        fs.pipe_file(path, data)  # object stores publish a whole object at once
 
 
 def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> bool:
@@ -61,14 +71,15 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
     True when this call published it. The local file is gone afterwards either way.
     """
     try:
-        if fs.exists(path):
-            return False
-        if is_local(fs):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.replace(local_path, path)
-        else:
-            fs.put_file(local_path, path)
-        return True
+        with write_errors(fs, path):
+            if fs.exists(path):
+                return False
+            if is_local(fs):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.replace(local_path, path)
+            else:
+                fs.put_file(local_path, path)
+            return True
     finally:
         _unlink_quietly(local_path)
 
@@ -77,9 +88,45 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
     """Where to write a file before publishing it: beside its destination when local (so the final
     rename is atomic), else the system temp directory."""
     if is_local(fs):
-        os.makedirs(near, exist_ok=True)
+        with write_errors(fs, near):
+            os.makedirs(near, exist_ok=True)
         return near
     return tempfile.gettempdir()
+
+
+@contextlib.contextmanager
+def write_errors(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
+    """Turn an OSError from writing `path` into one StorageError line naming it (and the reason)."""
+    try:
+        yield
+    except OSError as e:
+        where = path if path.startswith("/") else fs.unstrip_protocol(path)
+        raise StorageError(f"cannot write {where}: {_reason(e)}") from e
+
+
+@contextlib.contextmanager
+def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
+    """Hold an exclusive lock for a read-modify-write of `path`: flock on `<path>.lock` for local
+    files (released by the kernel if the process dies). Object stores get no lock here: a
+    conditional write (If-Match on the object's ETag) would be their fix (docs/RELIABILITY.md)."""
+    if not is_local(fs):
+        yield
+        return
+    lock_path = path + ".lock"
+    with write_errors(fs, path):
+        os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def _reason(e: OSError) -> str:
+    name = errno.errorcode.get(e.errno or 0)
+    text = e.strerror or str(e) or e.__class__.__name__
+    return f"{text} ({name})" if name else text
 
 
 def _unlink_quietly(path: str) -> None:

@@ -14,7 +14,7 @@ from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.version import DatasetVersion
 
-__all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard"]
+__all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard", "verify_side_files"]
 
 _CHUNK = 4 << 20
 _MAX_BAD_ROWS = 100  # listed per shard; the count is always exact
@@ -54,17 +54,23 @@ class VerifyReport:
 
 def verify_version(version: DatasetVersion, on_bytes: Callable[[int], None] | None = None) -> VerifyReport:
     """Re-hash everything the version is made of; problems are collected, never raised."""
-    report = VerifyReport(version.address, version.id, [])
+    report = VerifyReport(version.address, version.id, [], verify_side_files(version))
+    for shard in range(len(version.manifest.shards)):
+        report.shards.append(verify_shard(version, shard, on_bytes))
+    return report
+
+
+def verify_side_files(version: DatasetVersion) -> list[str]:
+    """Problems with the side files (tokenizers) the fields name."""
+    problems = []
     for f in version.fields:
         tok = f.options.get("tokenizer")
         if isinstance(tok, dict) and "blob" in tok:
             try:
                 version.catalog.read_blob(version.name, tok["blob"], ".json")
             except DsinspectError as e:
-                report.problems.append(f"field {f.name!r}: tokenizer: {e}")
-    for shard in range(len(version.manifest.shards)):
-        report.shards.append(verify_shard(version, shard, on_bytes))
-    return report
+                problems.append(f"field {f.name!r}: tokenizer: {e}")
+    return problems
 
 
 def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], None] | None = None) -> ShardReport:

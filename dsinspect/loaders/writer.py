@@ -5,6 +5,7 @@ Memory holds at most one row group of pending rows, whatever the size of the ver
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 from dsinspect.errors import UserError
 from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest, Shard
-from dsinspect.loaders.storage import publish_file, spool_dir
+from dsinspect.loaders.storage import publish_file, spool_dir, write_errors
 
 if TYPE_CHECKING:
     from dsinspect.loaders.catalog import Catalog
@@ -39,6 +40,9 @@ class WriteOptions:
     row_group_rows: int = 1024
     row_group_bytes: int = 16 * MiB
     compression_level: int = 3
+    # One contiguous chunk per row group: Parquet's dictionary fallback (so the shard bytes) can
+    # depend on how a group's rows were chunked; ingest sets it so bytes depend on the rows alone.
+    contiguous_groups: bool = False
 
     def __post_init__(self) -> None:
         for name in ("shard_bytes", "row_group_rows", "row_group_bytes"):
@@ -77,12 +81,13 @@ class _ShardFile:
         return digest.hexdigest(), os.path.getsize(self.path)
 
     def discard(self) -> None:
-        try:
+        """Close and delete the spool file, also when closing fails (a full disk fails the flush)."""
+        with contextlib.suppress(OSError, pa.ArrowException):
             self.writer.close()
+        with contextlib.suppress(OSError):
             self.file.close()
-        finally:
-            if os.path.exists(self.path):
-                os.unlink(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
 
 class VersionWriter:
@@ -169,11 +174,28 @@ class VersionWriter:
             if shard.rows == 0:
                 shard.discard()
                 return
-            sha, size = shard.finish()
+            try:
+                with write_errors(self.catalog.fs, shard.path):
+                    sha, size = shard.finish()
+            except BaseException:
+                shard.discard()
+                raise
             publish_file(self.catalog.fs, shard.path, self.catalog.shard_path(self.name, sha))
             self._shards.append(Shard(sha, size, shard.rows))
 
     # -- output --------------------------------------------------------------------------------
+
+    def end_row_group(self) -> None:
+        """Write out pending rows now (one row group when they fit the options' bounds), keeping the
+        shard open: lets a re-ingest reproduce an exported shard's row groups exactly."""
+        while self._pending_rows:
+            self._flush_group()
+
+    def finish_shards(self) -> list[Shard]:
+        """Write out pending rows and return the published shards, without a manifest: one part of
+        a parallel ingest, assembled into a version later by a writer given them via `add_shard`."""
+        self.close_shard()
+        return list(self._shards)
 
     def commit(self) -> "DatasetVersion":
         """Publish the manifest (a no-op returning the existing version when the content exists)."""
@@ -228,13 +250,16 @@ class VersionWriter:
         if self.options.shard_rows is not None:
             n = min(n, self.options.shard_rows - (self._shard.rows if self._shard else 0))
         group, rest = table.slice(0, n), table.slice(n)
+        if self.options.contiguous_groups:
+            group = group.combine_chunks()
         self._pending = rest.to_batches() if rest.num_rows else []
         self._pending_rows = rest.num_rows
         self._pending_bytes = rest.nbytes
         hashes = pa.array(row_hashes(group, self._names), pa.binary(16))
-        if self._shard is None:
-            self._shard = _ShardFile(self._spool, self._file_schema, self.options)
-        self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
+        with write_errors(self.catalog.fs, self._shard.path if self._shard else self._spool):
+            if self._shard is None:
+                self._shard = _ShardFile(self._spool, self._file_schema, self.options)
+            self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
         if self._on_rows:
             self._on_rows(n)
         full_rows = self.options.shard_rows is not None and self._shard.rows >= self.options.shard_rows

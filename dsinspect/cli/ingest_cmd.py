@@ -1,0 +1,106 @@
+"""`dsinspect ingest SOURCE NAME` and `dsinspect export ADDRESS --format F DEST`."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import click
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, human_bytes, json_option, out, progress
+from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.tasks import ENGINES
+
+__all__ = ["COMMANDS", "parse_roles"]
+
+
+def parse_roles(values: tuple[str, ...]) -> dict[str, str]:
+    """`field=role` pairs as a dict; a malformed one is a UserError naming it."""
+    roles = {}
+    for value in values:
+        name, sep, role = value.partition("=")
+        if not sep or not name or not role:
+            raise UserError(f"--role {value!r}: expected FIELD=ROLE, e.g. --role input_ids=tokens")
+        roles[name] = role
+    return roles
+
+
+@contextmanager
+def ingest_progress(description: str) -> Iterator[Callable]:
+    """A bar over the source's bytes with rows/s and bytes/s, on stderr when it is a terminal."""
+    columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+               TextColumn("{task.fields[parts]}"), TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
+    started = time.monotonic()
+    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
+        task = bar.add_task(description, total=None, parts="", rate="")
+
+        def update(p) -> None:
+            seconds = max(time.monotonic() - started, 1e-6)
+            bar.update(task, total=p.bytes_total or None, completed=p.bytes,
+                       parts=f"parts {p.parts_done}/{p.parts_total}",
+                       rate=f"{p.rows / seconds:,.0f} rows/s  {human_bytes(int(p.bytes / seconds))}/s")
+        yield update
+
+
+@click.command()
+@click.argument("source")
+@click.argument("name")
+@click.option("--kind", default=None, help="Source kind: jsonl, parquet, hf, webdataset, mds (default: guessed).")
+@click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
+@click.option("--key", default=None, metavar="FIELD", help="The row key diff matches rows by.")
+@click.option("--tokenizer", default=None, metavar="FILE", help="A tokenizer.json attached to the tokens fields.")
+@click.option("--engine", type=click.Choice(ENGINES), default="pool", show_default=True,
+              help="Where parts convert: this process, a local process pool, or Ray.")
+@click.option("--workers", type=int, default=None, help="Parallel parts (default: CPU count, at most 8).")
+@click.option("--message", "-m", default="", help="Version message.")
+@click.option("--tag", "tags", multiple=True, help="Tag the new version (repeatable).")
+@catalog_option
+@json_option
+@click.pass_context
+def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...], key: str | None,
+           tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
+           catalog_url: str | None, as_json: bool) -> None:
+    """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS; any fsspec URL) as a new
+    version of NAME (parent: its current latest). Re-running an interrupted ingest resumes it."""
+    from dsinspect.loaders.ingest import run_ingest
+
+    catalog = catalog_from(ctx, catalog_url)
+    with ingest_progress(f"ingest {name}") as update:
+        result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, tokenizer=tokenizer,
+                            engine=engine, workers=workers, message=message, tags=tags, on_progress=update)
+    if as_json:
+        return emit_json(result.to_json())
+    v = result.version
+    out.print(f"{v.name} version [bold]{v.id}[/]: {result.rows:,} rows, {len(v.manifest.shards)} shards, "
+              f"{human_bytes(v.manifest.num_bytes)} from {human_bytes(result.bytes)} of source in "
+              f"{result.seconds:.1f} s ({result.parts_converted} parts converted, {result.parts_skipped} resumed)")
+    for f in v.fields:
+        out.print(f"  {f.name}: {f.role.value} ({f.type})" + ("  key" if f.name == v.manifest.key else ""),
+                  markup=False)
+
+
+@click.command()
+@click.argument("address")
+@click.argument("dest")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl", "webdataset"]), required=True,
+              help="Output format; one file per shard.")
+@catalog_option
+@json_option
+@click.pass_context
+def export(ctx: click.Context, address: str, dest: str, fmt: str, catalog_url: str | None, as_json: bool) -> None:
+    """Write version ADDRESS to the directory DEST (any fsspec URL) as Parquet, JSON Lines or WebDataset
+    tars, with a sidecar that lets `dsinspect ingest DEST` restore the same version."""
+    from dsinspect.loaders.ingest.export import export_version
+
+    version = catalog_from(ctx, catalog_url).resolve(address)
+    with progress(f"export {version.address}", version.num_rows) as advance:
+        summary = export_version(version, fmt, dest, on_rows=advance)
+    if as_json:
+        return emit_json(summary)
+    out.print(f"exported {version.address} ({summary['rows']:,} rows) as {fmt} to {dest}: "
+              f"{len(summary['files'])} files")
+
+
+COMMANDS = [ingest, export]
