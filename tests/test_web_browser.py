@@ -2,11 +2,15 @@
 the raw view, and proof that sample text holding script never runs. Screenshots go to test-artifacts/."""
 
 import os
-import shutil
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from dsinspect.loaders.replay import replay
+from dsinspect.loaders.runlog import RunRecorder
+from dsinspect.loaders.spec import RunSpec
 from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 from web_server import running_web
 
@@ -27,12 +31,27 @@ def server_catalog(base: str) -> str:
     return _CATALOGS[base]
 
 
+XFORM = "def tag(batch):\n    return {'id_x10': [i * 10 for i in batch.table.column('id').to_pylist()]}\n"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """The web catalog with a recorded run (runs/job1: pics, 2 ranks, 2 steps), served with a job's
+    transform module (webxform) importable."""
     root = tmp_path_factory.mktemp("webcat")
-    write_web_catalog(str(root / "cat"))
+    cat = write_web_catalog(str(root / "cat"))
+    spec = RunSpec.create(cat, "pics@v1", batch_size=1, world_size=2, shuffle="none")
+    for rank in (0, 1):  # what the job's Loader logs (tests/test_replay.py proves the two agree)
+        recorder = RunRecorder(str(root / "cat" / "runs" / "job1"), rank)
+        recorder.write_spec(spec)
+        for step in (0, 1):
+            batch = replay(spec, step, rank, catalog=cat)
+            recorder.record(step, batch.epoch, batch.fingerprints[rank], 1)
+        recorder.close()
+    (root / "webxform.py").write_text(XFORM)
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_web(str(root / "cat"), str(ARTIFACTS / "web-server.log")) as base:
+    with running_web(str(root / "cat"), str(ARTIFACTS / "web-server.log"), env={"PYTHONPATH": str(root)},
+                     args=("--allow-typed-transforms",)) as base:
         _CATALOGS[base] = str(root / "cat")
         yield base
 
@@ -48,11 +67,15 @@ def browser():
 
 @pytest.fixture
 def page(browser):
+    """A fresh page; afterwards, proof that it asked no host but the app on 127.0.0.1."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    hosts = []
+    context.on("request", lambda r: hosts.append(urlsplit(r.url).hostname or r.url.split(":", 1)[0]))
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     yield pg
     context.close()
+    assert hosts and set(hosts) <= {"127.0.0.1", "data", "blob"}, sorted(set(hosts))
 
 
 def wait_ready(page):
@@ -108,3 +131,56 @@ def test_picture_with_payload_caption_and_dataset_page(server, page):
     wait_ready(page)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     page.screenshot(path=str(ARTIFACTS / "web-dataset.png"), full_page=True)
+
+
+def test_replay_run_record_with_a_typed_transform_and_the_log(server, page):
+    page.goto(f"{server}/?run=job1&step=0&rank=all&log=job1")
+    page.get_by_text("step 0: ✓ matches the log (2 line(s), 2 stored", exact=False).first.wait_for()
+    page.locator('[data-testid="stDataFrame"]').first.wait_for()
+    assert page.get_by_text("as fed to the model", exact=False).count() == 0
+    box = page.get_by_label("The job's transform (package.module:function)")
+    box.fill("webxform:tag")
+    box.press("Enter")
+    page.get_by_text("as fed to the model", exact=False).first.wait_for()
+    page.locator('[data-testid="stTable"]').nth(1).get_by_text("id_x10").wait_for()
+    assert "transform" not in page.url
+    wait_ready(page)
+    page.screenshot(path=str(ARTIFACTS / "web-replay-transform.png"), full_page=True)
+
+
+class SlowShards:
+    """WSGI middleware: the first `times` GETs of shard files wait `seconds` (a slow remote)."""
+
+    def __init__(self, app, seconds: float, times: int):
+        self.app, self.seconds, self.times = app, seconds, times
+
+    def __call__(self, environ, start_response):
+        if environ["REQUEST_METHOD"] == "GET" and "/shards/" in environ.get("PATH_INFO", "") and self.times > 0:
+            self.times -= 1
+            time.sleep(self.seconds)
+        return self.app(environ, start_response)
+
+
+def test_slow_remote_shows_a_spinner_then_the_sample(page, tmp_path):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.moto_server.werkzeug_app")
+    from s3_server import s3_server
+
+    with s3_server() as (s3, url, _):
+        write_web_catalog(url)
+        s3._server.app = SlowShards(s3._server.app, seconds=3.0, times=1)  # the werkzeug server's WSGI app
+        cache = {"DSINSPECT_CACHE": str(tmp_path / "cache")}
+        with running_web(url, str(ARTIFACTS / "web-server-s3.log"), env=cache) as base:
+            page.goto(f"{base}/?address=pics@v1:0")
+            spinner = page.get_by_text("Reading and decoding the sample…")
+            spinner.wait_for(timeout=20_000)
+            # the page is alive while it waits: its title and address box are drawn, the image is not yet
+            assert page.get_by_role("heading", name="Sample").is_visible()
+            assert page.get_by_label("Address (NAME[@REF]:INDEX)").is_visible()
+            assert page.locator('[data-testid="stImage"]').count() == 0
+            page.screenshot(path=str(ARTIFACTS / "web-slow-spinner.png"), full_page=True)
+            img = page.locator('[data-testid="stImage"] img').first
+            img.wait_for(timeout=30_000)
+            wait_ready(page)
+            assert spinner.count() == 0
+            page.screenshot(path=str(ARTIFACTS / "web-slow-done.png"), full_page=True)

@@ -3,7 +3,10 @@
 from click.testing import CliRunner
 
 from dsinspect.cli import cli
-from dsinspect.cli.web_cmd import APP, streamlit_command
+from dsinspect.cli import web_cmd
+from dsinspect.cli.web_cmd import APP, app_environment, streamlit_command
+from dsinspect.web.web_replay import TRANSFORM_ENV, TYPED_TRANSFORMS_ENV
+from dsinspect.web.web_runs import RUNS_ENV
 
 
 def test_streamlit_line_is_loopback_without_usage_stats():
@@ -18,3 +21,13 @@ def test_web_is_registered_with_a_port_option():
     done = CliRunner().invoke(cli, ["web", "--help"])
     assert done.exit_code == 0 and "--port" in done.output
     assert CliRunner().invoke(cli, ["web", "--port", "0"]).exit_code == 2
+
+
+def test_runs_and_transform_reach_the_app_by_the_names_it_reads():
+    assert app_environment("/c") == {"DSINSPECT_CATALOG": "/c", TYPED_TRANSFORMS_ENV: "0"}  # typing code: off
+    env = app_environment("/c", "/runs", "job.data:augment", typed_transforms=True)
+    assert env[RUNS_ENV] == "/runs" and env[TRANSFORM_ENV] == "job.data:augment" and env[TYPED_TRANSFORMS_ENV] == "1"
+    # the CLI writes the names the app reads
+    assert (web_cmd.TYPED_TRANSFORMS_ENV, web_cmd.TRANSFORM_ENV) == (TYPED_TRANSFORMS_ENV, TRANSFORM_ENV)
+    done = CliRunner().invoke(cli, ["web", "--help"])
+    assert "--runs" in done.output and "--transform" in done.output and "--allow-typed-transforms" in done.output

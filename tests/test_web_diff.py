@@ -15,9 +15,8 @@ from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
 from dsinspect.web import web_diff
 from dsinspect.web.web_nav import PAGES, page_for
-from web_fixtures import APP, IMG_PAYLOAD, SCRIPT_PAYLOAD, png
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, png, run, texts
 
-DEMO = str(dsinspect.defaults.bundled_catalog_path())
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data" / "sample-data.json"
 
 
@@ -28,28 +27,6 @@ def recorded(name: str) -> dict:
 @pytest.fixture
 def demo_env(monkeypatch):
     monkeypatch.setenv("DSINSPECT_CATALOG", DEMO)
-
-
-def run(**params) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def codes(at: AppTest) -> str:
-    return "\n".join(c.value for c in at.code)
-
-
-def texts(at: AppTest) -> list[str]:
-    return [t.value for t in at.text]
-
-
-def param(at: AppTest, name: str):
-    value = at.query_params.get(name)
-    return value[0] if isinstance(value, list) else value
 
 
 def test_diff_is_routed():

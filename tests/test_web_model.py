@@ -179,3 +179,36 @@ def test_a_spec_never_names_a_path(demo, name):
     data["order"]["sources"][0]["name"] = name
     with pytest.raises(UserError):
         web_replay.replay_model(demo, json.dumps(data), 0, "0")
+
+
+def test_mono_blocks_escape_everything_and_stay_one_html_block():
+    """web_page.mono: any text, blank lines and Markdown syntax included, reaches the browser as one
+    raw HTML element whose only text is the original (nothing for Markdown or HTML to interpret)."""
+    from html.parser import HTMLParser
+
+    from dsinspect.web.web_page import MONO_CLASS, mono
+
+    class Sink:
+        def markdown(self, body, unsafe_allow_html):
+            self.body = body
+
+    class Text(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.tags, self.text = [], ""
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append((tag, attrs))
+
+        def handle_data(self, data):
+            if self.tags and self.tags[-1][0] == "div":
+                self.text += data
+
+    text = f"a\n\n# not a heading\r\n{SCRIPT_PAYLOAD}\n\n{IMG_PAYLOAD} [l](javascript:x) *b*\n  indented"
+    sink = Sink()
+    mono(text, sink)
+    assert "\n" not in sink.body and "<script" not in sink.body and "<img" not in sink.body
+    parsed = Text()
+    parsed.feed(sink.body)
+    assert [t for t, _ in parsed.tags] == ["style", "div"] and parsed.tags[1][1] == [("class", MONO_CLASS)]
+    assert parsed.text == text

@@ -4,9 +4,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import dsinspect
-from web_fixtures import APP, IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
-
-DEMO = str(dsinspect.defaults.bundled_catalog_path())
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, run, write_web_catalog
 
 
 @pytest.fixture
@@ -18,19 +16,6 @@ def demo_env(monkeypatch):
 def xss_env(monkeypatch, tmp_path):
     write_web_catalog(str(tmp_path / "cat"))
     monkeypatch.setenv("DSINSPECT_CATALOG", str(tmp_path / "cat"))
-
-
-def run(**params) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=60)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def codes(at: AppTest) -> str:
-    return "\n".join(c.value for c in at.code)
 
 
 def test_catalog_page_lists_versions_and_links(demo_env):
@@ -78,6 +63,10 @@ def test_tokens_render_as_escaped_spans(demo_env):
     at = run(address="demo-text@v1:17")
     spans = [m.value for m in at.markdown if "dsi-tok" in m.value]
     assert len(spans) == 1 and spans[0].count('class="dsi-tok"') > 10 and 'title="#0 id ' in spans[0]
+    assert not at.dataframe  # the ids table is drawn on demand
+    at.toggle(key="tok_more_tokens").set_value(True).run()
+    ids, stats = (d.value for d in at.dataframe)
+    assert list(ids["position"][:3]) == [0, 1, 2] and len(stats) == 1
 
 
 def test_video_player_strip_and_frame_slider(demo_env):
@@ -112,8 +101,8 @@ def test_address_box_opens_another_sample(demo_env):
 def test_payloads_render_literally(xss_env):
     for index, payload in enumerate((SCRIPT_PAYLOAD, IMG_PAYLOAD)):
         at = run(address=f"xss:{index}")
-        shown = codes(at)
-        assert f"before {payload} after" in shown and payload in shown
+        assert f"before {payload} after" in codes(at)  # the text field
+        assert payload in [t.value for t in at.text]  # the scalar label, as plain text
         assert not any(payload in m.value for m in at.markdown)  # never through Markdown
     at = run(address="xss")
     assert at.text[0].value == SCRIPT_PAYLOAD  # the version message, as plain text

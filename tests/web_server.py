@@ -19,19 +19,40 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_web(catalog: str, log_path: str, timeout: float = 60) -> Iterator[str]:
-    """`python -m dsinspect --catalog CATALOG web --port P`; yields the base URL once /_stcore/health answers."""
+def running_web(catalog: str, log_path: str, timeout: float = 60, env: dict[str, str] | None = None,
+                args: tuple[str, ...] = (), cwd: str | None = None) -> Iterator[str]:
+    """`python -m dsinspect --catalog CATALOG web --port P [ARGS]` with `env` added to this process's
+    environment (and run in `cwd`); yields the base URL once /_stcore/health answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "dsinspect", "--catalog", catalog, "web", "--port", str(port)]
+    cmd = [sys.executable, "-m", "dsinspect", "--catalog", catalog, "web", "--port", str(port), *args]
+    with _serving(cmd, port, log_path, timeout, env, cwd) as base:
+        yield base
+
+
+@contextmanager
+def running_script(script: str, log_path: str, timeout: float = 60) -> Iterator[str]:
+    """Any Streamlit script, served with the flags `dsinspect web` uses (loopback, no usage statistics)."""
+    from dsinspect.cli.web_cmd import streamlit_command
+
+    port = free_port()
+    cmd = streamlit_command(port)
+    cmd[cmd.index("run") + 1] = script
+    with _serving(cmd, port, log_path, timeout, None, None) as base:
+        yield base
+
+
+@contextmanager
+def _serving(cmd: list[str], port: int, log_path: str, timeout: float, env: dict[str, str] | None,
+             cwd: str | None) -> Iterator[str]:
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + timeout
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"dsinspect web exited with {proc.returncode}: see {log_path}")
+                    raise RuntimeError(f"{cmd[2:4]} exited with {proc.returncode}: see {log_path}")
                 try:
                     with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
                         if r.status == 200:
@@ -39,11 +60,11 @@ def running_web(catalog: str, log_path: str, timeout: float = 60) -> Iterator[st
                 except OSError:
                     pass
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"dsinspect web did not answer on {base} in {timeout} s")
+                    raise TimeoutError(f"{cmd[2:4]} did not answer on {base} in {timeout} s")
                 time.sleep(0.2)
             yield base
         finally:
-            os.killpg(proc.pid, 15)  # the group this test started: dsinspect and its streamlit child
+            os.killpg(proc.pid, 15)  # the group this started: dsinspect and its streamlit child
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:

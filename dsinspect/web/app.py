@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from dsinspect.web.web_nav import HERE, PAGES, page_for
+from dsinspect.web.web_nav import HERE, PAGES, favicon, page_for
 
-st.set_page_config(page_title="dsinspect", page_icon=":material/dataset:", layout="wide")
+# a served image: a ":material/…:" page icon makes the browser fetch it from fonts.gstatic.com
+st.set_page_config(page_title="dsinspect", page_icon=favicon(), layout="wide")
 default = page_for(st.query_params)
 pages = [st.Page(HERE / script, title=title, icon=icon, url_path=key, default=key == default)
          for key, (script, title, icon) in PAGES.items()]

@@ -2,27 +2,18 @@
 
 import streamlit as st
 
-from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache
 from dsinspect.web.web_nav import page_file
+from dsinspect.web.web_page import address_box, or_stop
 
 url = web_cache.url()
 datasets = list(dict.fromkeys(r["dataset"] for r in web_cache.catalog_rows(url)))
-address = st.query_params.get("address") or (datasets[0] if datasets else "")
 st.title("Dataset")
-typed = st.text_input("Address (NAME[@REF])", value=address, key="ds_address")
-if typed != address:
-    st.query_params["address"] = typed.strip()
-    st.rerun()
+address = address_box("Address (NAME[@REF])", "ds_address", "demo-text@v1", datasets[0] if datasets else "")
 if not address:
     st.info("This catalog holds no datasets yet.")
     st.stop()
-try:
-    info = web_cache.dataset_model(url, address)
-except DsinspectError as e:
-    st.error("That address cannot be opened.")
-    st.code(str(e), language=None)
-    st.stop()
+info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cannot be opened.")
 
 st.subheader(info["address"])
 c = st.columns(4)

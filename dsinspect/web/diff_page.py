@@ -1,12 +1,13 @@
 """Diff page: two version addresses -> summary, schema changes, shard changes, and the rows that
-changed (side by side), were added or were removed. Sample text goes through st.code and dataframes."""
+changed (side by side), were added or were removed. Sample text goes through web_page.mono (escaped),
+st.text and dataframes."""
 
 import streamlit as st
 
-from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache
 from dsinspect.web.web_diff import CHANGED_PAGE
 from dsinspect.web.web_nav import page_file
+from dsinspect.web.web_page import mono, or_stop
 
 url = web_cache.url()
 params = st.query_params
@@ -25,12 +26,7 @@ if (typed_a, typed_b) != (a, b):
 if not (a and b):
     st.info("Enter two versions to compare, e.g. demo-images@v1 and demo-images@v2; the page's URL then names the diff.")
     st.stop()
-try:
-    m = web_cache.diff_model(url, a, b)
-except DsinspectError as e:
-    st.error("Those versions cannot be compared.")
-    st.code(str(e), language=None)
-    st.stop()
+m = or_stop(lambda: web_cache.diff_model(url, a, b), "Those versions cannot be compared.")
 
 
 def code_name(name: str) -> str:
@@ -53,7 +49,7 @@ st.caption(f"{matched} · {m['rows_read']:,} rows read · {len(m['schema'])} sch
 if m["empty"]:
     st.success("No change: the two versions hold the same rows under the same schema.", icon=":material/check:")
 if m["notes"]:
-    st.code("\n".join(f"ℹ {n}" for n in m["notes"]), language=None, wrap_lines=True)
+    mono("\n".join(f"ℹ {n}" for n in m["notes"]))
 if m["field_counts"]:
     st.dataframe([{"field": k, "changed rows": v} for k, v in m["field_counts"].items()], hide_index=True,
                  key="diff_fields")
@@ -104,10 +100,10 @@ if listed:
                 else:
                     before, after = st.columns(2)
                     before.caption("before")
-                    before.code(f["before"], language=None, wrap_lines=True)
+                    mono(f["before"], before)
                     after.caption("after")
-                    after.code(f["after"], language=None, wrap_lines=True)
-                    st.code(f"detail: {f['detail_text']}", language=None, wrap_lines=True)
+                    mono(f["after"], after)
+                    mono(f"detail: {f['detail_text']}")
 
 for kind, rows in (("added", m["added"]), ("removed", m["removed"])):
     st.markdown(f"#### {kind.capitalize()} rows ({counts[kind]:,})")

@@ -1,16 +1,48 @@
-"""Replay page: a run spec (uploaded, or built from fields), a step and a rank or all -> the batch."""
+"""Replay page: a run spec (a run record by name, an upload, or fields), a step and a rank or all ->
+the batch; with the job's transform each sample as stored and as fed to the model, side by side;
+with a fingerprint log each step marked as matching or diverging, and the first divergence found.
+
+Deep links: `?spec=` (base64url spec JSON) or `?run=NAME` (a run record listed in the configured runs
+directory), `&step=&rank=`, `&log=NAME` (that run record's fingerprint log). A transform is code to
+import, so it never comes from the URL: a link could otherwise make whoever opens it run any
+importable function. It is typed into the page by the person looking (or preset by whoever started
+`dsinspect web --transform`), as they would type it on the command line.
+"""
+
+import os
 
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache
 from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_replay import build_spec, decode_spec, encode_spec
+from dsinspect.web.web_page import mono, or_stop, stop_with
+from dsinspect.web.web_replay import TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, build_spec, decode_spec, encode_spec, marked_rows, verdict
 
 url = web_cache.url()
 st.title("Replay")
 params = st.query_params
-with st.expander("Run spec", expanded=not params.get("spec")):
+runs = web_cache.run_names(url)
+
+
+def set_spec(spec: str = "", run: str = "") -> None:
+    """Name the run by exactly one of ?spec= and ?run=."""
+    for name, value in (("spec", spec), ("run", run)):
+        if value:
+            params[name] = value
+        elif name in params:
+            del params[name]
+
+
+named = bool(params.get("spec") or params.get("run"))
+# rendered only on demand once a link names the run: a file uploader and a form cost the browser time
+upload = built = None
+if not named or st.toggle("Change the run spec", key="rp_change"):
+    if runs:
+        given = params.get("run", "")
+        st.selectbox("A run record", ["", *runs], index=([""] + runs).index(given) if given in runs else 0,
+                     key="rp_run", format_func=lambda n: n or "—",
+                     on_change=lambda: set_spec(run=st.session_state["rp_run"]))
     upload = st.file_uploader("Upload a run spec (RUN.json)", type=["json"], key="rp_upload")
     with st.form("rp_fields"):
         st.caption("…or build one")
@@ -24,18 +56,47 @@ with st.expander("Run spec", expanded=not params.get("spec")):
 try:
     if upload is not None and st.session_state.get("rp_uploaded") != upload.file_id:
         st.session_state["rp_uploaded"] = upload.file_id
-        params["spec"] = encode_spec(decode_spec(upload.getvalue().decode("utf-8", "replace")))
+        set_spec(spec=encode_spec(decode_spec(upload.getvalue().decode("utf-8", "replace"))))
     if built:
-        params["spec"] = encode_spec(build_spec(web_cache.catalog(url), address, int(seed), int(batch),
-                                                int(world), shuffle))
+        with st.spinner("Resolving the dataset…"):  # reads its manifest: remote catalogs can be slow
+            set_spec(spec=encode_spec(build_spec(web_cache.catalog(url), address, int(seed), int(batch), int(world),
+                                                 shuffle)))
 except (DsinspectError, ValueError) as e:
-    st.error("That run spec cannot be used.")
-    st.code(str(e), language=None)
-    st.stop()
+    stop_with("That run spec cannot be used.", e)
 
-spec_text = params.get("spec", "")
-if not spec_text:
-    st.info("Upload a run spec or build one from fields; the page's URL then names the batch.")
+with st.expander("Transform and fingerprint log", expanded=bool(params.get("log") or os.environ.get(TRANSFORM_ENV))):
+    left, right = st.columns(2)
+    # A transform is code: it comes from the operator (`dsinspect web --transform`), or is typed here
+    # when the operator allowed it (`--allow-typed-transforms`): anyone who reaches the port could type one.
+    typed = os.environ.get(TYPED_TRANSFORMS_ENV) == "1"
+    transform = left.text_input("The job's transform (package.module:function)", key="rp_transform",
+                                value=os.environ.get(TRANSFORM_ENV, ""), placeholder="myjob.data:augment",
+                                disabled=not typed).strip()
+    left.caption("A link never names a transform, so opening one cannot run code. "
+                 + ("Code runs only when typed here or preset by `dsinspect web --transform`." if typed else
+                    "Set by `dsinspect web --transform M:F`; typing one here needs `--allow-typed-transforms`."))
+    log_options = ["none", "upload a file", *runs]
+    wanted = params.get("log", "")
+    log_pick = right.selectbox("Fingerprint log", log_options, key="rp_log",
+                               index=log_options.index(wanted) if wanted in runs else 0,
+                               format_func=lambda o: o if o in ("none", "upload a file") else f"run record {o}")
+    log_upload = None
+    if log_pick == "upload a file":
+        log_upload = right.file_uploader("Fingerprint log (JSONL)", key="rp_log_upload")
+    log_run = log_pick if log_pick in runs else ""
+    if log_run != wanted:
+        if log_run:
+            params["log"] = log_run
+        elif "log" in params:
+            del params["log"]
+if params.get("transform"):
+    st.warning("This link names a transform; links never run code. To see the batch as fed to the model, "
+               "type the transform in “Transform and fingerprint log”.", icon=":material/shield:")
+    mono(params.get("transform"))
+
+spec_text, run = params.get("spec", ""), params.get("run", "")
+if not (spec_text or run):
+    st.info("Pick a run record, upload a run spec or build one from fields; the page's URL then names the batch.")
     st.stop()
 left, right = st.columns(2)
 given = params.get("step", "0")
@@ -43,23 +104,64 @@ step = left.number_input("Step", min_value=0, value=int(given) if given.isdigit(
 rank = right.text_input("Rank (a number, or all)", value=params.get("rank", "0"), key="rp_rank").strip() or "0"
 if str(int(step)) != params.get("step") or rank != params.get("rank"):
     params["step"], params["rank"] = str(int(step)), rank
-try:
-    batch_model = web_cache.replay_model(url, spec_text, int(step), rank)
-except DsinspectError as e:
-    st.error("That batch cannot be replayed.")
-    st.code(str(e), language=None)
-    st.stop()
+m = or_stop(lambda: web_cache.replay_model(url, spec_text, int(step), rank, transform, run),
+            "That batch cannot be replayed.")
 
-m = batch_model
 st.subheader(f"step {m['step']} · epoch {m['epoch']} · rank{'s' if len(m['ranks']) > 1 else ''} "
              f"{', '.join(map(str, m['ranks']))}")
-st.caption(f"{', '.join(m['sources'])} · batch {m['batch_size']} × world {m['world_size']} · spec {m['spec_hash'][:16]}")
-st.code("\n".join(f"rank {r}: fingerprint {fp}" for r, fp in m["fingerprints"].items()), language=None)
+st.caption(f"{', '.join(m['sources'])} · batch {m['batch_size']} × world {m['world_size']} · "
+           f"spec {m['spec_hash'][:16]}"
+           + (f" · run record {run}" if run else ""))
+fingerprints = [f"rank {r}: fingerprint {fp}" for r, fp in m["fingerprints"].items()]
+if m["transform"]:
+    fingerprints += [f"rank {r}: transformed fingerprint {fp}" for r, fp in m["transformed_fingerprints"].items()]
+    if m["transform_error"]:
+        fingerprints.append(f"no transformed fingerprint: {m['transform_error']}")
+mono("\n".join(fingerprints))
 if m["unverified"]:
     st.error(f"{m['unverified']} sample(s) no longer match their stored row hash", icon=":material/error:")
-st.dataframe(m["rows"], hide_index=True, width="stretch", key="rp_rows")
+
+check = None
+log_bytes = log_upload.getvalue() if log_upload is not None else None
+if log_run or log_bytes:
+    log_args = (url, spec_text, run, log_run, log_bytes, log_upload.name if log_upload else "")
+    try:
+        check = web_cache.log_check(*log_args, str(m["step"]), rank, transform)
+        kind, line = verdict(check, f"step {m['step']}")
+        getattr(st, kind)(line)
+        if check["divergence"]:
+            mono(check["divergence"]["reason"])
+        if st.button("Find the first divergence in the whole log", key="rp_whole_log"):
+            whole = web_cache.log_check(*log_args, None, rank, transform)
+            kind, line = verdict(whole, "the whole log")
+            getattr(st, kind)(line)
+            d = whole["divergence"]
+            if d:
+                mono(f"logged    {d['logged']}\nreplayed  {d['replayed']}\n{d['reason']}")
+                st.page_link(page_file("replay"), label=f"Open step {d['step']}, rank {d['rank']}",
+                             icon=":material/replay:",
+                             query_params={k: v for k, v in (("spec", spec_text), ("run", run), ("log", log_run),
+                                                             ("step", str(d["step"])), ("rank", str(d["rank"]))) if v})
+    except DsinspectError as e:
+        st.error("The fingerprint log cannot be checked.")
+        mono(str(e))
+
+st.dataframe(marked_rows(m["rows"], check), hide_index=True, width="stretch", key="rp_rows")
 st.download_button("Download the batch as Parquet", m["parquet"], file_name=f"batch-step{m['step']}-rank{rank}.parquet",
                    mime="application/vnd.apache.parquet", key="rp_download", icon=":material/download:")
 if m["rows"]:
-    pick = st.selectbox("Sample", [r["address"] for r in m["rows"]], key="rp_pick")
-    st.page_link(page_file("sample"), label=f"Open {pick}", icon=":material/search:", query_params={"address": pick})
+    addresses = [f"rank {r['rank']} · pos {r['position']} · {r['address']}" for r in m["rows"]]
+    pick = st.selectbox("Sample", range(len(addresses)), format_func=addresses.__getitem__, key="rp_pick")
+    row = m["rows"][pick]
+    st.page_link(page_file("sample"), label=f"Open {row['address']}", icon=":material/search:",
+                 query_params={"address": row["address"]})
+    stored, fed = m["stored"][pick], (m["fed"][pick] if m["fed"] is not None else None)
+    columns = st.columns(2) if fed is not None else [st.container()]
+    columns[0].markdown("**as stored**")
+    columns[0].table({"field": list(stored), "value": list(stored.values())})
+    if fed is not None:
+        columns[1].markdown("**as fed to the model** · `" + m["transform"].replace("`", "'") + "`")
+        if isinstance(fed, str):
+            mono(fed, columns[1])
+        else:
+            columns[1].table({"field": list(fed), "value": list(fed.values())})

@@ -2,26 +2,16 @@
 
 import streamlit as st
 
-from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache, web_fields
+from dsinspect.web.web_page import address_box, or_stop
 
 url = web_cache.url()
-address = st.query_params.get("address", "")
 st.title("Sample")
-typed = st.text_input("Address (NAME[@REF]:INDEX)", value=address, key="sample_address",
-                      placeholder="demo-text@v1:17")
-if typed.strip() != address:
-    st.query_params["address"] = typed.strip()
-    st.rerun()
+address = address_box("Address (NAME[@REF]:INDEX)", "sample_address", "demo-text@v1:17")
 if not address:
     st.info("Enter a sample address, e.g. demo-text@v1:17.")
     st.stop()
-try:
-    sample = web_cache.sample_model(url, address)
-except DsinspectError as e:
-    st.error("That address cannot be opened.")
-    st.code(str(e), language=None)
-    st.stop()
+sample = or_stop(lambda: web_cache.sample_model(url, address), "That address cannot be opened.")
 
 st.subheader(sample.address)
 prev_col, next_col, info_col = st.columns([1, 1, 6])

@@ -10,7 +10,7 @@ from dsinspect.loaders.catalog import Catalog
 from dsinspect.web import web_model
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
-           "diff_changed_rows"]
+           "diff_changed_rows", "run_names", "replay_model", "log_check"]
 
 
 def url() -> str:
@@ -49,11 +49,44 @@ def frame_png(catalog_url: str, address: str, field: str, index: int) -> tuple[b
     return web_model.frame_png(catalog(catalog_url), address, field, index)
 
 
-@st.cache_data(show_spinner="Replaying the batch…", max_entries=64)
-def replay_model(catalog_url: str, spec_text: str, step: int, rank: str) -> dict[str, Any]:
+@st.cache_data(show_spinner="Listing run records…", ttl=30)
+def run_names(catalog_url: str) -> list[str]:
+    from dsinspect.web import web_runs
+
+    return web_runs.run_names(web_runs.runs_url(catalog_url))
+
+
+def _specs(catalog_url: str, spec_text: str, run: str) -> Any:
+    """The spec the page names: a run record of the runs directory by name (all its segments), else `?spec=`."""
+    from dsinspect.loaders.replay import load_specs
+    from dsinspect.web import web_runs
+
+    if run:
+        return load_specs(web_runs.run_path(web_runs.runs_url(catalog_url), run))
+    return spec_text
+
+
+@st.cache_data(show_spinner="Replaying the batch…", max_entries=64, ttl=30)  # a run record may grow
+def replay_model(catalog_url: str, spec_text: str, step: int, rank: str, transform: str = "",
+                 run: str = "") -> dict[str, Any]:
     from dsinspect.web import web_replay
 
-    return web_replay.replay_model(catalog(catalog_url), spec_text, step, rank)
+    return web_replay.replay_model(catalog(catalog_url), _specs(catalog_url, spec_text, run), step, rank,
+                                   transform or None)
+
+
+@st.cache_data(show_spinner="Checking the fingerprint log…", max_entries=64, ttl=30)
+def log_check(catalog_url: str, spec_text: str, run: str, log_run: str, log_bytes: bytes | None, log_name: str,
+              steps: str | None, rank: str, transform: str = "") -> dict[str, Any]:
+    """The verdict of a fingerprint log (a run record of the runs directory, by name, or uploaded bytes)."""
+    from dsinspect.web import web_replay, web_runs
+
+    if log_run:
+        log: Any = web_runs.run_path(web_runs.runs_url(catalog_url), log_run)
+    else:
+        log = web_replay.parse_log(log_bytes or b"", log_name or "uploaded log")
+    return web_replay.log_check(catalog(catalog_url), _specs(catalog_url, spec_text, run), log, steps, rank,
+                                transform or None)
 
 
 @st.cache_data(show_spinner="Comparing the versions…", max_entries=64, ttl=30)  # tags may move

@@ -2,8 +2,8 @@
 
 No Streamlit here. The addresses come from the URL (`?a=NAME@REF&b=NAME@REF`) and are only ever
 resolved through the configured catalog (`Catalog.resolve` parses them); none is used as a path.
-Values are returned as plain text or PNG bytes; the page shows text only through st.code,
-st.text and dataframes, so sample text is never interpreted as Markdown or HTML.
+Values are returned as plain text or PNG bytes; the page shows text only escaped (web_page.mono),
+through st.text and dataframes, so sample text is never interpreted as Markdown or HTML.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["DIFF_LIMIT", "CHANGED_PAGE", "TEXT_CAP", "diff_model", "changed_rows
            "value_text"]
 
 DIFF_LIMIT = 100        # entries listed per kind (added, removed, changed, moved); the counts are exact
-CHANGED_PAGE = 10       # changed rows shown side by side per page
+CHANGED_PAGE = 5        # changed rows shown side by side per page (each up to 3 images: the browser pays per element)
 TEXT_CAP = 20_000       # characters of one value shown
 _DIFF_PIXELS = 16 << 20  # larger images get no difference figure
 

@@ -1,5 +1,6 @@
-"""How each kind of field view is laid out on the Sample page. Sample text never reaches Markdown:
-it goes through st.code / st.text / dataframes, or html.escape before the one unsafe_allow_html."""
+"""How each kind of field view is laid out on the Sample page. Sample text never reaches Markdown
+unescaped: it goes through st.text / dataframes, or html.escape (web_page.mono, token_html) before
+unsafe_allow_html."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import streamlit as st
 
 from dsinspect.web import web_cache
 from dsinspect.web.web_model import FieldModel, hex_text, token_html
+from dsinspect.web.web_page import mono
 
 __all__ = ["decoded", "raw", "findings"]
 
@@ -18,7 +20,7 @@ _ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 
 def findings(items: list[tuple[str, str]]) -> None:
     if items:
-        st.code("\n".join(f"{_ICON.get(sev, '•')} {sev}: {msg}" for sev, msg in items), language=None, wrap_lines=True)
+        mono("\n".join(f"{_ICON.get(sev, '•')} {sev}: {msg}" for sev, msg in items))
 
 
 def decoded(f: FieldModel, address: str) -> None:
@@ -36,14 +38,13 @@ def decoded(f: FieldModel, address: str) -> None:
 
 def raw(f: FieldModel, sample_name: str) -> None:
     """Hashes, a paged hex dump and a download of the field's raw bytes."""
-    st.code(f"xxh128 (canonical)  {f.hash}\nsha256 (raw)        {f.sha256}\nsize                {f.size:,} bytes",
-            language=None)
+    mono(f"xxh128 (canonical)  {f.hash}\nsha256 (raw)        {f.sha256}\nsize                {f.size:,} bytes")
     pages = max(1, -(-len(f.raw) // 512))
     page = 1
     if pages > 1:
         page = st.number_input(f"Hex page (of {pages})", 1, pages, 1, key=f"hex_page_{f.name}")
     text, _, _ = hex_text(f.raw, int(page) - 1)
-    st.code(text, language=None)
+    mono(text)
     st.download_button(f"Download {f.name} ({len(f.raw):,} bytes)", f.raw, file_name=f"{sample_name}-{f.name}.bin",
                        mime="application/octet-stream", key=f"download_{f.name}", icon=":material/download:")
 
@@ -51,7 +52,7 @@ def raw(f: FieldModel, sample_name: str) -> None:
 def _text(f: FieldModel, address: str) -> None:
     v = f.view
     st.caption(f"{v['chars']:,} characters · {v['lines']:,} lines")
-    st.code(v["visible"], language=None, wrap_lines=True)
+    mono(v["visible"])
 
 
 def _tokens(f: FieldModel, address: str) -> None:
@@ -64,7 +65,8 @@ def _tokens(f: FieldModel, address: str) -> None:
         page = st.number_input(f"Token page (of {pages})", 1, pages, 1, key=f"tok_page_{f.name}")
     start = (int(page) - 1) * TOKEN_PAGE
     st.markdown(token_html(pieces, start, start + TOKEN_PAGE), unsafe_allow_html=True)
-    with st.expander("ids and statistics"):
+    # drawn on demand: an expander would still build both tables in the browser on every load
+    if st.toggle("ids and statistics", key=f"tok_more_{f.name}"):
         st.dataframe([{"position": p[0], "id": p[1], "piece": p[2], "bytes": f"{p[3]}–{p[4]}"}
                       for p in pieces[start:start + TOKEN_PAGE]], hide_index=True, key=f"tok_ids_{f.name}")
         st.dataframe([v["stats"]], hide_index=True, key=f"tok_stats_{f.name}")
@@ -88,7 +90,7 @@ def _video(f: FieldModel, address: str) -> None:
         n = st.slider("Frame", 0, v["frame_count"] - 1, 0, key=f"frame_{f.name}")
         png, label = web_cache.frame_png(web_cache.url(), address, f.name, int(n))
         if png is None:
-            st.code(label, language=None)
+            mono(label)
         else:
             st.image(png, caption=label, width="content")
 
@@ -103,21 +105,22 @@ def _trajectory(f: FieldModel, address: str) -> None:
 
 
 def _json(f: FieldModel, address: str) -> None:
-    st.code(f.view["pretty"], language="json", wrap_lines=True)
+    mono(f.view["pretty"])
 
 
 def _scalar(f: FieldModel, address: str) -> None:
-    st.code(f.view["display"], language=None, wrap_lines=True)
+    # st.text: plain preformatted text; st.code would run a syntax highlighter per value in the browser
+    st.text(f.view["display"])
 
 
 def _bytes(f: FieldModel, address: str) -> None:
     v = f.view
-    st.code(f"detected: {v['detected'] or 'unknown'}\npreview:  {v['preview']}", language=None)
+    mono(f"detected: {v['detected'] or 'unknown'}\npreview:  {v['preview']}")
 
 
 def _error(f: FieldModel, address: str) -> None:
     st.error("This value could not be decoded as its role; the raw bytes are intact.", icon=":material/error:")
-    st.code(f.view["reason"], language=None, wrap_lines=True)
+    mono(f.view["reason"])
 
 
 _DRAW: dict[str, Any] = {"text": _text, "tokens": _tokens, "image": _image, "video": _video,

@@ -204,17 +204,23 @@ def frame_png(catalog: Catalog, address: str, field_name: str, index: int) -> tu
     return frame.png(), f"frame {frame.index} · t={frame.time:.3f}s" + (" · keyframe" if frame.keyframe else "")
 
 
+_TOKEN_CSS = ("<style>.dsi-tokens{line-height:1.9}.dsi-tok{border-radius:3px;padding:0 1px;margin:0 1px;"
+              "white-space:pre-wrap;font-family:monospace}"
+              + "".join(f'.dsi-tok[data-k="{i}"]{{background:{c}}}' for i, c in enumerate(_COLOURS))
+              + '.dsi-tok[data-k="s"]{background:#c9c9c9}.dsi-tok[data-k="u"]{background:#f4b6b6}</style>')
+
+
 def token_html(pieces: list[tuple], start: int = 0, stop: int | None = None) -> str:
-    """Token pieces as coloured spans, the id and byte range on hover. All sample text is escaped."""
+    """Token pieces as coloured spans, the id and byte range on hover. All sample text is escaped.
+    The styling lives in one <style> block, not on every span: a page of 256 spans stays small HTML."""
     spans = []
     for position, tid, display, b0, b1, special, unknown in pieces[start:stop]:
-        colour = "#f4b6b6" if unknown else ("#c9c9c9" if special else _COLOURS[position % len(_COLOURS)])
+        kind = "u" if unknown else ("s" if special else str(position % len(_COLOURS)))
         title = f"#{position} id {tid} bytes {b0}–{b1}" + (" special" if special else "") + (" unknown" if unknown else "")
         text = display if display else "∅"
-        spans.append(f'<span class="dsi-tok" title="{html.escape(title, quote=True)}" '
-                     f'style="background:{colour};border-radius:3px;padding:0 1px;margin:0 1px;'
-                     f'white-space:pre-wrap;font-family:monospace">{html.escape(text, quote=True)}</span>')
-    return '<div class="dsi-tokens" style="line-height:1.9">' + "".join(spans) + "</div>"
+        spans.append(f'<span class="dsi-tok" title="{html.escape(title, quote=True)}" data-k="{kind}">'
+                     f'{html.escape(text, quote=True)}</span>')
+    return _TOKEN_CSS + '<div class="dsi-tokens">' + "".join(spans) + "</div>"
 
 
 def hex_text(raw: bytes, page: int = 0, page_size: int = 512) -> tuple[str, int, int]:

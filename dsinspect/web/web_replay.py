@@ -1,24 +1,36 @@
-"""Replay for the web: run specs travel in the URL as base64url JSON (never as a path), and a
-replayed batch becomes plain rows and a Parquet download."""
+"""Replay for the web: run specs travel in the URL as base64url JSON (never as a path); a replayed
+batch becomes plain rows, each sample as stored and as fed to the model when a transform is given,
+a Parquet download, and the verdict of a fingerprint log on it.
+
+Transforms are code: `import_transform` imports what a person typed into the page (or what the
+operator passed to `dsinspect web --transform`), never a name taken from the URL (see replay_page)."""
 
 from __future__ import annotations
 
 import base64
 import io
 import json
-from typing import Any
+import os
+import sys
+from typing import Any, Callable
 
 import pyarrow.parquet as pq
 
-from dsinspect.errors import UserError
+from dsinspect.errors import DsinspectError, UserError
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.replay import replay
+from dsinspect.loaders.logcheck import check_log, parse_steps
+from dsinspect.loaders.replay import Replay, replay
 from dsinspect.loaders.replay_export import provenance_table
 from dsinspect.loaders.spec import RunSpec
+from dsinspect.loaders.transforms import as_table, load_transform
+from dsinspect.web.web_model import cell
 
-__all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "MAX_SPEC_CHARS"]
+__all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
+           "log_check", "MAX_SPEC_CHARS", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
 
 MAX_SPEC_CHARS = 64_000
+TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the operator's transform (`dsinspect web --transform`)
+TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # "1": `dsinspect web --allow-typed-transforms`
 
 
 def encode_spec(spec: RunSpec) -> str:
@@ -44,10 +56,13 @@ def build_spec(catalog: Catalog, address: str, seed: int, batch_size: int, world
     return RunSpec.create(catalog, address, seed=seed, batch_size=batch_size, world_size=world_size, shuffle=shuffle)
 
 
-def replay_model(catalog: Catalog, spec_text: str, step: int, rank: str) -> dict[str, Any]:
-    """The batch of (step, rank or "all") as rows with provenance, fingerprints and Parquet bytes."""
-    spec = decode_spec(spec_text)
-    result = replay(spec, int(step), rank, catalog=catalog)
+def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: str,
+                 transform: str | None = None) -> dict[str, Any]:
+    """The batch of (step, rank or "all") as rows with provenance, fingerprints and Parquet bytes;
+    with `transform`, each sample's fields as stored and as the transform fed them to the model."""
+    fn = import_transform(transform) if transform else None
+    source = decode_spec(specs) if isinstance(specs, str) else specs
+    result = _guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
     rows = [{"rank": s.rank, "position": s.position, "index": s.index, "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
              "verified": s.verified, "seed": str(s.seed)} for s in result.samples]
@@ -57,4 +72,118 @@ def replay_model(catalog: Catalog, spec_text: str, step: int, rank: str) -> dict
             "world_size": result.spec.world_size, "batch_size": result.spec.batch_size,
             "sources": [f"{s.name}@{s.version[:12]}" for s in result.spec.sources],
             "fingerprints": {str(r): fp for r, fp in result.fingerprints.items()}, "rows": rows,
-            "unverified": len(result.unverified), "parquet": buf.getvalue()}
+            "unverified": len(result.unverified), "parquet": buf.getvalue(), "stored": _stored_cells(result),
+            "transform": transform or None, "fed": _fed_cells(result) if fn else None,
+            "transformed_fingerprints": {str(r): fp for r, fp in result.transformed_fingerprints.items()},
+            "transform_error": result.transform_error}
+
+
+def _stored_cells(result: Replay) -> list[dict[str, str]]:
+    """Per sample (batch order, as `rows`), each field's value as a short text cell."""
+    return [{c: cell(b.table.column(c)[i].as_py()) for c in b.table.column_names}
+            for b in result.batches for i in range(b.table.num_rows)]
+
+
+def _fed_cells(result: Replay) -> list[dict[str, str] | str]:
+    """Per sample, what the transform made of it: its row of the output taken as a table, or a line
+    saying why there is no such row (output not a table, or not one row per sample)."""
+    out: list[dict[str, str] | str] = []
+    for b in result.batches:
+        n = b.table.num_rows
+        try:
+            table = as_table(b.transformed)
+        except UserError:
+            out += [f"the transform returned {_short_repr(b.transformed)}, not a table"] * n
+            continue
+        if table.num_rows != n:
+            out += [f"the transform made {table.num_rows} rows from {n} (columns {', '.join(table.column_names)})"] * n
+            continue
+        out += [{c: cell(table.column(c)[i].as_py()) for c in table.column_names} for i in range(n)]
+    return out
+
+
+def _short_repr(value: Any, width: int = 200) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def import_transform(name: str) -> Callable[[Any], Any]:
+    """The callable `package.module:function` names; the job's own modules import from the directory
+    `dsinspect web` was started in, as with the CLI (Streamlit puts only the app's folder on the path)."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return load_transform(name.strip())
+
+
+def _guarded(call: Callable[[], Any], transform: str | None) -> Any:
+    """An exception raised by the user's transform becomes one UserError line, not a traceback."""
+    try:
+        return call()
+    except DsinspectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the transform is user code
+        if not transform:
+            raise
+        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
+
+
+def parse_log(data: bytes, where: str) -> list[dict[str, Any]]:
+    """Fingerprint log lines from an uploaded JSONL file, checked as `runlog.read_fingerprints` checks a file."""
+    lines = []
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise UserError(f"{where}:{number}: not a fingerprint log line") from None
+        lines.append(entry)
+    if not lines:
+        raise UserError(f"{where}: no fingerprint log lines")
+    return lines
+
+
+def log_check(catalog: Catalog, specs: str | list[RunSpec], log: str | list[dict[str, Any]], steps: str | None,
+              rank: str, transform: str | None = None) -> dict[str, Any]:
+    """The log's verdict on `steps` (one step `N`, or None for the whole log) for `rank` (or all):
+    how many lines matched, else the first divergence (step, rank, positions, reason)."""
+    fn = import_transform(transform) if transform else None
+    source = decode_spec(specs) if isinstance(specs, str) else specs
+    ranks = None if rank.strip().lower() == "all" else [_rank(rank)]
+    result = _guarded(lambda: check_log(source, log, parse_steps(steps), catalog, fn, ranks=ranks), transform)
+    return result.to_json()
+
+
+def _rank(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"rank must be an integer or 'all', not {text!r}") from None
+
+
+def verdict(check: dict[str, Any], what: str) -> tuple[str, str]:
+    """("success" | "warning" | "error", one line) for a `log_check` result about `what` (e.g. "step 3")."""
+    if check["checked"] == 0:
+        return "warning", f"{what}: the log has no line for this (step, rank)"
+    d = check["divergence"]
+    if d is None:
+        sides = ", ".join(f"{n} {side}" for side, n in sorted(check["sides"].items()))
+        a, b = check["steps"]
+        span = f"step {a}" if a == b else f"steps {a}..{b}"
+        return "success", f"{what}: ✓ matches the log ({check['checked']} line(s), {sides}; {span})"
+    where = f"positions {', '.join(map(str, d['positions']))}" if d["positions"] else "no position attributable"
+    return "error", f"{what}: ✗ first divergence at step {d['step']}, rank {d['rank']} ({d['of']}; {where})"
+
+
+def marked_rows(rows: list[dict[str, Any]], check: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The batch rows with a `log` column: ✗ at the positions of a divergence, ✓ on every row when
+    the log has one matching line per rank shown, blank where the log does not speak for the row."""
+    if check is None:
+        return rows
+    d = check["divergence"]
+    ranks = {r["rank"] for r in rows}
+    all_matched = d is None and check["checked"] == len(ranks)
+    bad = {(d["rank"], p) for p in d["positions"]} if d else set()
+    return [{**r, "log": "✗ diverges" if (r["rank"], r["position"]) in bad else ("✓" if all_matched else "")}
+            for r in rows]

@@ -1,0 +1,54 @@
+"""What several pages lay out the same way: the address box that names the page's view in the URL,
+the one clear error a bad input gets instead of the page, and monospace text blocks."""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, NoReturn, TypeVar
+
+import streamlit as st
+
+from dsinspect.errors import DsinspectError
+
+__all__ = ["address_box", "stop_with", "or_stop", "mono", "MONO_CLASS"]
+
+T = TypeVar("T")
+MONO_CLASS = "dsi-pre"
+_MONO_STYLE = (f"<style>.{MONO_CLASS}{{font-family:'Source Code Pro',monospace;font-size:0.85rem;margin:0 0 1rem;"
+               "padding:0.75rem 1rem;border-radius:0.5rem;background:rgba(128,128,144,0.1);white-space:pre-wrap;"
+               "overflow-wrap:anywhere}</style>")
+
+
+def mono(text: str, where: Any = st) -> None:
+    """Text as a monospace block, every character escaped (html.escape: no tag or attribute survives).
+    Not st.code: its syntax highlighter costs the browser ~0.8 s per page load here (bench_web.py),
+    even for a single block of plain text. `where` is st or a column/container."""
+    # one line of raw HTML: newlines as &#10;, so no blank line ends the HTML block and lets Markdown in
+    # (and a div, since Streamlit swaps <pre> for its own element and drops the class)
+    body = html.escape(str(text), quote=True).replace("\r", "&#13;").replace("\n", "&#10;")
+    where.markdown(f'{_MONO_STYLE}<div class="{MONO_CLASS}">{body}</div>', unsafe_allow_html=True)
+
+
+def address_box(label: str, key: str, placeholder: str, default: str = "") -> str:
+    """The page's `?address=` (or `default`), in a box; editing the box rewrites the URL and reruns."""
+    address = st.query_params.get("address") or default
+    typed = st.text_input(label, value=address, key=key, placeholder=placeholder).strip()
+    if typed != address:
+        st.query_params["address"] = typed
+        st.rerun()
+    return address
+
+
+def stop_with(headline: str, error: Exception) -> NoReturn:
+    """One clear error (the headline, then the message as plain text), and nothing more of the page."""
+    st.error(headline)
+    mono(str(error))
+    st.stop()
+
+
+def or_stop(load: Callable[[], T], headline: str) -> T:
+    """`load()`, or the page stops with `headline` and the error's one line."""
+    try:
+        return load()
+    except DsinspectError as e:
+        stop_with(headline, e)
