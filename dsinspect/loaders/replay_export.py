@@ -3,6 +3,7 @@ where each row came from) and a JSON receipt that names the run, the step and ev
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from typing import Any
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 
 from dsinspect.loaders.manifest import HASH_COLUMN, sha256_hex
 from dsinspect.loaders.replay import Replay
-from dsinspect.loaders.storage import join, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, url_to_fs, write_atomic, write_errors
 
 __all__ = ["RECEIPT_FORMAT", "export_replay", "provenance_table"]
 
@@ -43,7 +44,8 @@ def provenance_table(result: Replay) -> pa.Table:
 def export_replay(result: Replay, directory: str) -> dict[str, Any]:
     """Write `<stem>.parquet` and `<stem>.receipt.json` under `directory`; the receipt."""
     fs, root = url_to_fs(directory)
-    fs.makedirs(root, exist_ok=True)
+    with write_errors(fs, root):
+        fs.makedirs(root, exist_ok=True)
     every = len(result.ranks) > 1 and len(result.ranks) == result.spec.world_size
     ranks = "all" if every else "-".join(map(str, result.ranks))
     stem = f"replay-{result.spec.hash[:12]}-step-{result.step}-rank-{ranks}"
@@ -62,5 +64,10 @@ def export_replay(result: Replay, directory: str) -> dict[str, Any]:
         "samples": [s.to_json() for s in result.samples],
         "parquet": {"file": f"{stem}.parquet", "sha256": sha256_hex(parquet), "rows": len(result.samples)},
     }
-    write_atomic(fs, join(root, f"{stem}.receipt.json"), (json.dumps(receipt, indent=2) + "\n").encode())
+    try:
+        write_atomic(fs, join(root, f"{stem}.receipt.json"), (json.dumps(receipt, indent=2) + "\n").encode())
+    except BaseException:  # no Parquet without its receipt
+        with contextlib.suppress(OSError):
+            fs.rm_file(join(root, f"{stem}.parquet"))
+        raise
     return {**receipt, "directory": directory, "receipt_file": f"{stem}.receipt.json"}
