@@ -439,3 +439,49 @@ def test_a_bound_smaller_than_one_cached_window_is_refused(tmp_path):
     with pytest.raises(UserError, match="cache bound"):
         with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache", max_bytes=bound), prefetch=0) as loader:
             next(iter(loader))
+
+
+def _child_values(arrow_path, column):
+    """(offset in the file, size) of a list column's child values buffer."""
+    data = pa.memory_map(str(arrow_path)).read_buffer()
+    buf = pa.ipc.open_file(data).get_batch(0).column(column).values.buffers()[1]
+    return buf.address - data.address, buf.size
+
+
+@pytest.mark.parametrize("target", [("tokens", 2), ("tokens", 1), ("fixed", 2), (HASH_COLUMN, 1)])
+def test_a_flipped_byte_in_a_dense_column_is_refused_by_the_loader(tmp_path, target):
+    """Equal-length lists and fixed-size lists take the numpy fast path (offsets checked whole,
+    rows located by arithmetic): a flipped byte in their values or offsets, or in the row hashes,
+    is still refused with the cache's error, the entry dropped, and the next read correct."""
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),
+              Field("fixed", pa.list_(pa.int16(), 4), "tokens")]
+    rng = np.random.default_rng(1)
+    rows = [{"id": i, "tokens": rng.integers(0, 1 << 30, 64, dtype=np.int32).tolist(),
+             "fixed": rng.integers(-99, 99, 4).tolist()} for i in range(600)]
+    catalog = Catalog(str(tmp_path / "catalog"))
+    version = catalog.write_version("dense", rows, fields, key="id", options=WriteOptions(shard_rows=600))
+    sha = version.manifest.shards[0].sha256
+    root = tmp_path / "cache"
+    spec = RunSpec.create(catalog, "dense", seed=4, batch_size=50, shuffle="global")
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
+        want = [(b.to_numpy()["tokens"].copy(), b.row_hashes) for b in loader]
+    arrow = entry(root, sha, ".arrow")
+    buffers, _ = _buffers(arrow)
+    name, index = target
+    if name == "fixed" or index == 2:  # a list's values live in its child array
+        offset, size = _child_values(arrow, name)
+    else:
+        offset, size = next((off, n) for col, i, off, n in buffers if col == name and i == index)
+    data = bytearray(arrow.read_bytes())
+    data[offset + size // 3] ^= 0x10
+    arrow.write_bytes(bytes(data))
+
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
+        with pytest.raises(IntegrityError, match="do not match") as e:
+            for b in loader:
+                b.to_numpy()
+    assert str(arrow) in str(e.value)
+    assert not entry(root, sha).exists(), "the corrupt entry is dropped"
+    with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
+        got = [(b.to_numpy()["tokens"], b.row_hashes) for b in loader]
+    assert all((g[0] == w[0]).all() and g[1] == w[1] for g, w in zip(got, want)) and len(got) == len(want) == 12

@@ -228,3 +228,32 @@ def test_importing_the_engine_does_not_import_torch(module):
     code = f"import sys, {module}; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def _decode_like(batch):
+    """A transform as a training job writes one: a tensor, a numpy array and a number."""
+    ids = torch.from_numpy(batch.to_numpy()["id"].astype(np.float32))
+    return {"x": ids * 2, "mask": (ids % 3 == 0), "raw": np.arange(len(batch)), "n": len(batch)}
+
+
+@pytest.mark.slow
+def test_torchloader_workers_send_numpy_and_yield_what_batch_to_torch_gives(catalog):
+    """TorchLoader's workers send numpy through the pipe (not a shared-memory segment per tensor);
+    what the consumer gets equals batch_to_torch of the same rows read through Arrow alone, and
+    the transform's output equals what the DataLoader's own conversion makes of it."""
+    from dsinspect.loaders.loader import Batch
+    spec = make_spec(catalog, "mixture", world_size=1)
+    dataset = TorchBatches(spec, catalog, transform=_decode_like)
+    got = [comparable(b) for b in TorchLoader(dataset, num_workers=2)]
+    want = []
+    with Loader(spec, 0, catalog, transform=_decode_like) as loader:
+        for step in range(len(got)):
+            fast = loader.batch_at(step)
+            arrow_only = Batch(fast.plan, fast.table, list(fast.row_hashes), fast.source_names)  # no numpy columns
+            out = batch_to_torch(arrow_only)
+            out["transformed"] = {**fast.transformed, "raw": torch.from_numpy(fast.transformed["raw"])}
+            want.append(comparable(out))
+    assert len(got) == steps_in_epoch(spec, 0) and got == want
+    direct = comparable(dataset.batch_at(3))  # in this process: tensors made here, as before
+    assert {k: v for k, v in direct.items() if k != "transformed"} == {k: v for k, v in want[3].items()
+                                                                       if k != "transformed"}

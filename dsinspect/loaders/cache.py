@@ -3,8 +3,8 @@
 A shard enters the cache once: downloaded to a temp file while hashing, its sha256 checked against
 the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read: no decode, no
 copy), and only then published by rename, with a hash of every 16 KiB block beside it. A process
-checks each block the first time it reads from it, so no cached byte is used unchecked, and a
-restart costs nothing up front.
+checks each block the first time it reads from it (a list column's offsets as a whole, when it
+first reads that column), so no cached byte is used unchecked, and a restart costs nothing up front.
 
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
@@ -39,6 +39,7 @@ __all__ = ["ShardCache", "CachedShard"]
 log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
 BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
+VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
 
 
 class CachedShard:
@@ -52,6 +53,7 @@ class CachedShard:
         self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
         if len(self._checked) != len(self._digests):  # an older entry of this shard was replaced
             self._checked = cache._checked[sha256] = np.zeros(len(self._digests), dtype=bool)
+        self._reads = 0
         # The IPC header and footer are parsed before any column is read: check their blocks first.
         self._verify(np.array([0, max(0, self._buffer.size - BLOCK)]), np.array([1, self._buffer.size]))
         try:
@@ -67,27 +69,39 @@ class CachedShard:
         self._views: dict[str, View] = {}
 
     def view(self, column: str) -> View:
-        """A zero-copy view of one column for gathers (built on first use)."""
+        """A zero-copy view of one column for gathers (built on first use). What the view itself
+        relies on (a list column's whole offsets buffer) is verified before it is handed out."""
         view = self._views.get(column)
         if view is None:
-            view = self._views[column] = column_view(self.batch.column(column), self._base)
+            try:
+                view = column_view(self.batch.column(column), self._base)
+                self._verify(*self._inside(*view.always()))
+            except (IndexError, ValueError) as e:
+                self._corrupt_unless_intact(e)
+                raise
+            self._views[column] = view
         return view
 
     def check(self, rows: np.ndarray, columns: list[str]) -> None:
         """Verify (once per process) the blocks that reading `rows` of `columns` touches."""
         if self._all_checked:
             return
-        try:  # ranges come from offsets not yet verified: nonsense ranges mean corruption
+        try:  # ranges of variable-size rows come from verified offsets; of other types maybe not
             ranges = [self.view(c).touched(rows) for c in columns]
-            starts = np.concatenate([lo for lo, _ in ranges])
-            ends = np.concatenate([hi for _, hi in ranges])
-            if len(starts) and (starts.min() < 0 or ends.max() > self._buffer.size):
-                raise IndexError("a read range falls outside the cached file")
+            starts, ends = self._inside(np.concatenate([lo for lo, _ in ranges]),
+                                        np.concatenate([hi for _, hi in ranges]))
         except (IndexError, ValueError) as e:
             self._corrupt_unless_intact(e)
             raise
         self._verify(starts, ends)
+        self._reads += 1
         self._all_checked = bool(self._checked.all())
+
+    def _inside(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges, refused when they reach outside the file (nonsense ranges mean corruption)."""
+        if len(starts) and (starts.min() < 0 or ends.max() > self._buffer.size):
+            raise IndexError("a read range falls outside the cached file")
+        return starts, ends
 
     def _corrupt_unless_intact(self, error: Exception) -> None:
         """After a parse error: verify every block; a mismatch drops the entry (IntegrityError)."""
@@ -96,20 +110,34 @@ class CachedShard:
     def _verify(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Hash every not-yet-checked block that [start, end) ranges touch; a mismatch is never read."""
         keep = ends > starts
-        first, last = starts[keep] // BLOCK, (ends[keep] - 1) // BLOCK
-        blocks = np.unique(np.concatenate([first, last]))
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
+        first, last = starts // BLOCK, (ends - 1) // BLOCK
+        blocks = np.concatenate([first, last])
         if (last - first > 1).any():  # ranges spanning 3+ blocks: take every block between
             spans = [np.arange(f, l + 1) for f, l in zip(first, last) if l - f > 1]
-            blocks = np.unique(np.concatenate([blocks, *spans]))
-        todo = blocks[~self._checked[blocks]]
+            blocks = np.concatenate([blocks, *spans])
+        todo = blocks[~self._checked[blocks]]  # the common case, all checked, costs no sort
         if not len(todo):
             return
+        if self._reads:  # after the first read (kept short: time to first batch), check whole
+            # aligned spans of blocks: the same bytes hashed in all, but a shard read at random is
+            # fully checked (and `check` free) after a fraction of an epoch
+            spans = np.unique(todo // VERIFY_SPAN)
+            todo = (spans[:, None] * VERIFY_SPAN + np.arange(VERIFY_SPAN)).ravel()
+            todo = todo[todo < len(self._checked)]
+            todo = todo[~self._checked[todo]]
+        else:
+            todo = np.unique(todo)
         view = memoryview(self._buffer)
-        for b in todo.tolist():
-            if xxhash.xxh3_64_intdigest(view[b * BLOCK:(b + 1) * BLOCK]) != int(self._digests[b]):
-                self.cache._discard(self.sha256)
-                raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: bytes {b * BLOCK}..{(b + 1) * BLOCK} "
-                                     "do not match the hash taken when it was cached (it will be fetched again)")
+        got = np.fromiter((xxhash.xxh3_64_intdigest(view[b * BLOCK:(b + 1) * BLOCK]) for b in todo.tolist()),
+                          np.uint64, len(todo))
+        bad = np.flatnonzero(got != self._digests[todo])
+        if len(bad):
+            b = int(todo[bad[0]])
+            self.cache._discard(self.sha256)
+            raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: bytes {b * BLOCK}..{(b + 1) * BLOCK} "
+                                 "do not match the hash taken when it was cached (it will be fetched again)")
         self._checked[todo] = True
 
     def release(self) -> None:

@@ -3,7 +3,10 @@
 A training batch draws a few rows from many places; Arrow's `take` pays a kernel call per
 (shard, column) and a concatenation, so for the common null-free types (numbers, binary and
 strings, lists of numbers) rows are copied straight into the output buffers in batch order with
-numpy. Anything else (nulls, structs) falls back to Arrow's take.
+numpy. Columns whose rows all have one shape (numbers, fixed-size binary, fixed-size lists and
+lists whose every row has the same length, e.g. packed tokens) are "dense": a 2-D view of the
+shard, gathered with one `take` into a numpy array, and turned into Arrow only when asked
+(`dense_to_arrow`). Anything else (nulls, structs) falls back to Arrow's take.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import pyarrow as pa
 from dsinspect.loaders.arrow_kinds import is_fixed_width as _fixed, is_var_binary as _var_binary
 from dsinspect.loaders.touched import touched_ranges
 
-__all__ = ["column_view", "gather_column", "FixedView", "ListView", "ArrowView"]
+__all__ = ["column_view", "gather", "gather_column", "dense_to_arrow", "is_numeric_dense",
+           "FixedView", "ListView", "FixedListView", "ArrowView"]
 
-Part = tuple["View", np.ndarray, np.ndarray]  # (view, rows in its shard, positions in the output)
+Part = tuple["View", np.ndarray, "np.ndarray | None"]  # (view, rows in its shard, output positions; None: all, in order)
+_NO_RANGES = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 class FixedView:
@@ -29,7 +34,11 @@ class FixedView:
         raw = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
         self.values = raw.view(_dtype(arr.type)) if _dtype(arr.type) else raw.reshape(len(arr), width)
         self.width, self.type = width, arr.type
+        self.dense = self.values  # a row is one value (or one fixed-width byte string)
         self._start = arr.buffers()[1].address + arr.offset * width - base
+
+    def always(self) -> tuple[np.ndarray, np.ndarray]:
+        return _NO_RANGES
 
     def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         begin = self._start + rows * self.width
@@ -60,13 +69,47 @@ class ListView:
         self.type, self.large = t, large
         self._offsets_start = bufs[1].address + arr.offset * self.offsets.itemsize - base
         self._items_start = (data_buf.address if data_buf is not None else base) + first * self.item - base
+        self.dense = None  # equal-length lists of numbers: the items as a (rows, length) grid
+        if self.length is not None and self.item_type is not None and _dtype(self.item_type) is not None:
+            start, rows = int(self.offsets[0]), len(self.offsets) - 1
+            if 0 <= start and start + rows * self.length <= len(self.items):
+                self.dense = self.items[start:start + rows * self.length].reshape(rows, self.length)
+
+    def always(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole offsets buffer: checked when the view is made, so the row ranges (and the
+        dense grid) come from verified offsets."""
+        end = self._offsets_start + len(self.offsets) * self.offsets.itemsize
+        return np.array([self._offsets_start], np.int64), np.array([end], np.int64)
 
     def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        w = self.offsets.itemsize
+        if self.dense is not None:  # rows of one length: the ranges by arithmetic
+            size = self.length * self.item
+            begin = self._items_start + (int(self.offsets[0]) * self.item + rows * size)
+            return begin, begin + size
         lo, hi = self.offsets[rows].astype(np.int64), self.offsets[rows + 1].astype(np.int64)
-        first = self._offsets_start + rows * w
-        return (np.concatenate([first, self._items_start + lo * self.item]),
-                np.concatenate([first + 2 * w, self._items_start + hi * self.item]))
+        return self._items_start + lo * self.item, self._items_start + hi * self.item
+
+
+class FixedListView:
+    """A null-free fixed-size list of numbers: the values as a (rows, list size) grid."""
+
+    def __init__(self, arr: pa.Array, base: int):
+        t, child = arr.type, arr.values
+        self.type, self.size = t, t.list_size
+        item = t.value_type.byte_width
+        raw = np.frombuffer(child.buffers()[1], np.uint8)
+        start = (child.offset + arr.offset * self.size) * item
+        values = raw[start:start + len(arr) * self.size * item].view(_dtype(t.value_type))
+        self.dense = values.reshape(len(arr), self.size)
+        self._start = child.buffers()[1].address + start - base
+        self._row = self.size * item
+
+    def always(self) -> tuple[np.ndarray, np.ndarray]:
+        return _NO_RANGES
+
+    def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        begin = self._start + rows * self._row
+        return begin, begin + self._row
 
 
 class ArrowView:
@@ -74,13 +117,17 @@ class ArrowView:
 
     def __init__(self, arr: pa.Array, base: int):
         self.arr, self.type, self._base = arr, arr.type, base
+        self.dense = None
+
+    def always(self) -> tuple[np.ndarray, np.ndarray]:
+        return _NO_RANGES
 
     def touched(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = touched_ranges(self.arr, rows)
         return lo - self._base, hi - self._base
 
 
-View = FixedView | ListView | ArrowView
+View = FixedView | ListView | FixedListView | ArrowView
 
 
 def column_view(arr: pa.Array, base: int) -> View:
@@ -93,11 +140,50 @@ def column_view(arr: pa.Array, base: int) -> View:
     if _var_binary(t) or ((pa.types.is_list(t) or pa.types.is_large_list(t))
                           and _fixed(t.value_type) and arr.values.null_count == 0):
         return ListView(arr, base)
+    if pa.types.is_fixed_size_list(t) and _dtype(t.value_type) is not None and arr.values.null_count == 0 \
+            and not pa.types.is_temporal(t.value_type):
+        return FixedListView(arr, base)
     return ArrowView(arr, base)
 
 
+def gather(parts: Sequence[Part], n: int) -> np.ndarray | pa.Array:
+    """Rows of one column from several shards, in output order: a numpy array when every part is
+    dense with one row shape and type (see `dense_to_arrow`), else an Arrow array."""
+    first = parts[0][0]
+    if first.dense is not None and all(v.dense is not None and v.type == first.type
+                                       and v.dense.shape[1:] == first.dense.shape[1:] for v, _, _ in parts):
+        out = np.empty((n,) + first.dense.shape[1:], first.dense.dtype)
+        for view, rows, where in parts:
+            _place(out, view.dense, rows, where)
+        return out
+    return gather_column(parts, n)
+
+
+def dense_to_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
+    """A gathered dense column (C-contiguous) as an Arrow array of type `t`, sharing its memory."""
+    n = len(values)
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        child = pa.Array.from_buffers(t.value_type, values.size, [None, pa.py_buffer(values)])
+        if pa.types.is_fixed_size_list(t):
+            return pa.Array.from_buffers(t, n, [None], children=[child])
+        width = values.shape[1] if values.ndim > 1 else 0
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64 if pa.types.is_large_list(t) else np.int32) \
+            if width else np.zeros(n + 1, np.int64 if pa.types.is_large_list(t) else np.int32)
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets)], children=[child])
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(values)])
+
+
+def is_numeric_dense(t: pa.DataType) -> bool:
+    """Whether a dense column's numpy form is what `Batch.to_numpy` gives for this type (numbers,
+    lists of numbers), rather than objects (fixed-size binary, decimals) or datetimes."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
 def gather_column(parts: Sequence[Part], n: int) -> pa.Array:
-    """Rows of several shards' views of one column, placed at their output positions."""
+    """Rows of several shards' views of one column, placed at their output positions, as Arrow."""
+    parts = [(v, rows, np.arange(n) if where is None else where) for v, rows, where in parts]
     kinds = {type(v) for v, _, _ in parts}
     if kinds == {FixedView}:
         return _gather_fixed(parts, n)
@@ -138,8 +224,9 @@ def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
             grid = view.items[start:start + (len(view.offsets) - 1) * view.length].reshape(-1, view.length)
             _place(items.reshape(n, -1), grid, rows, where)
             continue
-        for r, w in zip(rows.tolist(), where.tolist()):
-            items[offsets[w]:offsets[w + 1]] = view.items[view.offsets[r]:view.offsets[r + 1]]
+        lo, hi = view.offsets[rows].tolist(), view.offsets[rows + 1].tolist()  # Python ints: no numpy
+        for a, b, d in zip(lo, hi, offsets[where].tolist()):                     # scalars per row
+            items[d:d + b - a] = view.items[a:b]
     offsets = offsets.astype(np.int64 if first.large else np.int32)
     if first.item_type is None:
         return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets), pa.py_buffer(items)])
@@ -147,15 +234,17 @@ def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
     return pa.Array.from_buffers(first.type, n, [None, pa.py_buffer(offsets)], children=[values])
 
 
-def _place(out: np.ndarray, source: np.ndarray, rows: np.ndarray, where: np.ndarray) -> None:
+def _place(out: np.ndarray, source: np.ndarray, rows: np.ndarray, where: np.ndarray | None) -> None:
     """out[where] = source[rows], copying once when the part fills the whole output in order."""
-    if len(where) == len(out) and where[0] == 0 and (np.diff(where) == 1).all():
+    if where is None or (len(where) == len(out) and where[0] == 0 and (np.diff(where) == 1).all()):
         np.take(source, rows, axis=0, out=out)
     else:
         out[where] = source[rows]
 
 
-def _as_arrow(view: FixedView | ListView) -> pa.Array:
+def _as_arrow(view: FixedView | ListView | FixedListView) -> pa.Array:
+    if isinstance(view, FixedListView):
+        return dense_to_arrow(np.ascontiguousarray(view.dense), view.type)
     return gather_column([(view, np.arange(_rows(view)), np.arange(_rows(view)))], _rows(view))
 
 

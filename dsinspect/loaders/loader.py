@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -18,8 +17,8 @@ import pyarrow as pa
 from dsinspect.loaders.cache import ShardCache
 from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import HASH_COLUMN
-from dsinspect.loaders.order import BatchPlan, locate_step, plan_batch, plan_steps
+from dsinspect.loaders.columns import dense_to_arrow, is_numeric_dense
+from dsinspect.loaders.order import BatchPlan, epoch_end, locate_step, plan_batch, plan_steps
 from dsinspect.loaders.reader import BatchReader
 from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.spec import RunSpec
@@ -29,15 +28,20 @@ from dsinspect.loaders.stats import PeriodicLogger
 __all__ = ["Batch", "Loader"]
 
 
-@dataclass
 class Batch:
-    """One rank's batch at one step: the rows as Arrow, and where each came from."""
+    """One rank's batch at one step: the rows, and where each came from.
 
-    plan: BatchPlan
-    table: pa.RecordBatch      # requested columns, in batch order
-    row_hashes: list[bytes]    # stored 16-byte row hashes, in batch order
-    source_names: tuple[str, ...]
-    transformed: Any = None    # what the loader's transform made of the batch, if it has one
+    The loader's fast path keeps dense columns (numbers, equal-length lists of numbers) as numpy
+    and the row hashes as one (n, 16) array; `table` (Arrow) and `row_hashes` (a list of bytes)
+    are built from them the first time they are asked for, sharing the memory."""
+
+    def __init__(self, plan: BatchPlan, table: pa.RecordBatch | None = None, row_hashes: list[bytes] | None = None,
+                 source_names: tuple[str, ...] = (), transformed: Any = None, *,
+                 columns: dict[str, np.ndarray | pa.Array] | None = None, hash_array: np.ndarray | None = None,
+                 schema: pa.Schema | None = None):
+        self.plan, self.source_names, self.transformed = plan, source_names, transformed
+        self._table, self._row_hashes = table, row_hashes
+        self._columns, self._hash_array, self._schema = columns, hash_array, schema
 
     step = property(lambda self: self.plan.step)
     epoch = property(lambda self: self.plan.epoch)
@@ -47,15 +51,53 @@ class Batch:
     padding = property(lambda self: self.plan.padding)
     seeds = property(lambda self: self.plan.seeds)
 
+    @property
+    def table(self) -> pa.RecordBatch:
+        """The requested columns as Arrow, in batch order."""
+        if self._table is None:
+            arrays = [dense_to_arrow(v, self._schema.field(name).type) if isinstance(v, np.ndarray) else v
+                      for name, v in self._columns.items()]
+            self._table = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        return self._table
+
+    @table.setter
+    def table(self, value: pa.RecordBatch) -> None:
+        self._table, self._columns = value, None
+
+    @property
+    def row_hashes(self) -> list[bytes]:
+        """The stored 16-byte row hashes, in batch order."""
+        if self._row_hashes is None:
+            raw = self._hash_array.tobytes()
+            self._row_hashes = [raw[i:i + 16] for i in range(0, len(raw), 16)]
+        return self._row_hashes
+
+    @row_hashes.setter
+    def row_hashes(self, value: list[bytes]) -> None:
+        self._row_hashes, self._hash_array = value, None
+
+    @property
+    def hash_array(self) -> np.ndarray:
+        """The stored row hashes as an (n, 16) uint8 array."""
+        if self._hash_array is None:
+            self._hash_array = np.frombuffer(b"".join(self._row_hashes), np.uint8).reshape(len(self._row_hashes), 16)
+        return self._hash_array
+
     def __len__(self) -> int:
-        return self.table.num_rows
+        return len(self.plan.indices) if self._table is None else self._table.num_rows
+
+    def __repr__(self) -> str:
+        return f"Batch(step={self.step}, epoch={self.epoch}, rank={self.rank}, rows={len(self)})"
 
     @property
     def fingerprint(self) -> str:
-        return batch_fingerprint(self.row_hashes)
+        return batch_fingerprint([self.hash_array.tobytes()])  # = the joined row hashes
 
     def to_numpy(self) -> dict[str, np.ndarray]:
         """Columns as numpy: numbers 1-D, equal-length lists 2-D, ragged lists and bytes as objects."""
+        if self._columns is not None:
+            return {name: v if isinstance(v, np.ndarray) and is_numeric_dense(self._schema.field(name).type)
+                    else _column_to_numpy(self.table.column(name)) for name, v in self._columns.items()}
         return {name: _column_to_numpy(self.table.column(name)) for name in self.table.column_names}
 
     def rows(self) -> list[dict[str, Any]]:
@@ -84,7 +126,8 @@ class Loader:
         if catalog is None:
             from dsinspect.defaults import open_catalog
             catalog = open_catalog()
-        plan_batch(spec, spec.start.step, rank)  # validates the rank now, not at the first batch
+        if not 0 <= rank < spec.world_size:  # now, not at the first batch (plan_batch's words)
+            raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
         self.spec, self.rank, self.catalog, self.transform = spec, rank, catalog, transform
         self._reader = BatchReader(catalog, spec, columns, cache)
         self._step = spec.start.step
@@ -120,9 +163,16 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         epoch = self.epoch
-        while self.epoch == epoch:
-            batch = self._next()
-            yield batch
+        spec, end = None, 0
+        while True:
+            if self.spec is not spec:  # first, or restored inside the loop: where this epoch ends
+                spec = self.spec
+                if self.epoch != epoch:
+                    return
+                end = epoch_end(spec, self._step)
+            if self._step >= end:
+                return
+            yield self._next()
 
     def batch_at(self, step: int) -> Batch:
         """The batch of any step, read now (no effect on the iteration position). Steps
@@ -143,7 +193,11 @@ class Loader:
     def _plan(self, step: int) -> BatchPlan:
         """Plans come in vectorised chunks: one permutation pass serves many steps."""
         plan = self._plans.get(step)
-        if plan is None:
+        if plan is None and not self._plans:  # the first batch: plan just it (a third of the work)
+            plan = plan_batch(self.spec, step, self.rank)
+            self._plans = {step: plan}
+            self._reader.warm([plan])
+        elif plan is None:
             # start small (the first batch should not wait for 256 plans), then grow to full chunks
             chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
             plans = plan_steps(self.spec, range(step, step + chunk * self._stride, self._stride), self.rank)
@@ -153,9 +207,12 @@ class Loader:
         return plan
 
     def _read(self, plan: BatchPlan) -> Batch:
-        table = self._reader.read(plan)
-        hashes = table.column(HASH_COLUMN).to_pylist()
-        batch = Batch(plan, table.drop_columns([HASH_COLUMN]), hashes, self._source_names)
+        columns, hashes = self._reader.read(plan)
+        for v in (hashes, *columns.values()):
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False  # shared with the Arrow form, as Arrow's own buffers are
+        batch = Batch(plan, source_names=self._source_names, columns=columns, hash_array=hashes,
+                      schema=self._reader.schema)
         if self.transform is not None:
             batch.transformed = self.transform(batch)
         return batch

@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_convert, get_worker_info
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.cache import ShardCache
+from dsinspect.loaders.columns import is_numeric_dense
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.loader import Batch, Loader
 from dsinspect.loaders.order import epoch_end, epoch_start_step, locate_step
@@ -58,6 +59,7 @@ class TorchBatches(IterableDataset):
         self._base = self.spec.start.step  # where the next pass starts, for every worker
         self._loader: Loader | None = None
         self._loader_pid = 0
+        self._numpy_workers = False  # set by TorchLoader: workers send numpy, it makes the tensors
         _check_columns(self._reader().catalog, self.spec, self.columns, self.dense)
 
     @property
@@ -76,6 +78,17 @@ class TorchBatches(IterableDataset):
     def batch_at(self, step: int) -> dict[str, Any]:
         """The batch of any step as tensors, read now."""
         return batch_to_torch(self._reader().batch_at(step), self.dense)
+
+    def _produce(self, step: int) -> dict[str, Any]:
+        """The batch of `step` for this process's consumer: tensors, or, in a worker of a TorchLoader,
+        numpy arrays that the TorchLoader turns into the same tensors (`_WorkerBatch`)."""
+        if not (getattr(self, "_numpy_workers", False) and get_worker_info() is not None):
+            return self.batch_at(step)
+        batch = self._reader().batch_at(step)
+        out = _WorkerBatch(batch_arrays(batch, self.dense))
+        if batch.transformed is not None:
+            out["transformed"] = _tensors_to_numpy(batch.transformed)
+        return out
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass read `epoch` (from its start), unless the position already lies in it."""
@@ -136,7 +149,7 @@ class _Producer:
         step = self.next
         if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
             self.dataset._reader().set_stride(self.stride)
-        batch = self.dataset.batch_at(step)
+        batch = self.dataset._produce(step)
         self._made += 1
         self.next = step + self.stride
         if self.stride == 1:
@@ -203,22 +216,52 @@ def batch_to_torch(batch: Batch, dense: Sequence[str] = ()) -> dict[str, Any]:
     (structs, nested lists, decimals) stays a list of Python objects. Nulls read as 0 / empty, and
     `nulls[column]` flags them.
     """
-    out: dict[str, Any] = {}
-    nulls: dict[str, torch.Tensor] = {}
-    for name in batch.table.column_names:
-        arr = _array(batch.table.column(name))
-        if arr.null_count:
-            nulls[name] = _tensor(arr.is_null().to_numpy(zero_copy_only=False))
-        out[name] = _column(arr, name in dense, name)
-    plan = batch.plan
-    hashes = np.frombuffer(b"".join(batch.row_hashes), np.uint8).reshape(len(batch.row_hashes), 16)
-    out.update(step=torch.tensor(plan.step, dtype=torch.int64), epoch=torch.tensor(plan.epoch, dtype=torch.int64),
-               positions=_tensor(plan.positions.astype(np.int64)), indices=_tensor(plan.indices.astype(np.int64)),
-               sources=_tensor(plan.sources.astype(np.int64)), padding=_tensor(plan.padding),
-               seeds=_tensor(plan.seeds.view(np.int64)), row_hashes=_tensor(hashes), nulls=nulls)
+    out = _as_tensors(batch_arrays(batch, dense))
     if batch.transformed is not None:
         out["transformed"] = batch.transformed
     return out
+
+
+def batch_arrays(batch: Batch, dense: Sequence[str] = ()) -> dict[str, Any]:
+    """`batch_to_torch` with numpy arrays (each owning its memory) where it has tensors, and no
+    `transformed`: what a DataLoader worker sends (a pipe carries numpy far cheaper than one
+    shared-memory segment per tensor)."""
+    out: dict[str, Any] = {}
+    nulls: dict[str, np.ndarray] = {}
+    gathered = batch._columns or {}
+    for name in batch.table.column_names if batch._columns is None else batch._columns:
+        ready = gathered.get(name)
+        if isinstance(ready, np.ndarray) and _dense_fits(batch._schema.field(name).type, name in dense):
+            out[name] = _owned(ready)  # a gathered dense column: no Arrow round trip
+            continue
+        arr = _array(batch.table.column(name))
+        if arr.null_count:
+            nulls[name] = _owned(arr.is_null().to_numpy(zero_copy_only=False))
+        out[name] = _column(arr, name in dense, name)
+    plan = batch.plan
+    out.update(step=np.array(plan.step, dtype=np.int64), epoch=np.array(plan.epoch, dtype=np.int64),
+               positions=_owned(plan.positions.astype(np.int64)), indices=_owned(plan.indices.astype(np.int64)),
+               sources=_owned(plan.sources.astype(np.int64)), padding=_owned(plan.padding),
+               seeds=_owned(plan.seeds.view(np.int64)), row_hashes=_owned(batch.hash_array), nulls=nulls)
+    return out
+
+
+def _dense_fits(t: pa.DataType, dense: bool) -> bool:
+    """Whether a gathered dense column is, as it is, what batch_to_torch gives for it: integers
+    and floats, fixed-size lists of them, and lists of them read as `dense` (other lists give
+    values/offsets; temporal and binary columns take the Arrow path)."""
+    if not is_numeric_dense(t):
+        return False
+    return not (pa.types.is_list(t) or pa.types.is_large_list(t)) or dense
+
+
+def _as_tensors(value: Any) -> Any:
+    """numpy arrays (in dicts) as tensors sharing their memory."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, dict):
+        return {k: _as_tensors(v) for k, v in value.items()}
+    return value
 
 
 def unpack(column: dict[str, torch.Tensor], text: bool = False) -> list[bytes] | list[str]:
@@ -248,7 +291,7 @@ def _column(arr: pa.Array, dense: bool, name: str) -> Any:
     if pa.types.is_fixed_size_binary(t):
         width = t.byte_width
         data = np.frombuffer(arr.buffers()[1], np.uint8)[arr.offset * width:(arr.offset + len(arr)) * width]
-        return _tensor(data.reshape(len(arr), width))
+        return _owned(data.reshape(len(arr), width))
     if pa.types.is_fixed_size_list(t) and _is_number(t.value_type):
         values = arr.values.slice(arr.offset * t.list_size, len(arr) * t.list_size)
         return _numbers(values).reshape(len(arr), t.list_size)
@@ -261,42 +304,42 @@ def _is_number(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_temporal(t)
 
 
-def _numbers(arr: pa.Array) -> torch.Tensor:
+def _numbers(arr: pa.Array) -> np.ndarray:
     if pa.types.is_temporal(arr.type):
         arr = arr.view(pa.int32() if arr.type.bit_width == 32 else pa.int64())
     if arr.null_count:
         arr = arr.fill_null(False if pa.types.is_boolean(arr.type) else 0)
-    return _tensor(arr.to_numpy(zero_copy_only=False))
+    return _owned(arr.to_numpy(zero_copy_only=False))
 
 
-def _var_bytes(arr: pa.Array) -> dict[str, torch.Tensor]:
+def _var_bytes(arr: pa.Array) -> dict[str, np.ndarray]:
     """Values and offsets straight from the Arrow buffers (one copy, no Python bytes per row)."""
     if arr.null_count:
         arr = arr.fill_null("" if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else b"")
     large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     _, offsets_buf, data_buf = arr.buffers()
     if offsets_buf is None:  # an empty array
-        return {"values": torch.empty(0, dtype=torch.uint8), "offsets": torch.zeros(1, dtype=torch.int64)}
+        return {"values": np.empty(0, dtype=np.uint8), "offsets": np.zeros(1, dtype=np.int64)}
     offsets = np.frombuffer(offsets_buf, np.int64 if large else np.int32)[arr.offset:arr.offset + len(arr) + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
     values = data[offsets[0]:offsets[-1]]
-    return {"values": _tensor(values), "offsets": _tensor(offsets.astype(np.int64) - int(offsets[0]))}
+    return {"values": _owned(values), "offsets": _owned(offsets.astype(np.int64) - int(offsets[0]))}
 
 
-def _number_lists(arr: pa.Array, dense: bool, name: str) -> torch.Tensor | dict[str, torch.Tensor]:
+def _number_lists(arr: pa.Array, dense: bool, name: str) -> np.ndarray | dict[str, np.ndarray]:
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     values = _numbers(arr.flatten())  # flatten honours the slice offset and skips null slots
     if not dense:
-        return {"values": values, "offsets": _tensor(np.concatenate([[0], np.cumsum(lengths)]))}
+        return {"values": values, "offsets": _owned(np.concatenate([[0], np.cumsum(lengths)]))}
     if len(lengths) and (lengths != lengths[0]).any():
         raise UserError(f"dense column {name!r} has lists of lengths {sorted(set(lengths.tolist()))[:5]} in one "
                         "batch; read it as values/offsets instead")
     return values.reshape(len(arr), int(lengths[0]) if len(lengths) else 0)
 
 
-def _tensor(a: np.ndarray) -> torch.Tensor:
-    """A tensor owning a copy: Arrow buffers are read-only, and torch wants writable memory."""
-    return torch.from_numpy(np.array(a, copy=True))
+def _owned(a: np.ndarray) -> np.ndarray:
+    """A writable copy: Arrow buffers are read-only, and torch wants writable memory."""
+    return np.array(a, copy=True)
 
 
 # -- the stateful loader -------------------------------------------------------------------------
@@ -328,8 +371,15 @@ class TorchLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.dataset._seek(self._next)
         end = epoch_end(self.dataset.spec, self._next)
-        loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **self.options)
+        # Workers send numpy through the pipe, made into tensors here: one shared-memory segment per
+        # tensor (about ten per batch) cost ~10x more (measured). Not with pin_memory, which pins tensors.
+        numpy = self.num_workers > 0 and not self.options.get("pin_memory")
+        self.dataset._numpy_workers = numpy
+        options = {"collate_fn": _keep} if numpy else {}
+        loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **options, **self.options)
         for batch in loader:
+            if isinstance(batch, _WorkerBatch):
+                batch = default_convert(dict(batch))  # what the worker's collate would have done
             self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
             yield batch
         self._next = end
@@ -344,6 +394,33 @@ class TorchLoader:
 
     def close(self) -> None:
         self.dataset.close()
+
+
+class _WorkerBatch(dict):
+    """A batch as numpy arrays, on its way from a TorchLoader's worker to the TorchLoader."""
+
+
+def _keep(batch: Any) -> Any:
+    """The TorchLoader's collate: nothing in the worker (the batch is made whole there)."""
+    return batch
+
+
+def _tensors_to_numpy(value: Any) -> Any:
+    """A transform's CPU tensors (in dicts, lists, tuples) as numpy arrays, which default_convert
+    turns back into equal tensors; other tensors and values stay as they are."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.requires_grad or value.dtype not in _NUMPY_ROUND_TRIP:
+            return value
+        return value.contiguous().numpy()
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _tensors_to_numpy(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_tensors_to_numpy(v) for v in value)
+    return value
+
+
+_NUMPY_ROUND_TRIP = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+                     torch.float64, torch.bool, torch.complex64, torch.complex128}
 
 
 def elastic_state(dataloader_state: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pyarrow as pa
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.cache import CachedShard, ShardCache
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.columns import gather_column
+from dsinspect.loaders.columns import gather
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan
 from dsinspect.loaders.spec import RunSpec, Shuffle
@@ -35,7 +35,7 @@ class BatchReader:
         self._check_columns()
         self._read = [*self.columns, HASH_COLUMN]
         first = self.versions[0].manifest.schema
-        self.schema = pa.schema([first.field(c) for c in self.columns] + [pa.field(HASH_COLUMN, pa.binary(16), False)])
+        self.schema = pa.schema([first.field(c) for c in self.columns])  # of the batches (row hashes apart)
         self.cache = cache or ShardCache()
         self._max_open = self._plan_budget(spec)
         self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
@@ -44,11 +44,12 @@ class BatchReader:
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def read(self, plan: BatchPlan) -> pa.RecordBatch:
-        """The rows of `plan` (requested columns plus the row-hash column) in plan order."""
+    def read(self, plan: BatchPlan) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+        """The rows of `plan` in plan order: per requested column a dense numpy array or an Arrow
+        array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array."""
         n = len(plan.indices)
         if len(self.versions) == 1:
-            parts = self._parts(0, plan.indices, np.arange(n))
+            parts = self._parts(0, plan.indices, None)
         else:
             parts = []
             for k in np.unique(plan.sources):
@@ -56,8 +57,11 @@ class BatchReader:
                 parts += self._parts(int(k), plan.indices[sel], sel)
         for shard, rows, _ in parts:
             shard.check(rows, self._read)
-        columns = [gather_column([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in self._read]
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in self._read}
+        hashes = columns.pop(HASH_COLUMN)
+        if not isinstance(hashes, np.ndarray):  # a null-free binary(16) column is always dense
+            raise IntegrityError("a cached shard's row hashes are not 16-byte values")
+        return columns, hashes
 
     def warm(self, plans: Sequence[BatchPlan]) -> None:
         """Start fetching the shards these future batches need, in order of first need (at most
@@ -93,18 +97,23 @@ class BatchReader:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _parts(self, k: int, indices: np.ndarray, where: np.ndarray) -> list[tuple[CachedShard, np.ndarray, np.ndarray]]:
-        """(cached shard, rows in it, output positions), one part per shard the indices touch."""
+    def _parts(self, k: int, indices: np.ndarray, where: np.ndarray | None) -> list[tuple[CachedShard, np.ndarray, np.ndarray | None]]:
+        """(cached shard, rows in it, output positions), one part per shard the indices touch;
+        `where` None means positions 0..n-1 (and a single part keeps it None: a gather in place)."""
         version = self.versions[k]
         shards = np.searchsorted(version.shard_starts, indices, side="right") - 1
-        if len(shards) and (shards == shards[0]).all():
-            s = int(shards[0])
-            return [(self._shard(k, s), indices - version.shard_starts[s], where)]
-        out = []
-        for s in np.unique(shards):
-            sel = np.flatnonzero(shards == s)
-            out.append((self._shard(k, int(s)), indices[sel] - version.shard_starts[s], where[sel]))
-        return out
+        if not len(shards):
+            return []
+        first = shards[0]
+        if (shards == first).all():
+            return [(self._shard(k, int(first)), indices - version.shard_starts[first], where)]
+        order = np.argsort(shards, kind="stable")  # one sort splits the batch by shard
+        ordered = shards[order]
+        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        positions = order if where is None else where[order]
+        rows = indices[order] - np.asarray(version.shard_starts)[ordered]
+        return [(self._shard(k, int(ordered[a])), rows[a:b], positions[a:b])
+                for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)])]
 
     def _shard(self, k: int, shard: int) -> CachedShard:
         key = (k, shard)
@@ -114,7 +123,7 @@ class BatchReader:
                 self._open.move_to_end(key)
                 return cached
             pending = self._pending.get(key)
-        if pending is not None:
+        if pending is not None and not pending.cancel():  # not started: open it here, no thread hand-off
             pending.result()  # fetched in the background; _load has put it in _open
             with self._lock:
                 if key in self._open:
