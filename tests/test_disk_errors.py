@@ -233,9 +233,6 @@ def test_filling_the_shard_cache_on_a_full_disk(tmp_path):
     assert not left, f"temp files left in the cache: {left}"
 
 
-@pytest.mark.xfail(strict=True, reason="fetch.py reports a full cache disk as IntegrityError (exit 1, 'fetch failed "
-                   "after N tries') naming the source shard, not the cache path that could not be written; it "
-                   "retries a local ENOSPC as if the network had failed. Wanted: StorageError naming the cache path.")
 def test_a_full_cache_disk_is_a_storage_error_naming_the_cache(tmp_path):
     error, disk, _ = fill_cache_on_full_disk(tmp_path)
     assert isinstance(error, StorageError) and error.exit_code == 2

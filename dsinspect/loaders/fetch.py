@@ -10,9 +10,11 @@ import tempfile
 import time
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
-from dsinspect.errors import IntegrityError, NotFoundError, UserError
+from dsinspect.errors import IntegrityError, NotFoundError, StorageError, UserError
 from dsinspect.loaders.stats import ReadStats
+from dsinspect.loaders.storage import write_errors
 
 __all__ = ["fetch_verified", "TRANSIENT"]
 
@@ -35,6 +37,8 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
             raise NotFoundError(f"shard {url} is missing from storage") from None
         except PermissionError as e:
             raise UserError(f"shard {url}: permission denied ({e})") from None
+        except StorageError:
+            raise  # the local cache cannot be written: retrying the download would not help
         except TRANSIENT as e:
             if attempt >= retries:
                 raise IntegrityError(f"shard {url}: fetch failed after {attempt + 1} tries: "
@@ -56,14 +60,20 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
 
 def _download(fs: fsspec.AbstractFileSystem, path: str, directory: str) -> tuple[str, str, int]:
     digest, nbytes = hashlib.sha256(), 0
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fetch-", suffix=".part")
+    with _local_write(directory):
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fetch-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=_CHUNK, cache_type="none") as src:
             for chunk in iter(lambda: src.read(_CHUNK), b""):
                 digest.update(chunk)
-                out.write(chunk)
+                with _local_write(directory):  # a full or read-only cache disk is no network hiccup
+                    out.write(chunk)
                 nbytes += len(chunk)
     except BaseException:
         os.unlink(tmp)
         raise
     return tmp, digest.hexdigest(), nbytes
+
+
+def _local_write(directory: str):
+    return write_errors(LocalFileSystem(), directory)
