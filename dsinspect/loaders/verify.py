@@ -82,7 +82,7 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
         rep.problems.append("shard file is missing")
         return rep
     except OSError as e:
-        rep.problems.append(f"shard file is not readable: {e}")
+        rep.problems.append(f"shard file is not readable: {_one_line(e)}")
         return rep
     if rep.actual_sha256 != entry.sha256:
         rep.problems.append(f"sha256 mismatch: manifest says {entry.sha256}, file hashes to {rep.actual_sha256}")
@@ -91,7 +91,7 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
     try:
         _check_rows(version, shard, data, rep)
     except (pa.ArrowException, OSError, ValueError, DsinspectError) as e:
-        rep.problems.append(f"rows not readable: {e}")
+        rep.problems.append(f"rows not readable: {_one_line(e)}")
     return rep
 
 
@@ -130,3 +130,8 @@ def _check_rows(version: DatasetVersion, shard: int, data: bytes, rep: ShardRepo
         offset += table.num_rows
     if rep.bad_row_count:
         rep.problems.append(f"{rep.bad_row_count} row(s) do not match their stored row hash")
+
+
+def _one_line(error: BaseException) -> str:
+    """A library's message as one line (pyarrow's thrift errors end in a newline)."""
+    return " ".join(str(error).split())
