@@ -126,7 +126,7 @@ def test_loader_epochs_survive_ten_thousand_faults_with_exact_output(catalog_dir
     flipped download fails its sha256 check and is fetched again. fetch.py's contract is to re-fetch
     once on a hash mismatch and then refuse: when one shard's download is damaged twice, the round ends
     in an IntegrityError naming the shard URL and both hashes (asserted) and is run again, as a
-    restarted job would. Only faults of rounds that ended in exactly the clean output are counted."""
+    restarted job would; so does the rare round where one fetch exhausts its retries. Only faults of rounds that ended in exactly the clean output are counted."""
     clean = epoch(Catalog(str(catalog_dir)), tmp_path / "clean")
     stats = FaultStats()
     spec = FaultSpec(seed=11, error=0.3, timeout=0.15, slow=0.15, truncate=0.015, flip=0.015, delay=0.0002,
@@ -142,7 +142,10 @@ def test_loader_epochs_survive_ten_thousand_faults_with_exact_output(catalog_dir
             got = epoch(catalog, tmp_path / f"round-{rounds}", retries=60)
         except IntegrityError as e:
             refusals += 1
-            assert "/datasets/fz/shards/" in str(e) and "does not match the manifest" in str(e)
+            # the contract's two clean refusals: damaged twice, or every one of the 61 tries failed
+            # (at these rates a try fails with p ~ 0.83, so exhausting them is rare, not impossible)
+            assert "/datasets/fz/shards/" in str(e) and ("does not match the manifest" in str(e)
+                                                        or "fetch failed after 61 tries" in str(e)), str(e)
             continue
         assert got == clean  # indices, row hashes and every value
         for kind in KINDS:
@@ -197,23 +200,24 @@ def test_single_row_reads_survive_flipped_bytes(catalog_dir):
     assert outcomes["wrong"] == 0, outcomes
 
 
-def test_the_sample_viewer_flags_every_flipped_row(catalog_dir):
-    """The inspection core recomputes the row hash, so a row damaged in transit is never shown as good."""
-    shown_good_but_wrong = flagged = 0
+def test_the_sample_viewer_never_shows_a_flipped_row_as_good(catalog_dir):
+    """A row damaged in transit is read again (row hash re-checked); if the damage persists the
+    inspection core shows it flagged, never as good."""
+    shown_good_but_wrong = exact = 0
+    stats = FaultStats()
     for seed in range(4):
-        version = faulty_catalog(catalog_dir, FaultSpec(seed=seed, flip=0.3, match="*.parquet")).resolve("fz")
+        version = faulty_catalog(catalog_dir, FaultSpec(seed=seed, flip=0.3, match="*.parquet"), stats).resolve("fz")
         for i in range(64):
             try:
                 sample = open_sample(version, i)
             except DsinspectError:
                 continue
             values = {f.name: sample.value(f.name) for f in FIELDS}
-            if not sample.row_hash.ok:
-                flagged += 1
-            elif values != ROWS[i]:
+            if sample.row_hash.ok and values != ROWS[i]:
                 shown_good_but_wrong += 1
+            exact += sample.row_hash.ok and values == ROWS[i]
             sample.to_json()  # every view builds
-    assert shown_good_but_wrong == 0 and flagged > 0
+    assert shown_good_but_wrong == 0 and exact > 0 and stats.faults["flip"] > 0, stats.faults
 
 
 def test_verify_never_passes_damaged_reads_and_never_raises(catalog_dir):

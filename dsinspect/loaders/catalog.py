@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from typing import Any, Iterable
 
-from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, UserError
+from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, StorageError, UserError
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.storage import join, locked, url_to_fs, write_atomic
@@ -25,6 +26,7 @@ __all__ = ["Catalog", "LATEST"]
 LATEST = "latest"
 _HEX = re.compile(r"^[0-9a-f]+$")
 _VERSION_FILE = re.compile(r"^([0-9a-f]{64})\.json$")
+_READ_TRIES = 4
 
 
 class Catalog:
@@ -89,7 +91,9 @@ class Catalog:
             return {}
         where = self.display(path)
         try:
-            tags = json.loads(self.fs.cat_file(path))
+            tags = json.loads(self._read(path))
+        except RecursionError:
+            raise ManifestError(f"{where}: nested too deeply") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ManifestError(f"{where}: not valid JSON ({e})") from None
         if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) and re.match(r"^[0-9a-f]{64}$", v)
@@ -133,9 +137,17 @@ class Catalog:
         where = self.display(path)
         if not self.fs.exists(path):
             raise NotFoundError(f"version {version_id} of {name!r} is missing: {where}")
-        manifest = Manifest.from_bytes(self.fs.cat_file(path), where)
-        if manifest.id != version_id:
-            raise IntegrityError(f"{where}: content hashes to {manifest.id}, not the version id in its name")
+        for second_read in (False, True):  # damaged in transit, or at rest: a second read tells them apart
+            try:
+                manifest = Manifest.from_bytes(self._read(path), where)
+            except ManifestError:
+                if second_read:
+                    raise
+                continue
+            if manifest.id == version_id:
+                break
+            if second_read:
+                raise IntegrityError(f"{where}: content hashes to {manifest.id}, not the version id in its name")
         self._manifests[(name, version_id)] = manifest
         return manifest
 
@@ -179,10 +191,26 @@ class Catalog:
         path = self.blob_path(name, sha256, ext)
         if not self.fs.exists(path):
             raise NotFoundError(f"blob {sha256} of {name!r} is missing: {self.display(path)}")
-        data = self.fs.cat_file(path)
+        data = self._read(path)
+        if sha256_hex(data) != sha256:
+            data = self._read(path)
         if sha256_hex(data) != sha256:
             raise IntegrityError(f"{self.display(path)}: content hashes to {sha256_hex(data)}, expected {sha256}")
         return data
+
+    def _read(self, path: str) -> bytes:
+        """A small metadata file, retrying what storage clients raise for transient trouble."""
+        for attempt in range(_READ_TRIES):
+            try:
+                return self.fs.cat_file(path)
+            except (FileNotFoundError, PermissionError):
+                raise
+            except Exception as e:  # noqa: BLE001 - network and server hiccups of any client
+                if attempt + 1 == _READ_TRIES:
+                    raise StorageError(f"cannot read {self.display(path)} after {_READ_TRIES} tries: "
+                                       f"{e.__class__.__name__}: {' '.join(str(e).split())}") from None
+                time.sleep(0.05 * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     def _parent_id(self, name: str, parent: str | None) -> str | None:
         if parent is None:

@@ -99,7 +99,7 @@ class DatasetVersion:
                 pf = pq.ParquetFile(self.catalog.fs.open(path, "rb", cache_type="none"))
             except FileNotFoundError:
                 raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
-            except (pa.ArrowInvalid, OSError) as e:
+            except (pa.ArrowException, OSError) as e:
                 raise IntegrityError(f"shard {shard} of {self.address} is not readable Parquet "
                                      f"({self.shard_url(shard)}): {e}") from None
             self._files[shard] = pf
@@ -112,14 +112,14 @@ class DatasetVersion:
     def read_row_group(self, shard: int, group: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
                                  f"({self.shard_url(shard)}): {e}") from None
 
     def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read(columns=list(columns) if columns else None)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
 
     def row_table(self, index: int, columns: Sequence[str] | None = None, *, verify: bool = True) -> pa.Table:
@@ -129,12 +129,13 @@ class DatasetVersion:
         does not match is read once more from a freshly opened file (damage in transit goes away),
         then refused with IntegrityError; `verify=False` returns the bytes as stored, for viewers
         that show a damaged row and flag it."""
-        loc = self.locate(index)
         try:
-            table = self._checked_row(loc, index, verify)
+            table = self._checked_row(self.locate(index), index, verify)
         except IntegrityError:
-            self._files.pop(loc.shard, None)  # the footer may be what was damaged: reopen
-            table = self._checked_row(loc, index, verify)
+            shard, _ = self.shard_of(index)
+            self._files.pop(shard, None)  # the footer may be what was damaged: reopen
+            self._starts.pop(shard, None)
+            table = self._checked_row(self.locate(index), index, verify)
         return table.select(list(columns)) if columns else table
 
     def row(self, index: int) -> dict[str, Any]:
