@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 from textual.widgets import DataTable, Input, OptionList
 
+from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.catalog_screen import CatalogScreen
 from dsinspect.tui.dataset_screen import DatasetScreen
+from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.goto_screen import GoToScreen
 from dsinspect.tui.help_screen import HelpScreen
 from dsinspect.tui.sample_screen import SampleScreen
@@ -108,6 +111,59 @@ async def test_start_address_with_index_opens_dataset_then_sample():
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.info)
         assert app.screen.query_one("SampleTable").cursor == 5
+
+
+class HeldSource(DataSource):
+    """A remote that does not answer: `sample()` blocks until the test releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def sample(self, address):
+        self.release.wait(30)
+        return super().sample(address)
+
+
+@pytest.mark.asyncio
+async def test_a_slow_read_never_freezes_the_ui():
+    source = HeldSource()
+    app = DsinspectApp(source=source, address="demo-text@v1:0")
+    async with app.run_test(size=SIZE) as pilot:
+        try:
+            await until(pilot, lambda: isinstance(app.screen, SampleScreen), what="sample screen")
+            screen = app.screen
+            await pilot.press("question_mark")  # keys still work while the read hangs in its worker
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help over a pending read")
+            await pilot.press("escape")
+            await until(pilot, lambda: app.screen is screen and "reading" in screen_text(app))
+            assert screen.sample is None
+        finally:
+            source.release.set()
+        await until(pilot, lambda: screen.sample is not None and screen.query(FieldView), what="the late sample")
+
+
+@pytest.mark.asyncio
+async def test_mouse_picks_a_field_and_opens_a_catalog_version():
+    app = DsinspectApp(address="demo-text@v1:0")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.query(FieldView), what="sample")
+        screen = app.screen
+        fields = screen.query_one("#fields", OptionList)
+        names = [f.name for f in screen.sample.fields]
+        target = names.index("text")  # each option is two lines (name, role and size) below the list's top edge
+        await pilot.click(fields, offset=(4, 1 + 2 * target))
+        await until(pilot, lambda: screen.query_one(FieldView).prepared.info.name == "text", what="clicked field")
+        app.action_catalog()
+        await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="catalog")
+        versions = app.screen.query_one("#versions", DataTable)
+        await until(pilot, lambda: versions.row_count == 2, what="versions")
+        await pilot.click(versions, offset=(3, 2))  # the second row (older version): the cursor moves there
+        await until(pilot, lambda: versions.cursor_row == 1, what="row clicked")
+        await pilot.click(versions, offset=(3, 2))  # a click on the highlighted row selects it
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen), what="version opened by mouse")
+        assert app.screen.address.endswith("@" + app.screen_stack[-2].query_one("#versions", DataTable)
+                                           .coordinate_to_cell_key((1, 0)).row_key.value)
 
 
 def test_tui_package_imports_neither_web_nor_textual_eagerly():

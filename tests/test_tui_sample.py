@@ -3,13 +3,16 @@ video frame stepping, trajectories with sparklines, and error views for broken f
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
-from textual.widgets import OptionList
+from textual.widgets import DataTable, OptionList
 
 import dsinspect
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
+from dsinspect.term import sparkline
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.field_view import FieldView
@@ -27,6 +30,7 @@ async def open_field(pilot, app, address: str, field: str) -> SampleScreen:
     screen.query_one("#fields", OptionList).highlighted = names.index(field)
     await until(pilot, lambda: screen.query(FieldView) and screen.query_one(FieldView).prepared.info.name == field,
                 what=f"field {field}")
+    await until(pilot, lambda: screen.query_one("#raw-body").content, what="hashes and hex")
     await pilot.pause(0.05)
     return screen
 
@@ -48,6 +52,20 @@ async def test_tokens_coloured_with_the_id_under_the_cursor():
         rendered = strip.render().renderables[1]
         backgrounds = {str(span.style) for span in rendered.spans}
         assert len(backgrounds) >= 3
+
+
+@pytest.mark.asyncio
+async def test_footer_follows_the_focused_widgets_keys():
+    """The footer skips rebuilding when its keys are unchanged, but not when they change."""
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-text@v1:0", "tokens")
+        await until(pilot, lambda: "Raw hex" in screen_text(app) and "Next token" not in screen_text(app))
+        await pilot.press("tab")  # into the token strip: its keys join the footer
+        assert app.focused is screen.query_one(TokenStrip)
+        await until(pilot, lambda: "Next token" in screen_text(app), what="token keys in the footer")
+        await pilot.press("shift+tab")
+        await until(pilot, lambda: "Next token" not in screen_text(app), what="token keys gone")
 
 
 @pytest.mark.asyncio
@@ -97,6 +115,31 @@ async def test_trajectory_table_with_sparklines_and_next_sample():
         await until(pilot, lambda: screen.sample.index == 0)
         await pilot.press("p")
         await until(pilot, lambda: [n for n in app._notifications if "no sample -1" in n.message])
+
+
+@pytest.mark.asyncio
+async def test_trajectory_pages_through_every_step_of_a_long_episode():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-rl@v1:2", "trajectory")
+        view = screen.sample.view("trajectory")
+        assert view.length == 120
+        table = screen.query_one("#steps", DataTable)
+        assert table.row_count == 120
+        await pilot.press("tab")  # from the field list into the step table
+        assert app.focused is table
+        await pilot.press("pagedown")
+        assert table.cursor_row > 10
+        await pilot.press("end")
+        await until(pilot, lambda: "step 120/120" in screen_text(app), what="marker at the last step")
+        assert table.cursor_row == 119
+        last = view.page(-1).rows[-1]
+        row = table.get_row_at(119)
+        assert row[0] == "119" and row[4].plain == f"{last.cumulative:.4g}"
+        assert "reward  " + sparkline(view.rewards, 64) in screen_text(app)
+        assert re.search(rf" 119 .* {re.escape(row[4].plain)} ", screen_text(app)), "the last step's row is drawn"
+        await pilot.press("home")
+        await until(pilot, lambda: "step 1/120" in screen_text(app), what="back to the first step")
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ from textual.pilot import Pilot
 SIZE = (120, 36)
 
 
-async def until(pilot: Pilot, condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
-    """Let the app run until `condition()` is truthy; fail after `timeout` seconds."""
+async def until(pilot: Pilot, condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
+    """Let the app run until `condition()` is truthy; fail after `timeout` seconds (generous: CI machines
+    are shared, and a passing wait returns as soon as the condition holds)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -31,7 +31,7 @@ def show(ctx: click.Context, address: str, fields: tuple[str, ...], raw: bool, p
     and the row hash recomputed and compared with the stored one (exit 1 when they differ)."""
     from PIL import Image
 
-    from dsinspect.cli.render import Options, render_sample
+    from dsinspect.term import Options, render_sample
     from dsinspect.inspect import open_address
 
     sample = open_address(catalog_from(ctx, catalog_url), address)

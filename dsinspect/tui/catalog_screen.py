@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, OptionList, Static
+from textual.widgets import DataTable, Header, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
 __all__ = ["CatalogScreen"]
@@ -47,7 +48,7 @@ class CatalogScreen(Screen):
                 yield Label("versions", classes="pane-title", id="versions-title")
                 yield DataTable(id="versions", cursor_type="row", zebra_stripes=True)
                 yield Static(id="tags")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "catalog"

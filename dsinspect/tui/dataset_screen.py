@@ -8,9 +8,10 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
 from dsinspect.tui.catalog_screen import human_bytes
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress, RowsLoaded
 from dsinspect.tui.sample_table import PAGE_ROWS, SampleTable
 
@@ -46,7 +47,7 @@ class DatasetScreen(Screen):
                 yield DataTable(id="shards-table", cursor_type="row")
             with TabPane("History", id="history"):
                 yield DataTable(id="history-table", cursor_type="row")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = self.address

@@ -9,8 +9,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Label, Static
+from textual.widgets import DataTable, Header, Label, Static
 
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
 from dsinspect.tui.row_diff_screen import RowDiffScreen
 
@@ -35,7 +36,7 @@ class DiffScreen(Screen):
             yield DataTable(id="schema-changes", cursor_type="row")
             yield Label("rows (enter: before / after)", classes="pane-title")
             yield DataTable(id="row-changes", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"diff {self.a} → {self.b}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image as PILImage
@@ -13,16 +13,15 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from dsinspect.cli.render import Options, findings_text, hex_panel, render_view
-from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, TokensView, VideoView, View
+from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, StepRow, TokensView, VideoView, View
 from dsinspect.inspect.trajectory import TrajectoryView
+from dsinspect.term import Options, findings_text, hex_panel, render_view
 from dsinspect.tui.pictures import picture
+from dsinspect.tui.step_table import StepTable, step_rows
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import FRAME_SIDE, VideoPlayer
 
-__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable", "STEP_ROWS"]
-
-STEP_ROWS = 20  # trajectory steps drawn per page: laying out a long step table is most of opening an episode
+__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable"]
 
 
 @dataclass
@@ -34,6 +33,7 @@ class Prepared:
     body: RenderableType | None = None
     image: PILImage.Image | None = None
     first_frame: FrameView | ErrorView | None = None
+    steps: list[StepRow] | None = None  # every step of a trajectory
 
 
 def prepare(sample: Sample, name: str, width: int = 90) -> Prepared:
@@ -42,14 +42,14 @@ def prepare(sample: Sample, name: str, width: int = 90) -> Prepared:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
         view = sample.view(name)
-        if isinstance(view, TrajectoryView) and view.page_size > STEP_ROWS:
-            view = replace(view, page_size=STEP_ROWS)
         out = Prepared(info, view)
         if isinstance(view, ImageView):
             out.image = view.image()
             out.body = _image_head(view)
         elif isinstance(view, VideoView):
             out.first_frame = view.frame(0, max_side=FRAME_SIDE) if view.frame_count else None
+        elif isinstance(view, TrajectoryView):
+            out.steps = step_rows(view)
         elif not isinstance(view, TokensView):
             out.body = render_view(view, Options(width=width))
     return out
@@ -101,6 +101,8 @@ class FieldView(Vertical):
             if view.findings:
                 yield Static(findings_text(view.findings))
             yield VideoPlayer(view, p.first_frame, id="video-player")
+        elif isinstance(view, TrajectoryView) and p.steps is not None:
+            yield StepTable(view, p.steps, id="step-table")
         else:
             if p.body is not None:
                 yield Static(p.body, classes="view-body")

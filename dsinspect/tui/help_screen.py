@@ -33,6 +33,7 @@ Addresses are `NAME[@REF][:INDEX]`, e.g. `demo-text@v1:17`: REF is a tag or a ve
 | `left` `right` | token view | move the token cursor (its id and bytes are shown) |
 | `n` / `p` | sample | next / previous sample |
 | `.` / `,` | video field | next / previous frame |
+| `up` `down` `pgup` `pgdn` `home` `end` | trajectory steps (`tab` into them) | any step; ▲ marks it on the sparklines |
 | `x` | sample | show or hide raw hex |
 """
 

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widget import Widget
 from textual.widgets import Static
 
-__all__ = ["Picture", "picture", "set_picture", "half_block_text", "BACKEND"]
+__all__ = ["Picture", "picture", "set_picture", "half_block_text", "use_half_blocks", "BACKEND"]
 
 try:  # must be imported before the app starts: it queries the terminal for graphics support
     from textual_image.renderable import Image as _AutoRenderable
@@ -19,8 +19,16 @@ try:  # must be imported before the app starts: it queries the terminal for grap
     _Widget: type[Widget] | None = _Halfcell if _AutoRenderable is _UnicodeRenderable else _Auto
     BACKEND = "textual-image"
 except ImportError:  # optional: half-blocks through rich
-    _Widget = None
+    _Halfcell = _Widget = None
     BACKEND = "half-blocks"
+
+
+def use_half_blocks() -> None:
+    """Draw pictures as half-block cells whatever graphics the terminal offers: the same cells in
+    every terminal (snapshot tests), or a way out when a terminal claims graphics it lacks."""
+    global _Widget
+    _Widget = _Halfcell
+
 
 MAX_COLS, MAX_ROWS = 96, 24
 
@@ -38,8 +46,8 @@ class Picture(Static):
 
 def half_block_text(image: Image.Image) -> Text:
     """`image` as rows of ▀ cells, at most MAX_COLS x MAX_ROWS."""
-    from dsinspect.cli.render import half_blocks
     from dsinspect.inspect import fit_pixels
+    from dsinspect.term import half_blocks
 
     return half_blocks(fit_pixels(image, min(MAX_COLS, image.width), 2 * MAX_ROWS))
 

@@ -17,8 +17,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Label, Static
+from textual.widgets import DataTable, Header, Input, Label, Static
 
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
 __all__ = ["ReplayScreen", "Fed"]
@@ -72,7 +73,7 @@ class ReplayScreen(Screen):
         with Horizontal(id="replay-compare", classes="hidden"):
             yield VerticalScroll(Static(id="as-stored"), id="as-stored-pane")
             yield VerticalScroll(Static(id="as-fed"), id="as-fed-pane")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "replay"

@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Label, Static
+from textual.widgets import Header, Label, Static
 
 from dsinspect.tui.field_view import FieldView, prepare
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
 
 __all__ = ["RowDiffScreen"]
@@ -35,7 +36,7 @@ class RowDiffScreen(Screen):
                 yield Label(f"before · {self.a or 'absent'}", classes="pane-title")
             with VerticalScroll(id="after"):
                 yield Label(f"after · {self.b or 'absent'}", classes="pane-title")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "row diff"

@@ -10,11 +10,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, OptionList, Static
+from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from dsinspect.loaders.address import Address, parse_address
 from dsinspect.tui.field_view import FieldView, Prepared, prepare, raw_renderable
+from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import VideoPlayer
@@ -47,6 +48,7 @@ class SampleScreen(Screen):
         self.addr: Address = parse_address(address)
         self.sample: Any = None
         self.field_name: str | None = None
+        self.shown: tuple[Any, str] | None = None  # (sample, field) the decoded pane holds
         self.hex_page = 0
 
     def compose(self) -> ComposeResult:
@@ -57,7 +59,7 @@ class SampleScreen(Screen):
             with Vertical(id="sample-right"):
                 yield Pane(id="decoded")
                 yield Pane(Static(id="raw-body"), id="raw")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.ready = True
@@ -76,16 +78,39 @@ class SampleScreen(Screen):
     def address(self) -> str:
         return str(self.addr)
 
-    @work(thread=True, exclusive=True, group="sample")
     def load_sample(self, addr: Address) -> None:
+        """Read sample `addr` and decode the field to show, off the UI thread."""
+        self._read_sample(addr, self.field_name, self._decode_width())
+
+    def _decode_width(self) -> int:
+        """Columns for rendered views; read here, on the UI thread (workers must not walk the DOM)."""
+        return max(40, self.query_one("#decoded").size.width - 2)
+
+    @work(thread=True, exclusive=True, group="sample")
+    def _read_sample(self, addr: Address, wanted: str | None, width: int) -> None:
+        """One worker reads the sample and decodes the field to show: one hop back to the UI."""
         try:
             sample = self.app.source.sample(addr)
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not open {addr}: {e}"))
             return
-        self.app.call_from_thread(self.show_sample, addr, sample)
+        prepared = self._prepare(sample, self._field_to_show(sample, wanted), width)
+        self.app.call_from_thread(self.show_sample, addr, sample, prepared)
 
-    def show_sample(self, addr: Address, sample: Any) -> None:
+    def _field_to_show(self, sample: Any, wanted: str | None) -> str:
+        """The field shown before (stepping through samples keeps it), else the first interesting one."""
+        names = [f.name for f in sample.fields]
+        return wanted if wanted in names else names[self._first_interesting(sample)]
+
+    def _prepare(self, sample: Any, name: str, width: int) -> Prepared | None:
+        """Decode field `name` (in a worker thread); a failure becomes a notification."""
+        try:
+            return prepare(sample, name, width)
+        except Exception as e:  # noqa: BLE001 - the core should not raise; if it does, say so and carry on
+            self.post_message(LoadFailed(f"could not decode {name}: {e}"))
+            return None
+
+    async def show_sample(self, addr: Address, sample: Any, prepared: Prepared | None) -> None:
         self.addr, self.sample = Address(addr.name, addr.ref, sample.index), sample
         self.sub_title = sample.address
         ok = sample.row_hash.ok
@@ -94,13 +119,19 @@ class SampleScreen(Screen):
             "bold white on red")
         self.query_one("#sample-summary", Static).update(Text.assemble(
             (sample.address, "bold"), f"  row {sample.index:,} of {sample.num_rows:,}  ", check))
+        names = [f.name for f in sample.fields]
+        self.field_name = prepared.info.name if prepared else self._field_to_show(sample, self.field_name)
+        self.hex_page = 0
+        self.shown = (sample, self.field_name)  # set before any await: the highlight below must not decode again
         fields = self.query_one("#fields", OptionList)
         fields.clear_options()
         fields.add_options(Option(self._field_label(f), id=f.name) for f in sample.fields)
-        keep = self.field_name if self.field_name in [f.name for f in sample.fields] else None
-        names = [f.name for f in sample.fields]
-        fields.highlighted = names.index(keep) if keep else self._first_interesting(sample)
+        fields.highlighted = names.index(self.field_name)  # its OptionHighlighted finds the field already shown
         fields.focus()
+        self.query_one("#raw-body", Static).update("")  # the hex is drawn just after the decoded view
+        self.call_after_refresh(self._show_raw)
+        if prepared is not None:
+            await self.show_field(sample, prepared)
 
     @staticmethod
     def _field_label(f: Any) -> Text:
@@ -114,29 +145,31 @@ class SampleScreen(Screen):
 
     @on(OptionList.OptionHighlighted, "#fields")
     async def _field_chosen(self, event: OptionList.OptionHighlighted) -> None:
-        if self.sample is not None and event.option.id:
-            self.field_name, self.hex_page = event.option.id, 0
-            await self.query_one("#decoded").remove_children()
-            await self.query_one("#decoded").mount(Static(f"decoding {event.option.id}…", classes="loading"))
-            self.decode_field(self.sample, event.option.id, max(40, self.query_one("#decoded").size.width - 2))
-            self._show_raw()
+        name = event.option.id
+        if self.sample is None or not name or self.shown == (self.sample, name):
+            return
+        self.field_name, self.hex_page, self.shown = name, 0, None
+        decoded = self.query_one("#decoded")
+        await decoded.remove_children()
+        await decoded.mount(Static(f"decoding {name}…", classes="loading"))
+        self.decode_field(self.sample, name, self._decode_width())
+        self._show_raw()
 
     @work(thread=True, exclusive=True, group="decode")
     def decode_field(self, sample: Any, name: str, width: int) -> None:
-        try:
-            prepared = prepare(sample, name, width)
-        except Exception as e:  # noqa: BLE001 - the core should not raise; if it does, say so and carry on
-            self.post_message(LoadFailed(f"could not decode {name}: {e}"))
-            return
-        self.app.call_from_thread(self.show_field, sample, prepared)
+        prepared = self._prepare(sample, name, width)
+        if prepared is not None:
+            self.app.call_from_thread(self.show_field, sample, prepared)
 
     async def show_field(self, sample: Any, prepared: Prepared) -> None:
         if sample is not self.sample or prepared.info.name != self.field_name:
             return  # the person has moved on
+        self.shown = (sample, prepared.info.name)
         decoded = self.query_one("#decoded")
-        await decoded.remove_children()
-        if sample is self.sample and prepared.info.name == self.field_name:
-            await decoded.mount(FieldView(prepared, id="field-view"))
+        with self.app.batch_update():  # one repaint for the swap, not one for the empty pane and one for the view
+            await decoded.remove_children()
+            if sample is self.sample and prepared.info.name == self.field_name:
+                await decoded.mount(FieldView(prepared, id="field-view"))
 
     def _show_raw(self) -> None:
         if self.sample is not None and self.field_name:
