@@ -170,3 +170,15 @@ def test_decompression_bombs_stay_bounded():
 def _peak_rss_mb() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def test_inputs_the_fuzzer_found_in_ci():
+    """Found by a newer hypothesis in a fresh CI venv: a GIF whose first frame decodes and whose
+    second frame header is cut (Pillow raised IndexError while counting frames)."""
+    gif = (b"GIF87a\x08\x00\x06\x00\x81\x00\x00\xc8\x1eZ" + b"\x00" * 9 + b",\x00\x00\x00\x00\x08\x00\x06\x00\x00"
+           b"\x00\x00,\x00\x00\x00\x00\x08\x00\x06c\xf6t\xef\xbf.`\xcc\x07\x00\x00\x08\x0e\x00\x01\x08\x1cH\xb0\xa0"
+           b"\xc1\x83\x08\x13\x0e\x0c\x08\x00;\x00\x08\x0e\x00\x01\x08\x1cH\xb0\xa0\xc1\x83\x08\x13\x0e\x0c\x08\x00;")
+    view = image_view(gif)
+    assert view.kind == "image" and view.frames == 1
+    assert [f.code for f in view.findings] == ["image-frames"]
+    view.to_json()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsinspect.defaults import open_catalog
-from dsinspect.errors import DsinspectError
+from dsinspect.errors import DsinspectError, UserError
 from dsinspect.loaders.address import NAME_PATTERN, parse_address
 from dsinspect.loaders.manifest import Manifest
 from dsinspect.loaders.spec import RunSpec
@@ -140,3 +140,12 @@ def _rss_mb() -> float:
             if line.startswith("VmHWM:"):  # peak resident set
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("field, value", [("name", "Infinity"), ("name", "null"), ("version", "[1]")])
+def test_run_spec_sources_that_are_not_strings_are_refused(spec, field, value):
+    """Found by a newer hypothesis in CI: a source name of Infinity reached the order hash's JSON
+    encoder (ValueError) instead of being refused."""
+    text = spec.dumps().replace(f'"{field}": "{getattr(spec.sources[0], field)}"', f'"{field}": {value}', 1)
+    with pytest.raises(UserError, match=f"source {field} must be a string"):
+        RunSpec.loads(text)

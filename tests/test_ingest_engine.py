@@ -123,7 +123,10 @@ def test_a_pool_part_that_raises_or_whose_worker_is_killed_is_retried(source, re
     catalog = Catalog(str(tmp_path / "catalog"))
     spec = _failing_spec(source, tmp_path / "marks", {"1": mode, "3": mode})
     result = run_ingest(catalog, spec, "text", engine="pool", workers=2, key="id", opener=OPENER)
-    assert attempts(tmp_path / "marks", 1) == 2 and attempts(tmp_path / "marks", 3) == 2
+    if mode == "raise":
+        assert attempts(tmp_path / "marks", 1) == 2 and attempts(tmp_path / "marks", 3) == 2
+    else:  # a killed worker takes the pool down: a retry running beside the other killer dies with it
+        assert 2 <= attempts(tmp_path / "marks", 1) <= 3 and 2 <= attempts(tmp_path / "marks", 3) <= 3
     assert result.version.id == reference.version.id
     assert _manifests(catalog, "text") == [f"{reference.version.id}.json"]
     assert catalog.tags("text") == {"latest": reference.version.id}

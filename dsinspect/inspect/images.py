@@ -87,7 +87,11 @@ def _view(img: Image.Image, data: bytes) -> ImageView:
     orientation = _orientation(img, findings)
     w, h = img.size
     dw, dh = (h, w) if orientation in (5, 6, 7, 8) else (w, h)
-    frames = int(getattr(img, "n_frames", 1) or 1)
+    try:
+        frames = int(getattr(img, "n_frames", 1) or 1)  # counting GIF/WebP frames reads them all
+    except Exception as e:  # noqa: BLE001 - a later frame may be corrupt when the first is fine
+        frames = 1
+        findings.append(Finding(Severity.WARNING, "image-frames", f"frames after the first unreadable: {reason_of(e)}"))
     if orientation not in (None, 1):
         findings.append(Finding(Severity.INFO, "image-orientation",
                                 f"EXIF orientation {orientation} ({_ORIENTATIONS.get(orientation, 'invalid')}): "

@@ -141,7 +141,8 @@ class RunSpec:
             if data.get("format") != SPEC_FORMAT:
                 raise UserError(f"{where}: not a dsinspect run spec (format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
             order, start = data["order"], data.get("start", {})
-            spec = cls(sources=tuple(Source(s["name"], s["version"], tuple(int(r) for r in s["shard_rows"]), float(s["weight"]))
+            spec = cls(sources=tuple(Source(_text(s["name"], "source name"), _text(s["version"], "source version"),
+                                            tuple(int(r) for r in s["shard_rows"]), float(s["weight"]))
                                      for s in order["sources"]),
                        seed=order["seed"], batch_size=data["batch_size"], world_size=data["world_size"],
                        shuffle=order["shuffle"], window_shards=order["window_shards"], last_batch=data["last_batch"],
@@ -179,6 +180,12 @@ class RunSpec:
 
     def replace(self, **changes: Any) -> "RunSpec":
         return replace(self, **changes)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, not {value!r:.40}")
+    return value
 
 
 def _enum(kind: type[enum.Enum], value: Any, name: str):
