@@ -3,8 +3,6 @@ and its export for a bug report."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import click
@@ -13,13 +11,13 @@ from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
 from dsinspect.cli.replay_preview import preview
-from dsinspect.errors import DsinspectError, UserError
+from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.logcheck import LogCheck, check_log, parse_steps
 from dsinspect.loaders.replay import Replay, load_specs, replay
 from dsinspect.loaders.replay_export import export_replay
 from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.transforms import as_table, load_transform
+from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
 
 _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",
                "mixture_block")
@@ -58,7 +56,7 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     field, then the batch fingerprint."""
     catalog = catalog_from(ctx, catalog_url)
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
-    fn = _import_transform(transform) if transform else None
+    fn = load_job_transform(transform) if transform else None
     picked = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     if log:
         if export_dir:
@@ -69,7 +67,7 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     if steps:
         raise UserError("--steps goes with --check-log")
     rank = rank if rank is not None else "0"
-    result = _guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked), transform)
+    result = guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked), transform)
     receipt = export_replay(result, export_dir) if export_dir else None
     if as_json:
         return emit_json({**result.to_json(), "fields": _field_previews(result),
@@ -108,26 +106,6 @@ def _weighted(address: str) -> tuple[str, float]:
         raise UserError(f"--address {address!r}: the weight after '=' must be a number") from None
 
 
-def _import_transform(name: str):
-    """The job's transform; its own modules are importable from the current directory, as with
-    `python -m` (the console script does not put it on the path)."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    return load_transform(name)
-
-
-def _guarded(call, transform: str | None):
-    """Run replay; an exception raised by the user's transform becomes one line, not a traceback."""
-    try:
-        return call()
-    except DsinspectError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the transform is user code
-        if transform is None:
-            raise
-        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
-
-
 # -- the log check -------------------------------------------------------------------------------
 
 def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, steps: str | None, rank: str | None,
@@ -137,7 +115,7 @@ def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, s
     wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
     ranks = None if rank in (None, "all") else [_rank(rank)]
     with progress("checking log", None) as advance:
-        result = _guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
+        result = guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
                                             rehash=rehash, on_step=advance), transform)
     if as_json:
         emit_json(result.to_json())

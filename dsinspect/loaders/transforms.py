@@ -10,16 +10,21 @@ list of row dicts, or a dsinspect Batch. A job logs it with `RunRecorder.record(
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+import os
+import sys
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-from dsinspect.errors import UserError
+from dsinspect.errors import DsinspectError, UserError
 from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.runlog import batch_fingerprint
 
-__all__ = ["load_transform", "as_table", "transformed_row_hashes", "transformed_fingerprint"]
+__all__ = ["load_transform", "load_job_transform", "guarded", "as_table", "transformed_row_hashes",
+           "transformed_fingerprint"]
+
+T = TypeVar("T")
 
 
 def load_transform(name: str) -> Callable[[Any], Any]:
@@ -38,6 +43,27 @@ def load_transform(name: str) -> Callable[[Any], Any]:
     if not callable(obj):
         raise UserError(f"transform {name!r}: {attr!r} is not callable")
     return obj
+
+
+def load_job_transform(name: str) -> Callable[[Any], Any]:
+    """`load_transform` with the current directory importable, as with `python -m`: a job's own
+    modules import from where the command (CLI, TUI or web app) was started, which console scripts
+    and Streamlit do not put on the path."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_transform(name.strip())
+
+
+def guarded(call: Callable[[], T], transform: str | None) -> T:
+    """Run `call`; an exception raised by the user's transform becomes one UserError line naming it."""
+    try:
+        return call()
+    except DsinspectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the transform is user code
+        if not transform:
+            raise
+        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
 
 
 def as_table(result: Any) -> pa.Table:

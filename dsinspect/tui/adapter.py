@@ -17,6 +17,7 @@ from dsinspect.defaults import open_catalog
 from dsinspect.inspect import Sample, open_sample
 from dsinspect.loaders.address import Address, parse_address
 from dsinspect.loaders.describe import catalog_listing, version_info
+from dsinspect.loaders.transforms import guarded, load_job_transform
 from dsinspect.loaders.version import DatasetVersion
 
 __all__ = ["DataSource", "RowPage", "CELL_WIDTH"]
@@ -102,7 +103,7 @@ class DataSource:
         from dsinspect.loaders.replay import replay
 
         fn = _transform(transform)
-        return _guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
+        return guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
 
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
         """The fingerprint log `log` (a file or run record directory) checked at `step` against
@@ -110,7 +111,7 @@ class DataSource:
         from dsinspect.loaders.logcheck import check_log
 
         fn = _transform(transform)
-        return _guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,
+        return guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,
                                           transform=fn), transform)
 
     def _group(self, version: DatasetVersion, shard: int, group: int, names: list[str]) -> pa.Table:
@@ -131,32 +132,8 @@ class DataSource:
 # -- transforms -----------------------------------------------------------------------------------
 
 def _transform(name: str | None) -> Any:
-    """The job's transform by name; the job's own modules import from the current directory, as
-    with `dsinspect replay --transform`."""
-    if not name:
-        return None
-    import os
-    import sys
-
-    from dsinspect.loaders.transforms import load_transform
-
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    return load_transform(name)
-
-
-def _guarded(call: Any, transform: str | None) -> Any:
-    """An exception raised by the user's transform becomes one line naming it."""
-    from dsinspect.errors import DsinspectError, UserError
-
-    try:
-        return call()
-    except DsinspectError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the transform is user code
-        if not transform:
-            raise
-        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
+    """The job's transform by name (its modules import from the current directory), or None."""
+    return load_job_transform(name) if name else None
 
 
 # -- cells ----------------------------------------------------------------------------------------

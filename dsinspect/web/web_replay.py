@@ -10,19 +10,17 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
-import sys
 from typing import Any, Callable
 
 import pyarrow.parquet as pq
 
-from dsinspect.errors import DsinspectError, UserError
+from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.logcheck import check_log, parse_steps
 from dsinspect.loaders.replay import Replay, replay
 from dsinspect.loaders.replay_export import provenance_table
 from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.transforms import as_table, load_transform
+from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
 from dsinspect.web.web_model import cell
 
 __all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
@@ -62,7 +60,7 @@ def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: 
     with `transform`, each sample's fields as stored and as the transform fed them to the model."""
     fn = import_transform(transform) if transform else None
     source = decode_spec(specs) if isinstance(specs, str) else specs
-    result = _guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
+    result = guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
     rows = [{"rank": s.rank, "position": s.position, "index": s.index, "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
              "verified": s.verified, "seed": str(s.seed)} for s in result.samples]
@@ -110,21 +108,7 @@ def _short_repr(value: Any, width: int = 200) -> str:
 def import_transform(name: str) -> Callable[[Any], Any]:
     """The callable `package.module:function` names; the job's own modules import from the directory
     `dsinspect web` was started in, as with the CLI (Streamlit puts only the app's folder on the path)."""
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    return load_transform(name.strip())
-
-
-def _guarded(call: Callable[[], Any], transform: str | None) -> Any:
-    """An exception raised by the user's transform becomes one UserError line, not a traceback."""
-    try:
-        return call()
-    except DsinspectError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the transform is user code
-        if not transform:
-            raise
-        raise UserError(f"transform {transform} raised {e.__class__.__name__}: {e}") from None
+    return load_job_transform(name)
 
 
 def parse_log(data: bytes, where: str) -> list[dict[str, Any]]:
@@ -151,7 +135,7 @@ def log_check(catalog: Catalog, specs: str | list[RunSpec], log: str | list[dict
     fn = import_transform(transform) if transform else None
     source = decode_spec(specs) if isinstance(specs, str) else specs
     ranks = None if rank.strip().lower() == "all" else [_rank(rank)]
-    result = _guarded(lambda: check_log(source, log, parse_steps(steps), catalog, fn, ranks=ranks), transform)
+    result = guarded(lambda: check_log(source, log, parse_steps(steps), catalog, fn, ranks=ranks), transform)
     return result.to_json()
 
 
