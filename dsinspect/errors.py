@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError", "StorageError"]
+__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError", "StorageError", "reason_of"]
 
 
 class DsinspectError(Exception):
@@ -30,4 +30,12 @@ class IntegrityError(DsinspectError):
 
 
 class StorageError(UserError):
-    """A write the storage refused (disk full, permission denied, read-only): names the path (exit 2)."""
+    """Storage that refused a write (disk full, permission denied, read-only) or kept failing a read:
+    names the path (exit 2)."""
+
+
+def reason_of(exc: BaseException) -> str:
+    """A library's exception as one line for a person: its class and its message, whitespace folded
+    (pyarrow's thrift errors, for one, end in a newline)."""
+    text = " ".join(str(exc).split()) or "no details"
+    return f"{type(exc).__name__}: {text}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, ClassVar
 
+from dsinspect.errors import reason_of  # re-exported: views name why a decode failed
 from dsinspect.inspect.hexdump import HexPage, hex_page
 
 __all__ = ["Severity", "Finding", "View", "ErrorView", "NullView", "jsonable", "no_json", "safely", "reason_of"]
@@ -90,12 +91,6 @@ class NullView(View):
 
     kind: ClassVar[str] = "null"
     role: str
-
-
-def reason_of(exc: BaseException) -> str:
-    """One line naming what went wrong, for a person."""
-    text = " ".join(str(exc).split()) or "no details"
-    return f"{type(exc).__name__}: {text}"
 
 
 def safely(role: str, raw: bytes, decode: Callable[[], View]) -> View:

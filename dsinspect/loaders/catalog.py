@@ -14,7 +14,7 @@ import re
 import time
 from typing import Any, Iterable
 
-from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, StorageError, UserError
+from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.storage import join, locked, url_to_fs, write_atomic
@@ -208,7 +208,7 @@ class Catalog:
             except Exception as e:  # noqa: BLE001 - network and server hiccups of any client
                 if attempt + 1 == _READ_TRIES:
                     raise StorageError(f"cannot read {self.display(path)} after {_READ_TRIES} tries: "
-                                       f"{e.__class__.__name__}: {' '.join(str(e).split())}") from None
+                                       + reason_of(e)) from None
                 time.sleep(0.05 * 2 ** attempt)
         raise AssertionError("unreachable")
 

@@ -9,7 +9,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dsinspect.errors import DsinspectError
+from dsinspect.errors import DsinspectError, reason_of
 from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.version import DatasetVersion
@@ -82,7 +82,7 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
         rep.problems.append("shard file is missing")
         return rep
     except OSError as e:
-        rep.problems.append(f"shard file is not readable: {_one_line(e)}")
+        rep.problems.append(f"shard file is not readable: {reason_of(e)}")
         return rep
     if rep.actual_sha256 != entry.sha256:
         rep.problems.append(f"sha256 mismatch: manifest says {entry.sha256}, file hashes to {rep.actual_sha256}")
@@ -91,7 +91,7 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
     try:
         _check_rows(version, shard, data, rep)
     except (pa.ArrowException, OSError, ValueError, DsinspectError) as e:
-        rep.problems.append(f"rows not readable: {_one_line(e)}")
+        rep.problems.append(f"rows not readable: {reason_of(e)}")
     return rep
 
 
@@ -131,7 +131,3 @@ def _check_rows(version: DatasetVersion, shard: int, data: bytes, rep: ShardRepo
     if rep.bad_row_count:
         rep.problems.append(f"{rep.bad_row_count} row(s) do not match their stored row hash")
 
-
-def _one_line(error: BaseException) -> str:
-    """A library's message as one line (pyarrow's thrift errors end in a newline)."""
-    return " ".join(str(error).split())
