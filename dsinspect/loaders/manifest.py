@@ -59,6 +59,11 @@ class Field:
         return {"name": self.name, "type": type_to_json(self.type), "role": self.role.value,
                 "nullable": self.nullable, "options": dict(self.options)}
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = "field") -> "Field":
+        """The inverse of `to_json`, checked as a manifest's fields are (ManifestError naming `where`)."""
+        return _parse_field(data, where)
+
 
 @dataclass(frozen=True)
 class Shard:

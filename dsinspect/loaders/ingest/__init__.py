@@ -158,7 +158,7 @@ def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict |
             key: str | None, tokenizer: str | None) -> list[Field]:
     """The version's fields: from an export's sidecar (roles still overridable), else inferred."""
     if sidecar is not None:
-        fields = fields_from_json(sidecar["fields"])
+        fields = fields_from_json(sidecar["fields"], "the export sidecar")
         unknown = set(roles) - {f.name for f in fields}
         if unknown:
             raise UserError(f"no field {sorted(unknown)[0]!r} in the source (fields: {', '.join(f.name for f in fields)})")

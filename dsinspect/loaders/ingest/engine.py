@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.arrow_types import type_from_json
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
@@ -84,9 +83,8 @@ def record_path(catalog: Catalog, dataset: str, job_id: str, part_index: int) ->
     return join(staging_dir(catalog, dataset, job_id), f"part-{part_index:05d}.json")
 
 
-def fields_from_json(data: list[dict]) -> list[Field]:
-    return [Field(f["name"], type_from_json(f["type"]), f["role"], f["nullable"], f.get("options", {}))
-            for f in data]
+def fields_from_json(data: list[dict], where: str = "ingest job") -> list[Field]:
+    return [Field.from_json(f, where) for f in data]
 
 
 def load_record(catalog: Catalog, path: str) -> dict | None:
