@@ -132,6 +132,19 @@ def test_a_pool_part_that_raises_or_whose_worker_is_killed_is_retried(source, re
     assert catalog.tags("text") == {"latest": reference.version.id}
 
 
+@pytest.mark.slow
+def test_a_killed_worker_charges_only_the_part_it_was_running(source, reference, tmp_path):
+    """One worker, two parts that each kill it once, one retry each: the parts queued behind a
+    killer were never started, so its death must not use up their retry (before start markers,
+    part 3 was charged for part 1's kill and then failed on its own)."""
+    catalog = Catalog(str(tmp_path / "catalog"))
+    marks = tmp_path / "marks"
+    spec = _failing_spec(source, marks, {"1": "kill", "3": "kill"})
+    result = run_ingest(catalog, spec, "text", engine="pool", workers=1, key="id", opener=OPENER, retries=1)
+    assert attempts(marks, 1) == 2 and attempts(marks, 3) == 2
+    assert result.version.id == reference.version.id
+
+
 def test_retries_are_bounded_and_nothing_is_published(source, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     marks = tmp_path / "marks"

@@ -1,15 +1,20 @@
 """The local engine: tasks in a process pool of spawned workers (no fork of a threaded parent).
 
 Workers receive a task name and a JSON-able dict. A killed worker breaks the whole pool
-(`BrokenProcessPool` for every unfinished task), so a new pool is started for what is left.
+(`BrokenProcessPool` for every unfinished task), so a new pool is started for what is left. Only
+the parts that had started when it broke are charged an attempt: each part drops a start marker
+(an empty file) before it runs, and a part still queued behind the killer retries for free.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from typing import Callable
 
 from dsinspect.loaders.ingest.tasks import OnDone, TaskFailed, call_task, checked
 
@@ -31,20 +36,45 @@ def run_pool(task: str, payloads: list[dict], *, workers: int | None, retries: i
     results: dict[int, dict] = {}
     attempts = dict.fromkeys(range(len(payloads)), 0)
     workers = min(workers or default_workers(), len(payloads))
-    while len(results) < len(payloads):
-        todo = [i for i in range(len(payloads)) if i not in results]
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
-            futures: dict[Future, int] = {pool.submit(call_task, task, payloads[i]): i for i in todo}
-            try:
-                _collect(pool, task, payloads, futures, results, attempts, retries, on_done)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)  # a failed run starts no further parts
-                raise
+    markers = tempfile.mkdtemp(prefix="dsinspect-pool-")
+    try:
+        while len(results) < len(payloads):
+            todo = [i for i in range(len(payloads)) if i not in results]
+            for i in todo:  # a part of a broken pool that had started was charged already
+                _unmark(markers, i)
+            with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+                def submit(i: int, pool: ProcessPoolExecutor = pool) -> Future:
+                    return pool.submit(_call_marked, task, payloads[i], _marker(markers, i))
+
+                futures: dict[Future, int] = {submit(i): i for i in todo}
+                try:
+                    _collect(submit, futures, results, attempts, retries, on_done, markers)
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)  # a failed run starts no further parts
+                    raise
+    finally:
+        shutil.rmtree(markers, ignore_errors=True)
     return [results[i] for i in range(len(payloads))]
 
 
-def _collect(pool: ProcessPoolExecutor, task: str, payloads: list[dict], futures: dict[Future, int],
-             results: dict[int, dict], attempts: dict[int, int], retries: int, on_done: OnDone | None) -> None:
+def _call_marked(task: str, payload: dict, marker: str) -> dict:
+    open(marker, "wb").close()  # this part has started: if the pool breaks now, it was a try
+    return call_task(task, payload)
+
+
+def _marker(markers: str, i: int) -> str:
+    return os.path.join(markers, str(i))
+
+
+def _unmark(markers: str, i: int) -> None:
+    try:
+        os.unlink(_marker(markers, i))
+    except FileNotFoundError:
+        pass
+
+
+def _collect(submit: Callable[[int], Future], futures: dict[Future, int], results: dict[int, dict], attempts: dict[int, int],
+             retries: int, on_done: OnDone | None, markers: str) -> None:
     """Wait for the futures, resubmitting failed tasks while the pool lives (the caller starts a
     new pool for whatever a broken one left unfinished)."""
     pending = set(futures)
@@ -57,13 +87,15 @@ def _collect(pool: ProcessPoolExecutor, task: str, payloads: list[dict], futures
                 result = future.result()
             except BrokenProcessPool as e:
                 broken = True
-                _count_attempt(i, attempts, retries, e)
+                if os.path.exists(_marker(markers, i)):  # running when the pool broke; else never started
+                    _count_attempt(i, attempts, retries, e)
                 continue
             except Exception as e:  # noqa: BLE001 - a failing task is retried, then named
                 _count_attempt(i, attempts, retries, e)
                 if not broken:
+                    _unmark(markers, i)  # the retry has not started yet
                     try:
-                        retry = pool.submit(call_task, task, payloads[i])
+                        retry = submit(i)
                     except BrokenProcessPool:
                         broken = True
                         continue
