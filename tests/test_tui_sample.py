@@ -7,7 +7,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from textual.widgets import DataTable, OptionList
+from textual.widgets import OptionList
 
 import dsinspect
 from dsinspect.loaders.catalog import Catalog
@@ -17,6 +17,7 @@ from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.step_rows_view import StepRowsView
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import VideoPlayer
 from tui_helpers import SIZE, screen_text, until
@@ -124,22 +125,49 @@ async def test_trajectory_pages_through_every_step_of_a_long_episode():
         screen = await open_field(pilot, app, "demo-rl@v1:2", "trajectory")
         view = screen.sample.view("trajectory")
         assert view.length == 120
-        table = screen.query_one("#steps", DataTable)
+        table = screen.query_one("#steps", StepRowsView)
         assert table.row_count == 120
+        expected = [r for n in range(view.pages) for r in view.page(n).rows]  # the core's own paging
+        cells = [table.row_texts(i) for i in range(120)]
+        assert [[c[0], *c[2:5]] for c in cells] == [
+            [str(r.step), str(r.action), f"{r.reward:.4g}", f"{r.cumulative:.4g}"] for r in expected]
+        assert all(str(r.observation).startswith(c[1].rstrip("…")) for c, r in zip(cells, expected))
         await pilot.press("tab")  # from the field list into the step table
         assert app.focused is table
         await pilot.press("pagedown")
         assert table.cursor_row > 10
+        await until(pilot, lambda: f"step {table.cursor_row + 1}/120" in screen_text(app), what="marker follows")
         await pilot.press("end")
         await until(pilot, lambda: "step 120/120" in screen_text(app), what="marker at the last step")
         assert table.cursor_row == 119
         last = view.page(-1).rows[-1]
-        row = table.get_row_at(119)
-        assert row[0] == "119" and row[4].plain == f"{last.cumulative:.4g}"
+        row = table.row_texts(119)
+        assert row[0] == "119" and row[4] == f"{last.cumulative:.4g}"
         assert "reward  " + sparkline(view.rewards, 64) in screen_text(app)
-        assert re.search(rf" 119 .* {re.escape(row[4].plain)} ", screen_text(app)), "the last step's row is drawn"
+        assert re.search(rf" 119 .* {re.escape(row[4])} ", screen_text(app)), "the last step's row is drawn"
         await pilot.press("home")
         await until(pilot, lambda: "step 1/120" in screen_text(app), what="back to the first step")
+
+
+@pytest.mark.asyncio
+async def test_trajectory_step_row_follows_keys_and_mouse_clicks():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_field(pilot, app, "demo-rl@v1:2", "trajectory")
+        table = screen.query_one("#steps", StepRowsView)
+        await pilot.press("tab", "down", "down", "down")
+        await until(pilot, lambda: "step 4/120" in screen_text(app), what="marker at step 4")
+        assert table.cursor_row == 3
+        await pilot.press("up")
+        await until(pilot, lambda: "step 3/120" in screen_text(app), what="marker at step 3")
+        await pilot.click(table, offset=(2, 6))  # line 0 is the header: line 6 is step 5 (index 5)
+        await until(pilot, lambda: table.cursor_row == 5, what="clicked row")
+        await until(pilot, lambda: "step 6/120" in screen_text(app), what="marker at the clicked step")
+        await pilot.press("end", "pageup")
+        rows_per_page = table.scrollable_content_region.height - 1
+        assert table.cursor_row == 119 - rows_per_page and rows_per_page >= 5
+        await pilot.click(table, offset=(2, 0))  # the header is not a step
+        assert table.cursor_row == 119 - rows_per_page
 
 
 @pytest.fixture

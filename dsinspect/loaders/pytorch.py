@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from dsinspect.loaders.columns import is_numeric_dense
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.loader import Batch, Loader
 from dsinspect.loaders.order import epoch_end, epoch_start_step, locate_step
+from dsinspect.loaders.shared_ring import RingBatch, RingReader, RingWriter, new_prefix, ring_slots
 from dsinspect.loaders.spec import RunSpec
 from dsinspect.loaders.state import LoaderState
 
@@ -60,6 +62,8 @@ class TorchBatches(IterableDataset):
         self._loader: Loader | None = None
         self._loader_pid = 0
         self._numpy_workers = False  # set by TorchLoader: workers send numpy, it makes the tensors
+        self._ring: tuple[str, int] | None = None  # set by TorchLoader: (segment prefix, slots) of its pass
+        self._ring_writer: RingWriter | None = None  # this worker's ring, made at its first batch
         _check_columns(self._reader().catalog, self.spec, self.columns, self.dense)
 
     @property
@@ -81,14 +85,25 @@ class TorchBatches(IterableDataset):
 
     def _produce(self, step: int) -> dict[str, Any]:
         """The batch of `step` for this process's consumer: tensors, or, in a worker of a TorchLoader,
-        numpy arrays that the TorchLoader turns into the same tensors (`_WorkerBatch`)."""
-        if not (getattr(self, "_numpy_workers", False) and get_worker_info() is not None):
+        numpy arrays that the TorchLoader turns into the same tensors: written into the worker's
+        shared-memory ring (`RingBatch`), else sent through the pipe (`_WorkerBatch`)."""
+        info = get_worker_info()
+        if not (getattr(self, "_numpy_workers", False) and info is not None):
             return self.batch_at(step)
         batch = self._reader().batch_at(step)
-        out = _WorkerBatch(batch_arrays(batch, self.dense))
+        out = batch_arrays(batch, self.dense)
         if batch.transformed is not None:
             out["transformed"] = _tensors_to_numpy(batch.transformed)
-        return out
+        ring = getattr(self, "_ring", None)
+        if ring is not None:
+            try:
+                if self._ring_writer is None:
+                    self._ring_writer = RingWriter(ring[0], info.id, ring[1])
+                return self._ring_writer.put(out)
+            except OSError as e:  # no room in /dev/shm: the pipe still works
+                warnings.warn(f"shared-memory ring unavailable ({e}); sending batches through the pipe")
+                self._ring = None
+        return _WorkerBatch(out)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass read `epoch` (from its start), unless the position already lies in it."""
@@ -125,7 +140,7 @@ class TorchBatches(IterableDataset):
         return self._loader
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None}
+        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_ring_writer": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, spec=RunSpec.from_json(state["spec"]))
@@ -354,6 +369,7 @@ class TorchLoader:
                 raise UserError(f"TorchLoader sets {option} itself: the dataset makes whole batches in step order")
         self.dataset, self.num_workers, self.options = dataset, num_workers, dataloader_options
         self._next = dataset.step
+        self._pass: weakref.ref | None = None  # the running pass, which close() ends
 
     @property
     def step(self) -> int:
@@ -369,20 +385,50 @@ class TorchLoader:
         return epoch_end(self.dataset.spec, self._next) - self._next
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._end_pass()
+        batches = self._batches()
+        self._pass = weakref.ref(batches)
+        return batches
+
+    def _batches(self) -> Iterator[dict[str, Any]]:
         self.dataset._seek(self._next)
         end = epoch_end(self.dataset.spec, self._next)
-        # Workers send numpy through the pipe, made into tensors here: one shared-memory segment per
-        # tensor (about ten per batch) cost ~10x more (measured). Not with pin_memory, which pins tensors.
+        # Workers write each batch's arrays into a shared-memory ring and send a small descriptor;
+        # the arrays are copied out here into tensors. torch's own transfer (a new shared-memory
+        # segment per tensor) and pickling numpy through the pipe both cost far more (measured).
+        # Not with pin_memory, which pins tensors made by torch.
         numpy = self.num_workers > 0 and not self.options.get("pin_memory")
-        self.dataset._numpy_workers = numpy
+        ring = RingReader(new_prefix(), self.num_workers) if numpy else None
         options = {"collate_fn": _keep} if numpy else {}
         loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **options, **self.options)
-        for batch in loader:
-            if isinstance(batch, _WorkerBatch):
-                batch = default_convert(dict(batch))  # what the worker's collate would have done
-            self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
-            yield batch
-        self._next = end
+        self.dataset._numpy_workers = numpy
+        if ring is not None:
+            self.dataset._ring = (ring.prefix, ring_slots(loader.prefetch_factor or 2, self.num_workers))
+        try:
+            source = iter(loader)  # starts the workers, which take the settings above with them
+        finally:
+            self.dataset._numpy_workers, self.dataset._ring = False, None
+        try:
+            for batch in source:
+                if isinstance(batch, RingBatch):
+                    batch = default_convert(ring.take(batch))  # what the worker's collate would have done
+                elif isinstance(batch, _WorkerBatch):
+                    batch = default_convert(dict(batch))
+                self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
+                yield batch
+            self._next = end
+        finally:  # however the pass ends: stop the workers, then remove every segment they made
+            shutdown = getattr(source, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            if ring is not None:
+                ring.close()
+
+    def _end_pass(self) -> None:
+        running = self._pass() if self._pass is not None else None
+        if running is not None:
+            running.close()
+        self._pass = None
 
     def state_dict(self) -> dict[str, Any]:
         return LoaderState.at(self.dataset.spec, self._next, self.dataset.rank).to_json()
@@ -393,6 +439,8 @@ class TorchLoader:
         self._next = self.dataset.step
 
     def close(self) -> None:
+        """End a pass left unfinished (its workers and shared memory) and release the dataset's Loader."""
+        self._end_pass()
         self.dataset.close()
 
 

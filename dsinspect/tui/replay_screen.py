@@ -19,6 +19,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Static
 
+from dsinspect.term.preview import preview
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
@@ -152,8 +153,6 @@ class ReplayScreen(Screen):
         """Sample `i` of the batch as stored and as fed to the model (when the run names a transform)."""
         if not self.fed or self.result is None or not 0 <= i < len(self.result.samples):
             return
-        from dsinspect.cli.replay_preview import preview
-
         s = self.result.samples[i]
         batch = next(b for b in self.result.batches if b.rank == s.rank)
         fields = {f.name: f for f in self.result.fields}
