@@ -145,6 +145,24 @@ def test_a_killed_worker_charges_only_the_part_it_was_running(source, reference,
     assert result.version.id == reference.version.id
 
 
+def test_a_source_file_rewritten_at_the_same_size_is_read_again_on_rerun(tmp_path):
+    """An interrupted ingest keeps the records of finished parts for a re-run; a file rewritten
+    since (same size, other bytes) must not be taken from those records."""
+    src = write_jsonl_source(tmp_path / "src", files=3, rows=50)
+    catalog = Catalog(str(tmp_path / "catalog"))
+    spec = _failing_spec(src, tmp_path / "marks", {"1": "raise"})
+    with pytest.raises(UserError, match="part 1"):
+        run_ingest(catalog, spec, "text", engine="inline", key="id", opener=OPENER, retries=0)
+    first = src / "part-000.jsonl"  # converted and recorded before part 1 failed
+    text = first.read_text()
+    before = os.stat(first).st_mtime_ns
+    first.write_text(text.replace('"row 0 "', '"ROW 0 "', 1))
+    os.utime(first, ns=(before + 1_000_000_000, before + 1_000_000_000))  # a coarse clock still sees it
+    result = run_ingest(catalog, spec, "text", engine="inline", key="id", opener=OPENER, retries=0)
+    assert result.parts_skipped == 0
+    assert result.version.row(0)["text"] == "ROW 0 "
+
+
 def test_retries_are_bounded_and_nothing_is_published(source, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     marks = tmp_path / "marks"

@@ -61,7 +61,7 @@ class HfSource:
         return [list_files(join(self._root, n))[0] for n in names]
 
     def parts(self) -> list[Part]:
-        return [Part(i, f.url, f.size) for i, f in enumerate(self.files)]
+        return [Part(i, f.url, f.size, stamp=f.stamp) for i, f in enumerate(self.files)]
 
     @cached_property
     def _raw_schema(self) -> pa.Schema:

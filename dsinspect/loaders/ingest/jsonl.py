@@ -109,7 +109,7 @@ class JsonlSource:
         return list_files(self.spec.url, SUFFIXES, "JSON Lines files")
 
     def parts(self) -> list[Part]:
-        return [Part(i, f.url, f.size) for i, f in enumerate(self.files)]
+        return [Part(i, f.url, f.size, stamp=f.stamp) for i, f in enumerate(self.files)]
 
     def hints(self) -> Mapping[str, Any]:
         return {}

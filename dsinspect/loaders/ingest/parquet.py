@@ -35,11 +35,11 @@ class ParquetSource:
         parts: list[Part] = []
         for f in self.files:
             if f.size <= self.part_bytes:
-                parts.append(Part(len(parts), f.url, f.size))
+                parts.append(Part(len(parts), f.url, f.size, stamp=f.stamp))
                 continue
             meta = _metadata(f.url)
             for first, stop, size in _group_ranges(meta, self.part_bytes):
-                parts.append(Part(len(parts), f.url, size, {"row_groups": [first, stop]}))
+                parts.append(Part(len(parts), f.url, size, {"row_groups": [first, stop]}, f.stamp))
         return parts
 
     @cached_property

@@ -39,13 +39,15 @@ class Part:
     url: str  # what it reads: named in progress and in every error about it
     size: int  # bytes, for progress and scheduling
     options: Mapping[str, Any] = field(default_factory=dict)  # e.g. a row range inside the file
+    stamp: str = ""  # the file's change marker: part of the job id, so a rewritten file is re-read
 
     def to_json(self) -> dict:
-        return {"index": self.index, "url": self.url, "size": self.size, "options": dict(self.options)}
+        return {"index": self.index, "url": self.url, "size": self.size, "options": dict(self.options),
+                "stamp": self.stamp}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Part":
-        return cls(data["index"], data["url"], data["size"], dict(data.get("options", {})))
+        return cls(data["index"], data["url"], data["size"], dict(data.get("options", {})), data.get("stamp", ""))
 
 
 class Source(Protocol):

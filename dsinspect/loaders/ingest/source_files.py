@@ -24,6 +24,11 @@ _GLOB_CHARS = "*?["
 class SourceFile:
     url: str  # full URL with protocol, so another process can reopen it
     size: int
+    stamp: str = ""  # the store's change marker (ETag, generation, mtime): a rewrite changes the job id
+
+# what each store reports as its change marker, strongest first (s3/http, gcs, azure, local/sftp)
+_STAMP_KEYS = ("ETag", "etag", "generation", "md5Hash", "content_md5", "mtime", "LastModified", "last_modified",
+               "updated", "created")
 
 
 def is_glob(url: str) -> bool:
@@ -38,20 +43,25 @@ def list_files(url: str, suffixes: Iterable[str] | None = None, what: str = "sou
     ends = tuple(suffixes or ())
     try:
         if is_glob(url):
-            paths = [p for p in fs.glob(path) if fs.isfile(p)]
+            infos = {p: i for p, i in fs.glob(path, detail=True).items() if i.get("type") == "file"}
         elif fs.isdir(path):
-            paths = [p for p in fs.find(path) if not _hidden(p[len(path):])]
+            infos = {p: i for p, i in fs.find(path, detail=True).items() if not _hidden(p[len(path):])}
         elif fs.isfile(path):
-            return [SourceFile(fs.unstrip_protocol(path), int(fs.size(path)))]
+            return [_source_file(fs, path, fs.info(path))]
         else:
             raise UserError(f"{url}: no such file or directory")
     except (OSError, ValueError) as e:
         raise UserError(f"cannot list {url}: {e}") from None
-    paths = sorted(p for p in paths if not ends or p.endswith(ends))
+    paths = sorted(p for p in infos if not ends or p.endswith(ends))
     if not paths:
         wanted = f" ending in {', '.join(ends)}" if ends else ""
         raise UserError(f"{url}: no {what}{wanted} found")
-    return [SourceFile(fs.unstrip_protocol(p), int(fs.size(p))) for p in paths]
+    return [_source_file(fs, p, infos[p]) for p in paths]
+
+
+def _source_file(fs, path: str, info: dict) -> SourceFile:
+    stamp = next((str(info[k]) for k in _STAMP_KEYS if info.get(k) not in (None, "")), "")
+    return SourceFile(fs.unstrip_protocol(path), int(info["size"]), stamp)
 
 
 def _hidden(relative: str) -> bool:

@@ -53,7 +53,7 @@ class WebDatasetSource:
         return list_files(self.spec.url, (".tar", ".tar.gz", ".tgz"), "tar shards")
 
     def parts(self) -> list[Part]:
-        return [Part(i, f.url, f.size) for i, f in enumerate(self.files)]
+        return [Part(i, f.url, f.size, stamp=f.stamp) for i, f in enumerate(self.files)]
 
     @cached_property
     def extensions(self) -> list[str]:
