@@ -1,4 +1,4 @@
-"""Catalog commands: ls, info, tag, verify, sample-data."""
+"""Catalog commands: ls, info, tag, verify, gc, sample-data."""
 
 from __future__ import annotations
 
@@ -114,6 +114,51 @@ def verify(ctx: click.Context, address: str, engine: str, workers: int | None, c
         out.print(f"[green]ok[/]: {len(report.shards)} shards, {version.num_rows:,} rows verified")
 
 
+@click.command()
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--older-than", "grace_hours", type=float, default=24.0, show_default=True, metavar="HOURS",
+              help="Only what is older: a live writer publishes shards before its manifest.")
+@click.option("--apply", "apply", is_flag=True, help="Remove what is found (default: list it only).")
+@catalog_option
+@json_option
+@click.pass_context
+def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bool, catalog_url: str | None,
+       as_json: bool) -> None:
+    """Unreferenced shards, abandoned ingest staging and temp files left by interrupted writes.
+
+    Lists them (all datasets, or the NAMEs); --apply removes them. Versions are never touched."""
+    from dsinspect.errors import UserError
+    from dsinspect.loaders.gc import dataset_names, find_garbage, remove_garbage
+
+    catalog = catalog_from(ctx, catalog_url)
+    if grace_hours < 0:
+        raise UserError(f"--older-than must be 0 or more hours, not {grace_hours}")
+    unknown = sorted(set(names) - set(dataset_names(catalog)))
+    if unknown:
+        raise UserError(f"no dataset {unknown[0]!r} in catalog {catalog.url}")
+    found = find_garbage(catalog, names or None, grace_hours=grace_hours)
+    removed = remove_garbage(catalog, found) if apply else []
+    if as_json:
+        return emit_json({"catalog": catalog.url, "older_than_hours": grace_hours, "applied": apply,
+                          "found": [g.to_json() for g in found], "removed": [g.to_json() for g in removed]})
+    if not found:
+        return out.print(f"no garbage older than {grace_hours:g} h in {catalog.url}")
+    table = Table(title=f"gc {catalog.url} (older than {grace_hours:g} h)", title_justify="left")
+    for col in ("dataset", "kind", "path in the dataset", "bytes", "age"):
+        table.add_column(col, justify="right" if col in ("bytes", "age") else "left")
+    for g in found:
+        where = g.path[len(catalog.dataset_dir(g.dataset)):].lstrip("/")  # full paths are in --json
+        table.add_row(g.dataset, g.kind, where, human_bytes(g.bytes), f"{g.age_hours:.1f} h")
+    out.print(table)
+    total = human_bytes(sum(g.bytes for g in found))
+    if apply:
+        kept = len(found) - len(removed)
+        out.print(f"removed {len(removed)} items ({human_bytes(sum(g.bytes for g in removed))})"
+                  + (f"; kept {kept} shards that a version published meanwhile references" if kept else ""))
+    else:
+        out.print(f"{len(found)} items, {total}: a dry run; add --apply to remove them")
+
+
 @click.command("sample-data")
 @click.argument("directory", metavar="DIR")
 @json_option
@@ -130,4 +175,4 @@ def sample_data(directory: str, as_json: bool) -> None:
         out.print(f"  {name}: v1 {ds['v1'][:12]}  v2 {ds['v2'][:12]}")
 
 
-COMMANDS = [ls, info, tag, verify, sample_data]
+COMMANDS = [ls, info, tag, verify, gc, sample_data]

@@ -68,11 +68,14 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> bool:
     """Move a finished local file to `path` unless that content-addressed path already exists.
 
-    True when this call published it. The local file is gone afterwards either way.
+    True when this call published it. The local file is gone afterwards either way. An existing
+    local file gets a fresh mtime: it is about to be referenced again, which gc's grace period honours.
     """
     try:
         with write_errors(fs, path):
             if fs.exists(path):
+                if is_local(fs):
+                    os.utime(path)
                 return False
             if is_local(fs):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
