@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
-from dsinspect.loaders.storage import join, locked, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, locked, rewrite, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import Rows, VersionWriter, WriteOptions
 
@@ -89,9 +89,12 @@ class Catalog:
         path = self._tags_path(name)
         if not self.fs.exists(path):
             return {}
-        where = self.display(path)
+        return self._parse_tags(name, self._read(path))
+
+    def _parse_tags(self, name: str, data: bytes) -> dict[str, str]:
+        where = self.display(self._tags_path(name))
         try:
-            tags = json.loads(self._read(path))
+            tags = json.loads(data)
         except RecursionError:
             raise ManifestError(f"{where}: nested too deeply") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -175,9 +178,7 @@ class Catalog:
         check_name(tag, "tag")
         self.manifest(name, version_id)  # a tag never points at a missing version
         with locked(self.fs, self._tags_path(name)):  # concurrent taggers must not lose an update
-            tags = self.tags(name)
-            tags[tag] = version_id
-            write_atomic(self.fs, self._tags_path(name), _tags_bytes(tags))
+            self._move_tags(name, (tag,), version_id)
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
         """Store a side file (e.g. a tokenizer.json) by content; its sha256."""
@@ -237,15 +238,22 @@ class Catalog:
             # else: equal content, equal id; nothing is written and `latest` stays where it is
             if moved:
                 try:
-                    current = self.tags(name)
-                    current.update({t: version_id for t in moved})
-                    write_atomic(self.fs, self._tags_path(name), _tags_bytes(current))
+                    self._move_tags(name, moved, version_id)
                 except BaseException:
                     if created:
                         with contextlib.suppress(OSError):
                             self.fs.rm_file(path)
                     raise
         return self.version(name, version_id)
+
+    def _move_tags(self, name: str, tags: Iterable[str], version_id: str) -> None:
+        """Point `tags` at `version_id` in one read-modify-write of tags.json that no concurrent
+        writer's update is lost to (a lock on local disks, a conditional put on S3)."""
+        def change(current: bytes | None) -> bytes:
+            known = self._parse_tags(name, current) if current is not None else {}
+            return _tags_bytes({**known, **{t: version_id for t in tags}})
+
+        rewrite(self.fs, self._tags_path(name), change)
 
 
 def _tags_bytes(tags: dict[str, str]) -> bytes:

@@ -6,9 +6,11 @@ import contextlib
 import errno
 import fcntl
 import os
+import random
 import tempfile
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -16,7 +18,9 @@ from fsspec.implementations.local import LocalFileSystem
 from dsinspect.errors import StorageError
 
 __all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir", "cache_dir",
-           "write_errors", "locked"]
+           "write_errors", "locked", "rewrite"]
+
+CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
 
 def cache_dir() -> Path:
@@ -27,9 +31,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dsinspect"
 
 
+# Object stores whose clients cache directory listings: a catalog changes under a long-running
+# reader (a viewer, a training job resolving `latest`), and a stale listing would answer "no such
+# version" or "no tags" for files another process just published. Listings are small; ask anew.
+_NO_LISTINGS_CACHE = ("s3", "s3a", "gs", "gcs")
+
+
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path of `url` (a plain path is a local directory)."""
-    fs, path = fsspec.core.url_to_fs(str(url))
+    protocol = fsspec.core.split_protocol(str(url))[0]
+    options = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE else {}
+    fs, path = fsspec.core.url_to_fs(str(url), **options)
     if is_local(fs):
         path = os.path.abspath(path)
     from dsinspect.loaders.faults import wrap_from_env  # debug: $DSINSPECT_INJECT_FAULTS (--inject-faults)
@@ -110,8 +122,8 @@ def write_errors(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
 @contextlib.contextmanager
 def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     """Hold an exclusive lock for a read-modify-write of `path`: flock on `<path>.lock` for local
-    files (released by the kernel if the process dies). Object stores get no lock here: a
-    conditional write (If-Match on the object's ETag) would be their fix (docs/RELIABILITY.md)."""
+    files (released by the kernel if the process dies). Object stores get no lock: `rewrite`
+    makes their update a conditional put instead."""
     if not is_local(fs):
         yield
         return
@@ -124,6 +136,53 @@ def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def rewrite(fs: fsspec.AbstractFileSystem, path: str, change: Callable[[bytes | None], bytes]) -> None:
+    """Replace the small file `path` by `change(its bytes, or None when absent)` without losing a
+    concurrent writer's update. Local files: callers hold `locked(fs, path)`. S3: a put conditional
+    on the ETag just read (If-None-Match: * when absent); a writer that lost the race re-reads and
+    applies its change again. Other stores: a plain read and write (no primitive to build on)."""
+    if _is_s3(fs):
+        return _rewrite_s3(fs, path, change)
+    with write_errors(fs, path):
+        current = fs.cat_file(path) if fs.exists(path) else None
+    write_atomic(fs, path, change(current))
+
+
+def _is_s3(fs: fsspec.AbstractFileSystem) -> bool:
+    return "s3" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) and hasattr(fs, "call_s3")
+
+
+def _rewrite_s3(fs, path: str, change: Callable[[bytes | None], bytes]) -> None:
+    bucket, key, _ = fs.split_path(path)
+    for attempt in range(CAS_TRIES):
+        fs.invalidate_cache(path)
+        with write_errors(fs, path):
+            try:  # the ETag first, then the bytes: if they differ, the put below is refused
+                etag = fs.info(path)["ETag"]
+                current = fs.cat_file(path)
+            except FileNotFoundError:
+                etag, current = None, None
+            condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            try:
+                fs.call_s3("put_object", Bucket=bucket, Key=key, Body=change(current), **condition)
+                fs.invalidate_cache(path)
+                return
+            except OSError as e:
+                if not _lost_race(e):
+                    raise
+        time.sleep(random.uniform(0, 0.02 * 2 ** min(attempt, 6)))  # jitter: racing writers spread out
+    raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: {CAS_TRIES} conditional writes in a row "
+                       "lost to other writers")
+
+
+def _lost_race(e: BaseException) -> bool:
+    """Did a conditional put fail because another writer changed the object first (HTTP 412
+    PreconditionFailed; 409 ConditionalRequestConflict while another put is in flight)?"""
+    text = " ".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
+    return any(marker in text for marker in ("PreconditionFailed", "Precondition Failed", "412",
+                                             "ConditionalRequestConflict"))
 
 
 def _reason(e: OSError) -> str:
