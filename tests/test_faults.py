@@ -118,6 +118,18 @@ def test_chained_url_and_environment_hook(tmp_path, monkeypatch):
         Catalog(str(tmp_path / "c"))
 
 
+def test_writes_under_injected_read_faults_stay_atomic_and_locked(tmp_path, monkeypatch):
+    """Faults are for reads: a wrapped local catalog still publishes by rename under the tag lock
+    (before, the wrapper hid that it was local and every write was a plain, unlocked write)."""
+    monkeypatch.setenv(ENV, "seed=1,slow=1,delay=0")
+    catalog = Catalog(str(tmp_path / "c"))
+    assert isinstance(catalog.fs, FaultyFileSystem)
+    version = catalog.write_version("fz", ROWS[:8], FIELDS)
+    catalog.set_tag("fz", "mine", version.id)
+    assert (tmp_path / "c" / "datasets" / "fz" / "tags.json.lock").exists()  # flock taken: only for local writes
+    assert Catalog(str(tmp_path / "c")).tags("fz") == {"latest": version.id, "mine": version.id}
+
+
 # -- the loader epoch: exact output through many faults ----------------------------------------------
 
 def test_loader_epochs_survive_ten_thousand_faults_with_exact_output(catalog_dir, tmp_path):

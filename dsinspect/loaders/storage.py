@@ -56,11 +56,17 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
+    """Local for writing: faults (--inject-faults) are injected into reads only, so a wrapped local
+    catalog still gets atomic renames and locks."""
+    return is_local(fs) or (getattr(fs, "protocol", None) == "faulty" and is_local(getattr(fs, "fs", None)))
+
+
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write `data` so that readers see the old file or the new one, never a part. A failed write
     (disk full, permission denied, read-only) raises StorageError naming `path` and leaves no temp file."""
     with write_errors(fs, path):
-        if not is_local(fs):
+        if not _writes_locally(fs):
             fs.pipe_file(path, data)  # object stores publish a whole object at once
             return
         directory = os.path.dirname(path)
@@ -86,10 +92,10 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
     try:
         with write_errors(fs, path):
             if fs.exists(path):
-                if is_local(fs):
+                if _writes_locally(fs):
                     os.utime(path)
                 return False
-            if is_local(fs):
+            if _writes_locally(fs):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 os.replace(local_path, path)
             else:
@@ -102,7 +108,7 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
 def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
     """Where to write a file before publishing it: beside its destination when local (so the final
     rename is atomic), else the system temp directory."""
-    if is_local(fs):
+    if _writes_locally(fs):
         with write_errors(fs, near):
             os.makedirs(near, exist_ok=True)
         return near
@@ -124,7 +130,7 @@ def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     """Hold an exclusive lock for a read-modify-write of `path`: flock on `<path>.lock` for local
     files (released by the kernel if the process dies). Object stores get no lock: `rewrite`
     makes their update a conditional put instead."""
-    if not is_local(fs):
+    if not _writes_locally(fs):
         yield
         return
     lock_path = path + ".lock"
