@@ -170,6 +170,25 @@ async def test_trajectory_step_row_follows_keys_and_mouse_clicks():
         assert table.cursor_row == 119 - rows_per_page
 
 
+def test_step_cells_fit_their_columns_and_flag_bad_numbers():
+    from rich.cells import cell_len
+
+    from dsinspect.inspect import StepRow
+    from dsinspect.tui.step_rows_view import STEP_COLUMNS, StepRowsView, fit_cell, step_cells
+
+    rows = [StepRow(0, "観測値の要約がとても長い観測値の要約", 3, None, float("inf"), True, None, {"info": "x\x1b[31m"}),
+            StepRow(1, "short", 1, -1.234e5, -0.003394, False, False, {"info": "ok"})]
+    cells = step_cells(rows[0], ["info"])
+    assert [c.style for c in cells[3:7]] == ["red", "bold red", "bold", "dim"] and cells[6].text == "-"
+    assert "\x1b" not in cells[7].text  # control characters never reach the terminal
+    widths = [w for _, w in STEP_COLUMNS]
+    assert [cell_len(fit_cell(c, w)) for c, w in zip(cells, widths)] == widths  # wide characters count two
+    assert fit_cell(cells[1], 26).endswith("…") and fit_cell(cells[3], 10) == "      null"
+    view = StepRowsView(rows)
+    assert view.row_count == 2 and view.row_texts(0)[1] == fit_cell(cells[1], 26).strip()
+    assert view.row_texts(1)[3:5] == ["-1.234e+05", "-0.003394"]  # the widest .4g numbers are not cut
+
+
 @pytest.fixture
 def broken_source(tmp_path):
     """A dataset whose image, video and JSON fields hold broken bytes."""

@@ -25,6 +25,7 @@ from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.replay_screen import ReplayScreen
 from dsinspect.tui.sample_screen import SampleScreen
 from dsinspect.tui.sample_table import SampleTable
+from dsinspect.tui.step_rows_view import StepRowsView
 from tui_helpers import SIZE, until
 
 pytest.importorskip("pytest_textual_snapshot")
@@ -120,7 +121,7 @@ def test_sample_trajectory_last_step(snap_compare):
     async def run_before(pilot):
         await open_field(pilot, "trajectory")
         await pilot.press("tab", "end")
-        table = pilot.app.screen.query_one("#steps", DataTable)
+        table = pilot.app.screen.query_one("#steps", StepRowsView)
         await until(pilot, lambda: table.cursor_row == 119, what="last step")
         await settle(pilot)
 

@@ -14,9 +14,9 @@ from textual.widgets import Static
 from dsinspect.inspect import StepRow
 from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.term import clean, findings_text, sparkline
-from dsinspect.tui.step_rows_view import STEP_COLUMNS, StepRowsView
+from dsinspect.tui.step_rows_view import StepRowsView
 
-__all__ = ["StepTable", "step_rows", "STEP_COLUMNS"]
+__all__ = ["StepTable", "step_rows"]
 
 SPARK_WIDTH = 64  # one line in the decoded pane from about 110 terminal columns up
 
