@@ -66,8 +66,10 @@ CONFIGS = [  # (reader, workload, num_workers)
     ("torch-arrow-rows", "tokens", 2),
     ("hf-datasets-arrow", "tokens", 0),       # HF with_format("arrow") instead of numpy (extra)
     ("hf-datasets-arrow", "tokens", 2),
+    ("dsinspect-run1", "tokens", 2),          # TorchLoader(batches_per_transfer=1): one DataLoader item per batch (extra)
+    ("dsinspect-run1", "images", 2),
 ]
-EXTRA = {"dsinspect-torchloader", "dsinspect-prefetch2", "torch-arrow-rows", "hf-datasets-arrow"}
+EXTRA = {"dsinspect-torchloader", "dsinspect-prefetch2", "torch-arrow-rows", "hf-datasets-arrow", "dsinspect-run1"}
 
 
 # ==================================================================================================
@@ -427,6 +429,7 @@ class Reader:
 
 class DsinspectReader(Reader):
     variant = "loader"
+    torch_loader_options: dict = {}
 
     def setup(self):
         from dsinspect.loaders import Catalog, Loader, RunSpec  # noqa: F401
@@ -454,7 +457,7 @@ class DsinspectReader(Reader):
                 ds = TorchBatches(spec, cat, columns=["image"], transform=_torch_decode_transform)
             else:
                 ds = TorchBatches(spec, cat, columns=["tokens"], dense=["tokens"])
-            loader = TorchLoader(ds, num_workers=self.nw)
+            loader = TorchLoader(ds, num_workers=self.nw, **self.torch_loader_options)
         if resume is not None:
             loader.load_state_dict(resume)
         return loader
@@ -485,6 +488,10 @@ class DsinspectTorchReader(DsinspectReader):
 
 class DsinspectPrefetchReader(DsinspectReader):
     variant = "prefetch2"
+
+
+class DsinspectRun1Reader(DsinspectReader):
+    torch_loader_options = {"batches_per_transfer": 1}
 
 
 class TorchArrowReader(Reader):
@@ -629,7 +636,7 @@ READERS = {"dsinspect": DsinspectReader, "dsinspect-torchloader": DsinspectTorch
            "dsinspect-prefetch2": DsinspectPrefetchReader, "torch-arrow": TorchArrowReader,
            "torch-arrow-rows": TorchArrowRowsReader, "torchdata-stateful": StatefulReader,
            "hf-datasets": HFReader, "hf-datasets-arrow": HFArrowReader, "mosaic-streaming": MosaicReader,
-           "litdata": LitReader}
+           "litdata": LitReader, "dsinspect-run1": DsinspectRun1Reader}
 
 DESCRIBE = {
     "dsinspect": "nw=0: Loader(spec) with the default prefetch -> batch.to_numpy(); nw=2: TorchLoader(TorchBatches"
@@ -637,6 +644,8 @@ DESCRIBE = {
                  "shards, read through the node-local shard cache (Arrow IPC, memory-mapped), global shuffle",
     "dsinspect-torchloader": "TorchLoader(TorchBatches) with num_workers=0 (the torch adapter's own cost)",
     "dsinspect-prefetch2": "Loader(prefetch=2): batches assembled ahead in a thread",
+    "dsinspect-run1": "as dsinspect at nw=2 with TorchLoader(batches_per_transfer=1): each batch one DataLoader item "
+                      "(the shared-memory ring without runs of batches)",
     "torch-arrow": "torch DataLoader, map-style dataset over a memory-mapped Arrow IPC file, seeded randperm "
                    "sampler (RandomSampler's order), batch_size=32 with __getitems__: one numpy gather (or 32 decodes) "
                    "per batch, identity collate. Resume: the permutation sliced at the saved offset (no loader state)",

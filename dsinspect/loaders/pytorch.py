@@ -4,15 +4,19 @@ workers, with a global state that restores into any number of workers or ranks.
 The only module of the package that imports torch; `import dsinspect` never loads it.
 
 Worker w of W makes exactly the steps first + w, first + w + W, ... of a pass; torch fetches from
-workers round-robin in order, so the consumer sees first, first + 1, ... whatever W is.
+workers round-robin in order, so the consumer sees first, first + 1, ... whatever W is. Under a
+TorchLoader, workers make runs of consecutive steps instead (run c = steps first + cK ... first +
+cK + K - 1, worker w makes runs w, w + W, ...) and write them into a shared-memory ring
+(shared_ring.py): one DataLoader item per run, no pickled payload.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import warnings
 import weakref
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -61,8 +65,7 @@ class TorchBatches(IterableDataset):
         self._base = self.spec.start.step  # where the next pass starts, for every worker
         self._loader: Loader | None = None
         self._loader_pid = 0
-        self._numpy_workers = False  # set by TorchLoader: workers send numpy, it makes the tensors
-        self._ring: tuple[str, int] | None = None  # set by TorchLoader: (segment prefix, slots) of its pass
+        self._transfer: _Transfer | None = None  # set by TorchLoader for its workers: how they send batches
         self._ring_writer: RingWriter | None = None  # this worker's ring, made at its first batch
         _check_columns(self._reader().catalog, self.spec, self.columns, self.dense)
 
@@ -75,35 +78,39 @@ class TorchBatches(IterableDataset):
     def epoch(self) -> int:
         return locate_step(self.spec, self._base)[0]
 
-    def __iter__(self) -> "_Producer":
+    def __iter__(self) -> "_Producer | _ChunkProducer":
         worker, workers = _worker()
-        return _Producer(self, self._base + worker, epoch_end(self.spec, self._base), workers, worker)
+        end = epoch_end(self.spec, self._base)
+        transfer = getattr(self, "_transfer", None)
+        if transfer is not None and get_worker_info() is not None:
+            return _ChunkProducer(self, self._base, end, workers, worker, transfer.chunk)
+        return _Producer(self, self._base + worker, end, workers, worker)
 
     def batch_at(self, step: int) -> dict[str, Any]:
         """The batch of any step as tensors, read now."""
         return batch_to_torch(self._reader().batch_at(step), self.dense)
 
-    def _produce(self, step: int) -> dict[str, Any]:
-        """The batch of `step` for this process's consumer: tensors, or, in a worker of a TorchLoader,
-        numpy arrays that the TorchLoader turns into the same tensors: written into the worker's
-        shared-memory ring (`RingBatch`), else sent through the pipe (`_WorkerBatch`)."""
-        info = get_worker_info()
-        if not (getattr(self, "_numpy_workers", False) and info is not None):
-            return self.batch_at(step)
-        batch = self._reader().batch_at(step)
-        out = batch_arrays(batch, self.dense)
-        if batch.transformed is not None:
-            out["transformed"] = _tensors_to_numpy(batch.transformed)
-        ring = getattr(self, "_ring", None)
-        if ring is not None:
+    def _produce_chunk(self, steps: range) -> "RingBatch | _WorkerChunk":
+        """A TorchLoader worker's batches of `steps` as numpy arrays (the TorchLoader makes the same
+        tensors of them), written into this worker's shared-memory ring, or, should that fail,
+        sent through the pipe."""
+        chunk = []
+        for step in steps:
+            batch = self._reader().batch_at(step)
+            arrays = batch_arrays(batch, self.dense, own=False)  # the ring (or pickling) copies them
+            if batch.transformed is not None:
+                arrays["transformed"] = _tensors_to_numpy(batch.transformed)
+            chunk.append(arrays)
+        transfer = self._transfer
+        if transfer is not None and transfer.prefix is not None:
             try:
                 if self._ring_writer is None:
-                    self._ring_writer = RingWriter(ring[0], info.id, ring[1])
-                return self._ring_writer.put(out)
-            except OSError as e:  # no room in /dev/shm: the pipe still works
+                    self._ring_writer = RingWriter(transfer.prefix, _worker()[0], transfer.slots)
+                return self._ring_writer.put(chunk)
+            except OSError as e:  # e.g. no room in /dev/shm: the pipe still works
                 warnings.warn(f"shared-memory ring unavailable ({e}); sending batches through the pipe")
-                self._ring = None
-        return _WorkerBatch(out)
+                self._transfer = transfer._replace(prefix=None)
+        return _WorkerChunk(chunk)
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass read `epoch` (from its start), unless the position already lies in it."""
@@ -164,7 +171,7 @@ class _Producer:
         step = self.next
         if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
             self.dataset._reader().set_stride(self.stride)
-        batch = self.dataset._produce(step)
+        batch = self.dataset.batch_at(step)
         self._made += 1
         self.next = step + self.stride
         if self.stride == 1:
@@ -186,6 +193,37 @@ class _Producer:
         if saved.order_hash != self.dataset.spec.order_hash:
             raise UserError("producer state belongs to another data order")
         self.next, self.end = saved.step, int(state["end"])
+
+
+class _ChunkProducer:
+    """A TorchLoader worker's steps in runs of `chunk`: of the pass's runs first + c*chunk, ...,
+    worker w of W makes runs w, w + W, ... Each run crosses to the main process as one transfer
+    (torch's per-item cost, paid once per run); torch fetches from workers round-robin, so the
+    TorchLoader unpacks the runs in step order."""
+
+    def __init__(self, dataset: TorchBatches, first: int, end: int, workers: int, worker: int, chunk: int):
+        self.dataset, self.first, self.end, self.workers, self.chunk = dataset, first, end, workers, chunk
+        self.run = worker  # index of the next run this worker makes
+        dataset._reader().set_stride(1)  # runs of consecutive steps: plan ahead along all of them
+
+    def __iter__(self) -> "_ChunkProducer":
+        return self
+
+    def __next__(self) -> "RingBatch | _WorkerChunk":
+        start = self.first + self.run * self.chunk
+        if start >= self.end:
+            self.dataset._seek(self.end)
+            raise StopIteration
+        self.run += self.workers
+        return self.dataset._produce_chunk(range(start, min(start + self.chunk, self.end)))
+
+
+class _Transfer(NamedTuple):
+    """How a TorchLoader's workers send batches: runs of `chunk` steps, through the shared-memory
+    rings named by `prefix` (`slots` per worker) or, with no prefix, the pipe."""
+    prefix: str | None
+    slots: int
+    chunk: int
 
 
 def _placement(spec: RunSpec, rank: int | None) -> tuple[RunSpec, int]:
@@ -237,17 +275,17 @@ def batch_to_torch(batch: Batch, dense: Sequence[str] = ()) -> dict[str, Any]:
     return out
 
 
-def batch_arrays(batch: Batch, dense: Sequence[str] = ()) -> dict[str, Any]:
+def batch_arrays(batch: Batch, dense: Sequence[str] = (), *, own: bool = True) -> dict[str, Any]:
     """`batch_to_torch` with numpy arrays (each owning its memory) where it has tensors, and no
-    `transformed`: what a DataLoader worker sends (a pipe carries numpy far cheaper than one
-    shared-memory segment per tensor)."""
+    `transformed`: what a DataLoader worker sends. `own=False` leaves a gathered column as the
+    read-only array the Loader made, for a caller that copies it at once (into a worker's ring)."""
     out: dict[str, Any] = {}
     nulls: dict[str, np.ndarray] = {}
     gathered = batch._columns or {}
     for name in batch.table.column_names if batch._columns is None else batch._columns:
         ready = gathered.get(name)
         if isinstance(ready, np.ndarray) and _dense_fits(batch._schema.field(name).type, name in dense):
-            out[name] = _owned(ready)  # a gathered dense column: no Arrow round trip
+            out[name] = _owned(ready) if own else ready  # a gathered dense column: no Arrow round trip
             continue
         arr = _array(batch.table.column(name))
         if arr.null_count:
@@ -363,7 +401,14 @@ class TorchLoader:
     """A torch DataLoader over TorchBatches whose state is the global step of the next batch the
     consumer gets, so it restores into any number of workers, ranks or batch size."""
 
-    def __init__(self, dataset: TorchBatches, num_workers: int = 0, **dataloader_options: Any):
+    def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 8,
+                 **dataloader_options: Any):
+        """`batches_per_transfer`: with workers, each sends runs of this many consecutive batches
+        as one item through the DataLoader (its per-item cost dominates small batches). Each
+        worker's ring in shared memory holds (prefetch_factor × num_workers + 2) such runs."""
+        if batches_per_transfer < 1:
+            raise UserError(f"batches_per_transfer must be at least 1, not {batches_per_transfer}")
+        self.batches_per_transfer = batches_per_transfer
         for option in ("batch_size", "sampler", "batch_sampler", "collate_fn", "persistent_workers", "in_order"):
             if option in dataloader_options:
                 raise UserError(f"TorchLoader sets {option} itself: the dataset makes whole batches in step order")
@@ -398,24 +443,25 @@ class TorchLoader:
         # segment per tensor) and pickling numpy through the pipe both cost far more (measured).
         # Not with pin_memory, which pins tensors made by torch.
         numpy = self.num_workers > 0 and not self.options.get("pin_memory")
-        ring = RingReader(new_prefix(), self.num_workers) if numpy else None
         options = {"collate_fn": _keep} if numpy else {}
         loader = DataLoader(self.dataset, batch_size=None, num_workers=self.num_workers, **options, **self.options)
-        self.dataset._numpy_workers = numpy
+        ring = RingReader(new_prefix(), self.num_workers) if numpy else None
         if ring is not None:
-            self.dataset._ring = (ring.prefix, ring_slots(loader.prefetch_factor or 2, self.num_workers))
+            slots = ring_slots(loader.prefetch_factor or 2, self.num_workers)
+            self.dataset._transfer = _Transfer(ring.prefix, slots, self.batches_per_transfer)
         try:
-            source = iter(loader)  # starts the workers, which take the settings above with them
+            source = iter(loader)  # starts the workers, which take the setting above with them
+        except BaseException:
+            if ring is not None:
+                ring.close()
+            raise
         finally:
-            self.dataset._numpy_workers, self.dataset._ring = False, None
+            self.dataset._transfer = None
         try:
-            for batch in source:
-                if isinstance(batch, RingBatch):
-                    batch = default_convert(ring.take(batch))  # what the worker's collate would have done
-                elif isinstance(batch, _WorkerBatch):
-                    batch = default_convert(dict(batch))
-                self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
-                yield batch
+            for item in source:
+                for batch in _unpack(item, ring):
+                    self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
+                    yield batch
             self._next = end
         finally:  # however the pass ends: stop the workers, then remove every segment they made
             shutdown = getattr(source, "_shutdown_workers", None)
@@ -444,8 +490,29 @@ class TorchLoader:
         self.dataset.close()
 
 
-class _WorkerBatch(dict):
-    """A batch as numpy arrays, on its way from a TorchLoader's worker to the TorchLoader."""
+def _unpack(item: Any, ring: RingReader | None) -> list[dict[str, Any]]:
+    """A DataLoader item as the batches it carries, tensors as default_convert makes them (what
+    the worker's collate would have done)."""
+    if isinstance(item, RingBatch):
+        return ring.take(item, _tensor_copy, default_convert)
+    if isinstance(item, _WorkerChunk):
+        return [default_convert(batch) for batch in item]
+    return [item]
+
+
+def _tensor_copy(view: np.ndarray) -> Any:
+    """An array in a worker's ring as default_convert makes it (arrays of strings and objects stay
+    numpy), owning its memory; without default_convert's generic dispatch (~4x the cost)."""
+    copy = view.copy()
+    return copy if _KEPT_AS_NUMPY.search(copy.dtype.str) else torch.from_numpy(copy)
+
+
+_KEPT_AS_NUMPY = re.compile(r"[SaUO]")  # torch's np_str_obj_array_pattern: dtypes default_convert leaves alone
+
+
+class _WorkerChunk(list):
+    """Batches as numpy arrays, on their way from a TorchLoader's worker to the TorchLoader
+    through the pipe (when its shared-memory ring is unavailable)."""
 
 
 def _keep(batch: Any) -> Any:
@@ -462,8 +529,8 @@ def _tensors_to_numpy(value: Any) -> Any:
         return value.contiguous().numpy()
     if isinstance(value, dict) and type(value) is dict:
         return {k: _tensors_to_numpy(v) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_tensors_to_numpy(v) for v in value)
+    if type(value) in (list, tuple):  # a tuple as a list: what default_convert makes of it anyway
+        return [_tensors_to_numpy(v) for v in value]
     return value
 
 
