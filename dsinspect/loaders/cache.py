@@ -5,6 +5,7 @@ the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read
 copy), and only then published by rename, with a hash of every 16 KiB block beside it. A process
 checks each block the first time it reads from it (a list column's offsets as a whole, when it
 first reads that column), so no cached byte is used unchecked, and a restart costs nothing up front.
+Once every block a column's rows can reach is checked, reads of that column skip the bookkeeping.
 
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
@@ -45,11 +46,11 @@ VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this m
 class CachedShard:
     """A verified shard: one memory-mapped record batch, pinned against eviction until `release()`."""
 
-    def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, sidecar: dict):
+    def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, blocks: bytes):
         self.cache, self.sha256, self._pin_fd = cache, sha256, pin_fd
         self._buffer = pa.memory_map(str(cache._arrow(sha256))).read_buffer()
         self._base = self._buffer.address
-        self._digests = np.fromfile(cache._path(sha256, ".blocks"), dtype="<u8")
+        self._digests = np.frombuffer(blocks, dtype="<u8")  # the block hashes `_trusted` checked
         self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
         if len(self._checked) != len(self._digests):  # an older entry of this shard was replaced
             self._checked = cache._checked[sha256] = np.zeros(len(self._digests), dtype=bool)
@@ -65,8 +66,10 @@ class CachedShard:
             raise
         self.num_rows = self.batch.num_rows
         self.nbytes = self._buffer.size
-        self._all_checked = bool(self._checked.all())
         self._views: dict[str, View] = {}
+        self._verified: set[str] = set()  # columns every block of which is checked: reads skip `check`
+        self._extents: dict[str, tuple[int, int] | None] = {}  # per column, the bytes its rows can reach
+        self._all_checked = bool(self._checked.all())  # e.g. a one-block shard, by its header check
 
     def view(self, column: str) -> View:
         """A zero-copy view of one column for gathers (built on first use). What the view itself
@@ -84,18 +87,36 @@ class CachedShard:
 
     def check(self, rows: np.ndarray, columns: list[str]) -> None:
         """Verify (once per process) the blocks that reading `rows` of `columns` touches."""
-        if self._all_checked:
+        if self._all_checked or self._verified.issuperset(columns):  # the steady state: nothing to check
             return
+        columns = [c for c in columns if c not in self._verified]
         try:  # ranges of variable-size rows come from verified offsets; of other types maybe not
             ranges = [self.view(c).touched(rows) for c in columns]
-            starts, ends = self._inside(np.concatenate([lo for lo, _ in ranges]),
-                                        np.concatenate([hi for _, hi in ranges]))
+            starts, ends = np.concatenate([lo for lo, _ in ranges]), np.concatenate([hi for _, hi in ranges])
+            keep = ends > starts  # empty rows touch nothing (an empty buffer may sit at address 0)
+            starts, ends = self._inside(starts[keep], ends[keep])
         except (IndexError, ValueError) as e:
             self._corrupt_unless_intact(e)
             raise
         self._verify(starts, ends)
         self._reads += 1
-        self._all_checked = bool(self._checked.all())
+        for c in columns:
+            if self._column_checked(c):
+                self._verified.add(c)
+
+    def _column_checked(self, column: str) -> bool:
+        """Whether every block any row of `column` can touch is checked (then reads need no check)."""
+        extent = self._extents.get(column, False)
+        if extent is False:
+            extent = self._extents[column] = self._views[column].extent()
+        if extent is None:
+            return False
+        start, end = extent
+        if end <= start:
+            return True
+        if start < 0 or end > self._buffer.size:
+            return False  # never trusted wholesale; `check` refuses such reads
+        return bool(self._checked[start // BLOCK:(end - 1) // BLOCK + 1].all())
 
     def _inside(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ranges, refused when they reach outside the file (nonsense ranges mean corruption)."""
@@ -165,23 +186,28 @@ class ShardCache:
         entry = version.manifest.shards[shard]
         pin_fd = self._pin(entry.sha256)
         try:
-            sidecar = self._trusted(entry.sha256)
-            if sidecar is None:
+            trusted = self._trusted_entry(entry.sha256)
+            if trusted is None:
                 with self._locked(self._path(entry.sha256, ".lock")):
-                    sidecar = self._trusted(entry.sha256)  # another process may have filled it meanwhile
-                    if sidecar is None:
+                    trusted = self._trusted_entry(entry.sha256)  # another process may have filled it meanwhile
+                    if trusted is None:
                         self.stats.add("cache_misses")
                         sidecar = self._fill(version, shard)
+                        trusted = sidecar, self._path(entry.sha256, ".blocks").read_bytes()  # just written
                         self._evict_over_bound()
                     else:
                         self.stats.add("cache_hits")
             else:
                 self.stats.add("cache_hits")
             os.utime(self._path(entry.sha256, ".json"))  # recency, for eviction
-            return CachedShard(self, entry.sha256, pin_fd, sidecar)
+            return CachedShard(self, entry.sha256, pin_fd, trusted[1])
         except BaseException:
             os.close(pin_fd)
             raise
+
+    def holds(self, sha256: str) -> bool:
+        """Whether the shard looks cached (its sidecar exists): a hint for read-ahead; `open` decides."""
+        return os.path.exists(self._path(sha256, ".json"))
 
     def check_fits(self, need_bytes: int, what: str) -> None:
         """Refuse at start a working set the bound cannot hold (rather than thrash or stall later)."""
@@ -239,6 +265,11 @@ class ShardCache:
 
     def _trusted(self, sha256: str) -> dict | None:
         """The sidecar of a complete cache entry, or None (missing, partial or inconsistent)."""
+        trusted = self._trusted_entry(sha256)
+        return trusted[0] if trusted else None
+
+    def _trusted_entry(self, sha256: str) -> tuple[dict, bytes] | None:
+        """(sidecar, block hashes) of a complete cache entry, or None."""
         try:
             sidecar = json.loads(self._path(sha256, ".json").read_bytes())
             blocks = self._path(sha256, ".blocks").read_bytes()
@@ -248,7 +279,7 @@ class ShardCache:
                   and xxhash.xxh3_64_hexdigest(blocks) == sidecar["blocks_xxh3"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return sidecar if ok else None
+        return (sidecar, blocks) if ok else None
 
     def _pin(self, sha256: str) -> int:
         fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)

@@ -18,8 +18,8 @@ from dsinspect.loaders.cache import ShardCache
 from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.columns import dense_to_arrow, is_numeric_dense
-from dsinspect.loaders.order import BatchPlan, epoch_end, locate_step, plan_batch, plan_steps
-from dsinspect.loaders.reader import BatchReader
+from dsinspect.loaders.order import BatchPlan, epoch_end, locate_step, plan_steps
+from dsinspect.loaders.reader import BatchReader, Layout
 from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.spec import RunSpec
 from dsinspect.loaders.state import LoaderState
@@ -38,10 +38,11 @@ class Batch:
     def __init__(self, plan: BatchPlan, table: pa.RecordBatch | None = None, row_hashes: list[bytes] | None = None,
                  source_names: tuple[str, ...] = (), transformed: Any = None, *,
                  columns: dict[str, np.ndarray | pa.Array] | None = None, hash_array: np.ndarray | None = None,
-                 schema: pa.Schema | None = None):
+                 schema: pa.Schema | None = None, numeric: frozenset[str] | None = None):
         self.plan, self.source_names, self.transformed = plan, source_names, transformed
         self._table, self._row_hashes = table, row_hashes
         self._columns, self._hash_array, self._schema = columns, hash_array, schema
+        self._numeric = numeric  # the columns whose dense numpy form is their `to_numpy` form
 
     step = property(lambda self: self.plan.step)
     epoch = property(lambda self: self.plan.epoch)
@@ -96,7 +97,10 @@ class Batch:
     def to_numpy(self) -> dict[str, np.ndarray]:
         """Columns as numpy: numbers 1-D, equal-length lists 2-D, ragged lists and bytes as objects."""
         if self._columns is not None:
-            return {name: v if isinstance(v, np.ndarray) and is_numeric_dense(self._schema.field(name).type)
+            numeric = self._numeric
+            if numeric is None:
+                numeric = self._numeric = frozenset(f.name for f in self._schema if is_numeric_dense(f.type))
+            return {name: v if isinstance(v, np.ndarray) and name in numeric
                     else _column_to_numpy(self.table.column(name)) for name, v in self._columns.items()}
         return {name: _column_to_numpy(self.table.column(name)) for name in self.table.column_names}
 
@@ -146,7 +150,7 @@ class Loader:
         self._logger = PeriodicLogger(self._stats, stats_interval)
         self._last_yield: float | None = None
         self._source_names = tuple(s.name for s in spec.sources)
-        self._plans: dict[int, BatchPlan] = {}
+        self._plans: dict[int, tuple[BatchPlan, Layout]] = {}
         self._stride = 1
 
     # -- iteration -----------------------------------------------------------------------------
@@ -177,7 +181,7 @@ class Loader:
     def batch_at(self, step: int) -> Batch:
         """The batch of any step, read now (no effect on the iteration position). Steps
         `step + k * stride` are planned along with it (see `set_stride`)."""
-        return self._read(self._plan(step))
+        return self._read(*self._plan(step))
 
     def set_stride(self, stride: int) -> None:
         """Say that `batch_at` will be asked for every `stride`-th step (a DataLoader worker of
@@ -190,29 +194,29 @@ class Loader:
         order (a DataLoader worker reads every W-th step through `batch_at`)."""
         self._reader.warm(plan_steps(self.spec, list(steps), self.rank))
 
-    def _plan(self, step: int) -> BatchPlan:
-        """Plans come in vectorised chunks: one permutation pass serves many steps."""
-        plan = self._plans.get(step)
-        if plan is None and not self._plans:  # the first batch: plan just it (a third of the work)
-            plan = plan_batch(self.spec, step, self.rank)
-            self._plans = {step: plan}
-            self._reader.warm([plan])
-        elif plan is None:
-            # start small (the first batch should not wait for 256 plans), then grow to full chunks
-            chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
-            plans = plan_steps(self.spec, range(step, step + chunk * self._stride, self._stride), self.rank)
-            self._plans = {p.step: p for p in plans}
-            self._reader.warm(plans)
-            plan = self._plans[step]
-        return plan
+    def _plan(self, step: int) -> tuple[BatchPlan, Layout]:
+        """Plans (and their split by shard) come in vectorised chunks: one pass serves many steps."""
+        planned = self._plans.get(step)
+        if planned is None:
+            if not self._plans:  # the first batch: plan just it (a third of the work)
+                steps: Sequence[int] = [step]
+            else:  # start small (the first batch should not wait for 256 plans), then grow to full chunks
+                chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
+                steps = range(step, step + chunk * self._stride, self._stride)
+            plans = plan_steps(self.spec, steps, self.rank)
+            layouts = self._reader.layouts(plans)
+            self._plans = {p.step: (p, layout) for p, layout in zip(plans, layouts)}
+            self._reader.warm(plans, layouts)
+            planned = self._plans[step]
+        return planned
 
-    def _read(self, plan: BatchPlan) -> Batch:
-        columns, hashes = self._reader.read(plan)
+    def _read(self, plan: BatchPlan, layout: Layout | None = None) -> Batch:
+        columns, hashes = self._reader.read(plan, layout)
         for v in (hashes, *columns.values()):
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False  # shared with the Arrow form, as Arrow's own buffers are
         batch = Batch(plan, source_names=self._source_names, columns=columns, hash_array=hashes,
-                      schema=self._reader.schema)
+                      schema=self._reader.schema, numeric=self._reader.numeric)
         if self.transform is not None:
             batch.transformed = self.transform(batch)
         return batch
@@ -221,7 +225,7 @@ class Loader:
         step = self._step
         asked = time.monotonic()
         if self._prefetch <= 0:
-            batch = self._read(self._plan(step))
+            batch = self._read(*self._plan(step))
         else:
             self._fill(step)
             ahead_step, future = self._ahead.popleft()
@@ -261,7 +265,7 @@ class Loader:
             self._drop_ahead()
         nxt = self._ahead[-1][0] + 1 if self._ahead else step
         while len(self._ahead) < self._prefetch + 1:
-            self._ahead.append((nxt, self._pool.submit(self._read, self._plan(nxt))))
+            self._ahead.append((nxt, self._pool.submit(self._read, *self._plan(nxt))))
             nxt += 1
 
     def _drop_ahead(self) -> None:

@@ -105,24 +105,40 @@ def plan_steps(spec: RunSpec, steps: Sequence[int], rank: int) -> list[BatchPlan
     steps = list(steps)
     if not steps:
         return []
-    for s in (min(steps), max(steps)):
-        plan_batch(spec, s, rank)  # validates rank and steps
-    where = [locate_step(spec, s) for s in steps]
+    if not 0 <= rank < spec.world_size:
+        raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
+    if min(steps) < 0:
+        raise UserError(f"step {min(steps)} is negative")
+    locate_step(spec, min(steps))  # refuses a step before the spec's start, in plan_batch's words
+    epochs, firsts = _locate_steps(spec, np.asarray(steps, dtype=np.int64))
     b = spec.batch_size
     offsets = rank * b + np.arange(b, dtype=np.int64)
-    plans: dict[int, BatchPlan] = {}
-    for epoch in dict.fromkeys(e for e, _ in where):
-        chosen = [(s, p) for s, (e, p) in zip(steps, where) if e == epoch]
-        positions = (np.array([p for _, p in chosen], dtype=np.int64)[:, None] + offsets).ravel()
+    plans: list[BatchPlan | None] = [None] * len(steps)
+    for epoch in np.unique(epochs).tolist():
+        chosen = np.flatnonzero(epochs == epoch)
+        positions = (firsts[chosen][:, None] + offsets).ravel()
         padding = positions >= spec.epoch_length
         positions %= spec.epoch_length
         sources, indices, source_epochs = _samples(spec, epoch, positions)
         seeds = sample_seeds(spec.seed, source_epochs, sources, indices)
-        for i, (step, _) in enumerate(chosen):
+        for i, at in enumerate(chosen.tolist()):
             part = slice(i * b, (i + 1) * b)
-            plans[step] = BatchPlan(step, epoch, rank, positions[part], sources[part], indices[part],
-                                    padding[part], seeds[part])
-    return [plans[s] for s in steps]
+            plans[at] = BatchPlan(steps[at], epoch, rank, positions[part], sources[part], indices[part],
+                                  padding[part], seeds[part])
+    return plans
+
+
+def _locate_steps(spec: RunSpec, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`locate_step` of many steps (all at or after the spec's start) at once: epochs, positions."""
+    start = spec.start
+    d = steps - start.step
+    first = steps_in_epoch(spec, start.epoch)
+    per_epoch = _steps_for(spec, spec.epoch_length)
+    later = np.maximum(d - first, 0)
+    in_first = d < first
+    epochs = np.where(in_first, start.epoch, start.epoch + 1 + later // per_epoch)
+    positions = np.where(in_first, start.position + d * spec.global_batch, (later % per_epoch) * spec.global_batch)
+    return epochs, positions
 
 
 def batch_indices(spec: RunSpec, step: int, rank: int) -> np.ndarray:

@@ -14,6 +14,8 @@ __all__ = ["key_of", "mix64", "Permutation", "sample_seeds"]
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _ROUNDS = 4
+_M1_INT, _M2_INT, _U64 = int(_M1), int(_M2), (1 << 64) - 1
+_SCALAR_WALKS = 32  # at most this many indices still walking: Python ints beat numpy's per-call cost
 
 
 def key_of(*parts: object) -> int:
@@ -48,17 +50,53 @@ class Permutation:
         if self.n <= 1:
             return np.zeros_like(i)
         x = self._rounds(i.astype(np.uint64))
-        out = x >= np.uint64(self.n)
-        while out.any():
-            x[out] = self._rounds(x[out])
-            out = x >= np.uint64(self.n)
+        n = np.uint64(self.n)
+        walking = np.flatnonzero(x >= n)  # cycle walking, on the indices still out of range only
+        while len(walking) > _SCALAR_WALKS:
+            y = self._rounds(x[walking])
+            x[walking] = y
+            walking = walking[y >= n]
+        for w in walking.tolist():  # the last few walk in Python ints: no per-call numpy overhead
+            v = int(x[w])
+            while v >= self.n:
+                v = self._rounds_int(v)
+            x[w] = v
         return x.astype(np.int64)
 
     def _rounds(self, x: np.ndarray) -> np.ndarray:
         left, right = x >> self._half, x & self._mask
         for k in self._keys:
-            left, right = right, left ^ (mix64(right ^ k) & self._mask)
-        return (left << self._half) | right
+            mixed = _mix_inplace(right ^ k)
+            mixed &= self._mask
+            mixed ^= left
+            left, right = right, mixed
+        left <<= self._half
+        left |= right
+        return left
+
+    def _rounds_int(self, v: int) -> int:
+        """`_rounds` of one value with Python ints (bit for bit the same)."""
+        half, mask = int(self._half), int(self._mask)
+        left, right = v >> half, v & mask
+        for k in self._keys:
+            t = right ^ int(k)
+            t ^= t >> 30
+            t = (t * _M1_INT) & _U64
+            t ^= t >> 27
+            t = (t * _M2_INT) & _U64
+            t ^= t >> 31
+            left, right = right, left ^ (t & mask)
+        return (left << half) | right
+
+
+def _mix_inplace(x: np.ndarray) -> np.ndarray:
+    """`mix64` of a fresh uint64 array, overwriting it (fewer temporaries)."""
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
 
 
 def sample_seeds(seed: int, epoch: np.ndarray | int, source: np.ndarray, index: np.ndarray) -> np.ndarray:

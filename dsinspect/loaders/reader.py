@@ -14,12 +14,14 @@ import pyarrow as pa
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.cache import CachedShard, ShardCache
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.columns import gather
+from dsinspect.loaders.columns import gather, is_numeric_dense
 from dsinspect.loaders.manifest import HASH_COLUMN
 from dsinspect.loaders.order import BatchPlan
 from dsinspect.loaders.spec import RunSpec, Shuffle
 
-__all__ = ["BatchReader"]
+__all__ = ["BatchReader", "Layout"]
+
+Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]  # ((source, shard), rows in it, output positions)
 
 
 class BatchReader:
@@ -36,7 +38,14 @@ class BatchReader:
         self._read = [*self.columns, HASH_COLUMN]
         first = self.versions[0].manifest.schema
         self.schema = pa.schema([first.field(c) for c in self.columns])  # of the batches (row hashes apart)
+        self.numeric = frozenset(f.name for f in self.schema if is_numeric_dense(f.type))  # numpy as is
         self.cache = cache or ShardCache()
+        # shards of all sources numbered in one sequence, for splitting a batch by shard in one sort
+        self._starts = [np.asarray(v.shard_starts, np.int64) for v in self.versions]
+        self._shard_base = np.cumsum([0] + [len(v.manifest.shards) for v in self.versions])[:-1].tolist()
+        self._flat_starts = np.concatenate([st[:len(v.manifest.shards)] for st, v in zip(self._starts, self.versions)])
+        self._shard_key = [(k, s) for k, v in enumerate(self.versions) for s in range(len(v.manifest.shards))]
+        self._sha256 = {(k, s): self.versions[k].manifest.shards[s].sha256 for k, s in self._shard_key}
         self._max_open = self._plan_budget(spec)
         self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
         self._pending: dict[tuple[int, int], Future] = {}
@@ -44,46 +53,81 @@ class BatchReader:
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def read(self, plan: BatchPlan) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+    def read(self, plan: BatchPlan, layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
         """The rows of `plan` in plan order: per requested column a dense numpy array or an Arrow
-        array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array."""
+        array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array.
+        `layout` is the plan's from `layouts` (computed here when not given)."""
+        if layout is None:
+            layout = self.layouts([plan])[0]
+        opened, read = self._open, self._read
+        parts = []
+        for key, rows, where in layout:
+            shard = opened.get(key)  # the common case, without the lock (one dict call is atomic)
+            if shard is None:
+                shard = self._shard(key)
+            else:
+                try:
+                    opened.move_to_end(key)  # recency, for which open shard to release first
+                except KeyError:  # released by a background load meanwhile: its map stays valid
+                    pass
+            shard.check(rows, read)
+            parts.append((shard, rows, where))
         n = len(plan.indices)
-        if len(self.versions) == 1:
-            parts = self._parts(0, plan.indices, None)
-        else:
-            parts = []
-            for k in np.unique(plan.sources):
-                sel = np.flatnonzero(plan.sources == k)
-                parts += self._parts(int(k), plan.indices[sel], sel)
-        for shard, rows, _ in parts:
-            shard.check(rows, self._read)
-        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in self._read}
+        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in read}
         hashes = columns.pop(HASH_COLUMN)
         if not isinstance(hashes, np.ndarray):  # a null-free binary(16) column is always dense
             raise IntegrityError("a cached shard's row hashes are not 16-byte values")
         return columns, hashes
 
-    def warm(self, plans: Sequence[BatchPlan]) -> None:
-        """Start fetching the shards these future batches need, in order of first need (at most
-        half the open budget ahead)."""
+    def layouts(self, plans: Sequence[BatchPlan]) -> list[Layout]:
+        """Per plan, its rows split by shard: ((source, shard), rows in the shard, output positions
+        or None for all rows in order), for many plans in one vectorised pass (a loader plans
+        steps in chunks, so a batch's own read does no splitting)."""
+        if not plans:
+            return []
+        lengths = np.array([len(p.indices) for p in plans], np.int64)
+        firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        indices = np.concatenate([p.indices for p in plans]).astype(np.int64, copy=False)
+        total = len(indices)
+        if not total:
+            return [[] for _ in plans]
+        if len(self.versions) == 1:
+            shard = np.searchsorted(self._starts[0], indices, side="right") - 1
+        else:
+            sources = np.concatenate([p.sources for p in plans])
+            shard = np.empty(total, np.int64)
+            for k in np.unique(sources).tolist():
+                sel = sources == k
+                shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
+        plan_of = np.repeat(np.arange(len(plans), dtype=np.int64), lengths)
+        order = np.argsort(plan_of * len(self._shard_key) + shard, kind="stable")  # by plan, then shard
+        shard, plan_of = shard[order], plan_of[order]
+        rows = indices[order] - self._flat_starts[shard]
+        positions = order - firsts[plan_of]
+        cuts = np.flatnonzero((shard[1:] != shard[:-1]) | (plan_of[1:] != plan_of[:-1])) + 1
+        bounds = [0, *cuts.tolist(), total]
+        out: list[Layout] = [[] for _ in plans]
+        for a, b, p, g in zip(bounds[:-1], bounds[1:], plan_of[bounds[:-1]].tolist(), shard[bounds[:-1]].tolist()):
+            out[p].append((self._shard_key[g], rows[a:b], None if b - a == lengths[p] else positions[a:b]))
+        return out
+
+    def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
+        """Start fetching the shards these future batches need and the cache lacks, in the order
+        of the batches (at most half the open budget ahead)."""
         if not plans:
             return
-        sources = np.concatenate([p.sources for p in plans])
-        indices = np.concatenate([p.indices for p in plans])
-        wanted: list[tuple[int, int]] = []
-        for k in np.unique(sources):
-            version = self.versions[int(k)]
-            shards = np.searchsorted(version.shard_starts, indices[sources == k], side="right") - 1
-            unique, first = np.unique(shards, return_index=True)
-            wanted += [(int(k), int(s)) for _, s in sorted(zip(first.tolist(), unique.tolist()))]
+        if layouts is None:
+            layouts = self.layouts(plans)
+        wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
         with self._lock:
             budget = max(1, self._max_open // 2) - len(self._pending)
             for key in wanted:
                 if budget <= 0:
                     break
-                if key not in self._open and key not in self._pending:
-                    self._pending[key] = self._executor().submit(self._load, key)
-                    budget -= 1
+                if key in self._open or key in self._pending or self.cache.holds(self._sha256[key]):
+                    continue  # a cached shard opens in well under a millisecond: a thread would cost more
+                self._pending[key] = self._executor().submit(self._load, key)
+                budget -= 1
 
     def close(self) -> None:
         if self._pool:
@@ -97,26 +141,7 @@ class BatchReader:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _parts(self, k: int, indices: np.ndarray, where: np.ndarray | None) -> list[tuple[CachedShard, np.ndarray, np.ndarray | None]]:
-        """(cached shard, rows in it, output positions), one part per shard the indices touch;
-        `where` None means positions 0..n-1 (and a single part keeps it None: a gather in place)."""
-        version = self.versions[k]
-        shards = np.searchsorted(version.shard_starts, indices, side="right") - 1
-        if not len(shards):
-            return []
-        first = shards[0]
-        if (shards == first).all():
-            return [(self._shard(k, int(first)), indices - version.shard_starts[first], where)]
-        order = np.argsort(shards, kind="stable")  # one sort splits the batch by shard
-        ordered = shards[order]
-        cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-        positions = order if where is None else where[order]
-        rows = indices[order] - np.asarray(version.shard_starts)[ordered]
-        return [(self._shard(k, int(ordered[a])), rows[a:b], positions[a:b])
-                for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)])]
-
-    def _shard(self, k: int, shard: int) -> CachedShard:
-        key = (k, shard)
+    def _shard(self, key: tuple[int, int]) -> CachedShard:
         with self._lock:
             cached = self._open.get(key)
             if cached is not None:
