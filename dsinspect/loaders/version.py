@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["DatasetVersion", "RowLocation"]
 
 _OPEN_SHARDS = 8  # open Parquet footers kept per version (an LRU: random access jumps between shards)
+# What pyarrow raises on a damaged file besides ArrowException/OSError: a garbled footer can fail to
+# decode a column name (UnicodeDecodeError) or rename a column asked for by name (KeyError).
+_DAMAGED = (pa.ArrowException, OSError, ValueError, LookupError)
 
 
 class RowLocation(tuple):
@@ -99,7 +102,7 @@ class DatasetVersion:
                 pf = pq.ParquetFile(self.catalog.fs.open(path, "rb", cache_type="none"))
             except FileNotFoundError:
                 raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
-            except (pa.ArrowException, OSError) as e:
+            except _DAMAGED as e:
                 raise IntegrityError(f"shard {shard} of {self.address} is not readable Parquet "
                                      f"({self.shard_url(shard)}): {e}") from None
             self._files[shard] = pf
@@ -112,14 +115,14 @@ class DatasetVersion:
     def read_row_group(self, shard: int, group: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None)
-        except (pa.ArrowException, OSError) as e:
+        except _DAMAGED as e:
             raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
                                  f"({self.shard_url(shard)}): {e}") from None
 
     def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read(columns=list(columns) if columns else None)
-        except (pa.ArrowException, OSError) as e:
+        except _DAMAGED as e:
             raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
 
     def row_table(self, index: int, columns: Sequence[str] | None = None, *, verify: bool = True) -> pa.Table:
@@ -150,8 +153,12 @@ class DatasetVersion:
     def _checked_row(self, loc: RowLocation, index: int, verify: bool) -> pa.Table:
         columns = [f.name for f in self.fields] + [HASH_COLUMN] if verify else None
         table = self.read_row_group(loc.shard, loc.row_group, columns).slice(loc.group_row, 1)
+        declared = columns or [f.name for f in self.fields]
+        if not set(declared) <= set(table.column_names):  # a damaged footer can rename or drop a column
+            raise IntegrityError(f"shard {loc.shard} of {self.address} does not hold the columns its manifest "
+                                 f"declares ({self.shard_url(loc.shard)}): {table.column_names}")
         if verify:
-            if table.column_names != columns:  # a damaged footer can rename or drop a column
+            if table.column_names != columns:
                 raise IntegrityError(f"shard {loc.shard} of {self.address} does not hold the columns its manifest "
                                      f"declares ({self.shard_url(loc.shard)}): {table.column_names}")
             stored = table.column(HASH_COLUMN)[0].as_py()
