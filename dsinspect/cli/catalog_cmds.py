@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, human_bytes, json_option, out, progress
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, json_option, out, progress
 from dsinspect.loaders.describe import catalog_listing, version_info
+from dsinspect.term import human_bytes
 
 
 @click.command()

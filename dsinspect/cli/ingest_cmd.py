@@ -9,7 +9,8 @@ from typing import Callable, Iterator
 import click
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, human_bytes, json_option, out, progress
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, json_option, out, progress
+from dsinspect.term import human_bytes
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.tasks import ENGINES
 

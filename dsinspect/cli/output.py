@@ -49,11 +49,3 @@ def progress(description: str, total: int | None, unit_bytes: bool = False) -> I
     with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

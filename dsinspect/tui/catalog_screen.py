@@ -12,21 +12,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from dsinspect.term import human_bytes
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
 __all__ = ["CatalogScreen"]
 
 VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "shards", "message")
-
-
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 class CatalogScreen(Screen):

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
 
-from dsinspect.tui.catalog_screen import human_bytes
+from dsinspect.term import human_bytes
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress, RowsLoaded
 from dsinspect.tui.sample_table import PAGE_ROWS, SampleTable
