@@ -64,7 +64,7 @@ def _serving(cmd: list[str], port: int, log_path: str, timeout: float, env: dict
                 time.sleep(0.2)
             yield base
         finally:
-            os.killpg(proc.pid, 15)  # the group this started: dsinspect and its streamlit child
+            os.killpg(proc.pid, 15)  # the group this started (dsinspect web execs streamlit in place)
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:

@@ -1,9 +1,12 @@
-"""`dsinspect web [--port P]`: the Streamlit app on 127.0.0.1, usage statistics off, on one catalog."""
+"""`dsinspect web [--port P]`: the Streamlit app on 127.0.0.1, usage statistics off, on one catalog.
+
+The command becomes Streamlit (exec, same PID) rather than starting it as a child: a signal sent to
+the PID of `dsinspect web` (SIGTERM, SIGINT, SIGHUP, even SIGKILL) reaches the
+server itself, so no orphaned Streamlit keeps serving the port."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -61,11 +64,10 @@ def web(ctx: click.Context, port: int, runs_url: str | None, transform: str | No
     catalog = catalog_from(ctx, catalog_url)
     env = {**os.environ, **app_environment(catalog.url, runs_url, transform, allow_typed_transforms)}
     click.echo(f"dsinspect web: http://127.0.0.1:{port}/ (catalog {catalog.url}); Ctrl-C stops it", err=True)
-    try:
-        code = subprocess.call(streamlit_command(port), env=env)
-    except KeyboardInterrupt:
-        code = 130
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    cmd = streamlit_command(port)
+    os.execve(cmd[0], cmd, env)
 
 
 COMMANDS = [web]
