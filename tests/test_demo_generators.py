@@ -74,6 +74,45 @@ def test_video_bytes_identical_in_another_process(video_data):
     assert out.stdout.strip() == here
 
 
+def _x264_log(frames: list[np.ndarray], size: tuple[int, int]) -> list[str]:
+    """What libx264 logs while the demo encoder encodes `frames` (its settings, its CPU paths)."""
+    import av.logging
+
+    before = av.logging.get_level()
+    av.logging.set_level(av.logging.INFO)
+    try:
+        with av.logging.Capture() as logs:
+            video.encode_mp4(frames, size, 12)
+    finally:
+        av.logging.set_level(before)
+    return [message for _, name, message in logs if name == "libx264"]
+
+
+def test_x264_gets_its_settings_and_uses_no_cpu_specific_code():
+    """The encoder's options reach x264 (FFmpeg drops options no one reads, without a word): it
+    reports no SIMD paths in use (their output varied between encodes on AVX-512 machines) and
+    the fixed GOP, one thread and no B-frames in its settings."""
+    spec = video._spec(video._rng(SEED, 4))
+    log = _x264_log(video.render_frames(spec["motion"], spec["fg"], spec["bg"], spec["size"], 16), spec["size"])
+    assert any("using cpu capabilities: none!" in line for line in log), log
+    assert not any("rror" in line for line in log), log
+    settings = next(line for line in log if "options:" in line).split("options:")[1].split()
+    for wanted in ("threads=1", "bframes=0", f"keyint={video._GOP}", "scenecut=0"):
+        assert wanted in settings, (wanted, settings)
+
+
+def test_video_bytes_identical_across_encodes_in_one_process():
+    """Identical frames give identical bytes, encode after encode (on AVX-512 machines x264's
+    SIMD code gave 1-3 different byte strings over 6 encodes of the same clip)."""
+    from dsinspect.demo.build import SEED as CATALOG_SEED
+
+    for clip_id in range(8):  # the clips of demo-video@v1
+        spec = video._spec(video._rng(CATALOG_SEED + 2000, clip_id))
+        frames = video.render_frames(spec["motion"], spec["fg"], spec["bg"], spec["size"], spec["n"])
+        encodes = {video.encode_mp4(frames, spec["size"], spec["fps"]) for _ in range(6)}
+        assert len(encodes) == 1, f"clip {clip_id}: {len(encodes)} different encodes of the same frames"
+
+
 # --- text and tokenizer ----------------------------------------------------------------------------
 
 def test_corpus_has_multibyte_and_markers():

@@ -1,8 +1,14 @@
 """Deterministic tiny H.264 MP4 clips of a moving shape, encoded in memory with PyAV.
 
 Frames are drawn and converted to yuv420p (BT.601, limited range) in numpy, so swscale's CPU-specific
-paths are never used; libx264 runs with ``threads=1`` and ``asm=0`` and a fixed GOP, and the muxer
-with ``+bitexact``, so the bytes repeat across runs and processes.
+paths are never used. libx264 runs single-threaded with every SIMD path off (``asm=0``) and a fixed GOP,
+and the muxer with ``+bitexact``, so the bytes are the same on every CPU, in every run and process.
+
+Why ``asm=0``, and why through ``x264-params``: x264's AVX-512 code made different bytes from identical
+frames from one encode to the next on AVX-512 machines (a clip took 3 forms in 6 encodes in one
+process; with SIMD off or capped at AVX2 it took one). ``asm`` is not an option of FFmpeg's libx264
+wrapper, and PyAV drops options nobody reads without a word, so it must go to x264 itself, whose
+parser refuses a key it does not know. ``tests/test_demo_generators.py`` checks the options arrive.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ MOTIONS = {
 SIZES = [(64, 48), (96, 64)]
 FPS = [12, 24]
 
-_X264 = {"threads": "1", "asm": "0", "preset": "medium", "crf": "30", "g": str(_GOP),
-         "keyint_min": str(_GOP), "sc_threshold": "0", "bframes": "0"}
+# Every x264 setting in x264's own syntax: one parser that fails loudly on a typo.
+X264_PARAMS = f"asm=0:threads=1:keyint={_GOP}:scenecut=0:bframes=0:crf=30"
+_X264 = {"preset": "medium", "threads": "1", "x264-params": X264_PARAMS}
 
 
 def _rng(seed: int, clip_id: int, salt: int = _SALT) -> np.random.Generator:
