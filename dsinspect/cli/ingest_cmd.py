@@ -48,9 +48,11 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @click.command()
 @click.argument("source")
 @click.argument("name")
-@click.option("--kind", default=None, help="Source kind: jsonl, parquet, hf, webdataset, mds (default: guessed).")
+@click.option("--kind", default=None, help="Source kind: jsonl, parquet, hf, webdataset, mds, files (default: guessed).")
 @click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
-@click.option("--key", default=None, metavar="FIELD", help="The row key diff matches rows by.")
+@click.option("--key", default=None, metavar="FIELD",
+              help="The row key diff matches rows by (default: the key of NAME's latest version).")
+@click.option("--no-key", is_flag=True, help="Declare no key (rows matched by row hash), even if the latest version has one.")
 @click.option("--tokenizer", default=None, metavar="FILE", help="A tokenizer.json attached to the tokens fields.")
 @click.option("--engine", type=click.Choice(ENGINES), default="pool", show_default=True,
               help="Where parts convert: this process, a local process pool, or Ray.")
@@ -61,7 +63,7 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @json_option
 @click.pass_context
 def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...], key: str | None,
-           tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
+           no_key: bool, tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
            catalog_url: str | None, as_json: bool) -> None:
     """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS; any fsspec URL) as a new
     version of NAME (parent: its current latest). Re-running an interrupted ingest resumes it."""
@@ -69,7 +71,8 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
 
     catalog = catalog_from(ctx, catalog_url)
     with ingest_progress(f"ingest {name}") as update:
-        result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, tokenizer=tokenizer,
+        result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
+                            tokenizer=tokenizer,
                             engine=engine, workers=workers, message=message, tags=tags, on_progress=update)
     if as_json:
         return emit_json(result.to_json())

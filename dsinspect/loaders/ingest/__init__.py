@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.catalog import LATEST, Catalog
 from dsinspect.loaders.ingest.engine import (DEFAULT_OPENER, ROW_PROGRESS, Job, commit_job, convert_part,
                                              fields_from_json, load_record, open_with, plan_job, record_path)
 from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
@@ -70,16 +70,19 @@ def ingest(catalog: Catalog, source: str | SourceSpec, name: str, **kwargs: Any)
 
 
 def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: str | None = None,
-               roles: Mapping[str, str] | None = None, key: str | None = None, tokenizer: str | None = None,
-               fields: Iterable[Field] | None = None, engine: str = "pool", workers: int | None = None,
+               roles: Mapping[str, str] | None = None, key: str | None = None, no_key: bool = False,
+               tokenizer: str | None = None, fields: Iterable[Field] | None = None, engine: str = "pool", workers: int | None = None,
                options: Mapping[str, Any] | None = None, write: WriteOptions = WriteOptions(), message: str = "",
                tags: Iterable[str] = (), on_progress: Callable[[IngestProgress], None] | None = None,
                retries: int = 2, opener: str = DEFAULT_OPENER) -> IngestResult:
     """Plan, convert the parts not yet converted, commit. `tokenizer` is a tokenizer.json path or URL
     attached to the tokens fields; `fields` skips inference; `opener` names the function that opens
-    a spec as a Source in every worker ("module:function")."""
+    a spec as a Source in every worker ("module:function"). Without `key` (and without an export's
+    sidecar, whose key is exact) the key of `name`'s latest version is kept; `no_key` declares none."""
     started = time.monotonic()
     check_engine(engine, workers)
+    if key is not None and no_key:
+        raise UserError("--key and --no-key exclude each other")
     spec = source if isinstance(source, SourceSpec) else _detect(source, kind, options or {})
     src = _open(opener, spec)
     parts = _parts(src, spec)
@@ -88,7 +91,8 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
         _put_blobs(catalog, name, spec.url, sidecar)
     fields = list(fields) if fields is not None else _fields(catalog, name, src, parts, sidecar, roles or {},
                                                              key, tokenizer)
-    key = key if key is not None else (sidecar or {}).get("key")
+    if key is None and not no_key:
+        key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
     if engine != "inline" and catalog.url.startswith("memory://"):
         raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
                         "this process only (use engine 'inline')")
@@ -136,6 +140,27 @@ def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: in
     version = commit_job(catalog, job, list(records.values()), message=message, tags=tags)
     return IngestResult(version, len(parts), converted, len(parts) - converted, version.num_rows, bytes_total,
                         time.monotonic() - started, engine)
+
+
+def inherited_key(name: str, parent: DatasetVersion | None, fields: list[Field]) -> str | None:
+    """The key a new version of `name` keeps from its parent: the parent's, when the new fields hold
+    it with the same type (so `diff` keeps matching rows by key); a UserError when they do not,
+    rather than silently matching by row hash."""
+    if parent is None or parent.manifest.key is None:
+        return None
+    key = parent.manifest.key
+    want = parent.manifest.field(key).type
+    have = next((f.type for f in fields if f.name == key), None)
+    if have == want:
+        return key
+    found = "has no such field" if have is None else f"holds it as {have}"
+    raise UserError(f"{name}@{parent.id[:12]} (latest) has key {key!r} ({want}), but the source {found}: "
+                    "pass --key FIELD to name another key, or --no-key to match rows by row hash")
+
+
+def _latest(catalog: Catalog, name: str) -> DatasetVersion | None:
+    latest = catalog.tags(name).get(LATEST)  # no tags file: a new dataset
+    return catalog.version(name, latest) if latest else None
 
 
 def _detect(url: str, kind: str | None, options: Mapping[str, Any]) -> SourceSpec:
