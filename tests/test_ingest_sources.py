@@ -294,7 +294,7 @@ def wds_samples(n: int, start: int = 0) -> list[dict]:
     return [{"__key__": f"s{i:05d}", "jpg": image_bytes("JPEG", i % 4), "webp": image_bytes("WEBP", i % 2),
              "seg.png": image_bytes("PNG", i % 3), "mp4": mp4_bytes(), "webm": webm_bytes(),
              "txt": f"caption {i} ✓", "json": {"i": i, "x": odd_floats()[i % 8]}, "cls": i % 10 - 3,
-             "npy": bytes(range(i % 256))} for i in range(start, start + n)]
+             "bin": bytes(range(i % 256))} for i in range(start, start + n)]
 
 
 def write_tar(path, samples: list[dict]) -> None:
@@ -322,7 +322,7 @@ def test_webdataset_tar_writer_bit_identical(where):
     assert [json.loads(r.pop("json")) for r in got] == [s["json"] for s in samples]
     assert_rows_identical(got, [{k: v for k, v in s.items() if k != "json"} for s in samples])
     assert roles_of(spec) == {"__key__": "scalar", "cls": "scalar", "jpg": "image", "json": "json",
-                              "mp4": "video", "npy": "bytes", "seg.png": "image", "txt": "text", "webm": "video",
+                              "mp4": "video", "bin": "bytes", "seg.png": "image", "txt": "text", "webm": "video",
                               "webp": "image"}
 
 
@@ -386,11 +386,10 @@ def test_mds_writer_bit_identical(tmp_path, compression):
     assert np.float16(got[5]["h"]).tobytes() == samples[5]["h"].tobytes()
     source = open_source(spec)
     first = next(source.read(source.parts()[0]))
-    schema = pa.schema([f for f in source.schema() if f.name != "grid"])  # a uint8 matrix fits no role
-    roles = {f.name: f.role.value for f in infer_fields(schema, first, source.hints())}
+    roles = {f.name: f.role.value for f in infer_fields(source.schema(), first, source.hints())}
     assert roles == {"text": "text", "n": "scalar", "i8": "scalar", "u64": "scalar", "h": "scalar", "f": "scalar",
                      "d": "scalar", "clip": "video", "photo": "image", "meta": "json", "num": "scalar",
-                     "input_ids": "tokens"}
+                     "input_ids": "tokens", "grid": "array"}
 
 
 def test_mds_pickled_column_is_refused(tmp_path):

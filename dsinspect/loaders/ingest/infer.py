@@ -14,13 +14,14 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.manifest import Field
 from dsinspect.loaders.roles import Role, check_role_type
 
-__all__ = ["infer_fields", "sniff_media", "role_for_extension", "describe_fields",
-           "TEXT_NAMES", "JSON_NAMES", "TRAJECTORY_NAMES"]
+__all__ = ["infer_fields", "sniff_media", "role_for_extension", "ndarray_role", "describe_fields",
+           "TEXT_NAMES", "JSON_NAMES", "TRAJECTORY_NAMES", "TOKEN_NAMES"]
 
 TEXT_NAMES = frozenset({"text", "caption", "captions", "content", "prompt", "response", "completion",
                         "question", "answer", "document", "sentence", "transcript", "txt", "body", "summary"})
 JSON_NAMES = frozenset({"json", "meta", "metadata", "info", "attributes"})
 TRAJECTORY_NAMES = frozenset({"trajectory", "traj", "episode", "rollout"})
+TOKEN_NAMES = frozenset({"tokens", "input_ids", "token_ids", "ids"})
 _SNIFF_VALUES = 8  # first non-null values looked at per column
 _LONG_TEXT = 40  # mean characters above which an unnamed string column reads as text, not a label
 
@@ -37,6 +38,16 @@ _EXTENSION_ROLES = {
 def role_for_extension(ext: str) -> Role | None:
     """The role a file extension implies (`jpg` → image, `txt` → text, `cls` → scalar), or None."""
     return _EXTENSION_ROLES.get(ext.lower().rsplit(".", 1)[-1])
+
+
+def ndarray_role(name: str, t: pa.DataType) -> Role:
+    """The role of a column of NumPy arrays (MDS `ndarray`, WebDataset `.npy`): array, as the writer
+    said; tokens for 1-D integer arrays named like token ids (`input_ids`); scalar for 0-D arrays."""
+    if not pa.types.is_nested(t):
+        return Role.SCALAR
+    if name.lower() in TOKEN_NAMES and check_role_type(name, Role.TOKENS, t) is None:
+        return Role.TOKENS
+    return Role.ARRAY
 
 
 def sniff_media(data: bytes) -> Role | None:

@@ -5,14 +5,16 @@ the file, then the writer's config JSON, then the samples; a sample is one u32 s
 then every column's bytes in column order. Column encodings map to Arrow as: `str`, `json`,
 `str_decimal` → string (the stored text); `bytes`, `jpeg`, `png` → binary (the stored bytes);
 `int` → int64; `int8`…`uint64`, `float16`…`float64` → themselves; `str_int` → int64; `str_float` →
-float64; `ndarray:DTYPE` → list of DTYPE (1-D arrays), `ndarray:DTYPE:SHAPE` → nested fixed-size
-lists. `pkl` columns are refused (reading them would run pickle); `pil`, list and dynamic-dtype
-ndarray encodings are refused too. Shards compressed with zstd are decompressed whole (MDS shards
-are bounded, 64 MB by default); other compressions are refused.
+float64; `ndarray:DTYPE:SHAPE` → nested fixed-size lists; `ndarray:DTYPE` and plain `ndarray` (whose
+values carry their dtype and shape, see `_decode_ndarray`) → nested lists, as deep as the first
+value's dimensions, of its dtype (every value must match them; see `ndarrays`). `pkl` columns are
+refused (reading them would run pickle); `pil` and list encodings are refused too. Shards
+compressed with zstd are decompressed as a stream; other compressions are refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import struct
@@ -23,8 +25,11 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.infer import ndarray_role
+from dsinspect.loaders.ingest.ndarrays import check_like, fixed_type, layout, list_type, to_arrow
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, open_file, read_bytes
+from dsinspect.loaders.pathnames import check_relative
 from dsinspect.loaders.storage import join, url_to_fs
 
 __all__ = ["MdsSource", "column_type"]
@@ -39,36 +44,67 @@ _ROLES = {"jpeg": "image", "png": "image", "json": "json"}
 _U32 = struct.Struct("<I")
 
 
-def _arrow(dtype: np.dtype) -> pa.DataType:
-    return pa.from_numpy_dtype(dtype)
+# The value dtypes of MDS `ndarray` columns, by the code a dynamic-dtype value starts with.
+_ARRAY_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32",
+                 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+_SHAPE_DTYPES = ("<u1", "<u2", "<u4", "<u8")  # by the low two bits of a dynamic shape's header byte
 
 
-def column_type(name: str, encoding: str, where: str) -> pa.DataType:
-    """The Arrow type of an MDS column; refused encodings are a UserError naming column and file."""
+def column_type(name: str, encoding: str, where: str) -> pa.DataType | None:
+    """The Arrow type of an MDS column, or None for an ndarray whose values carry their dtype or
+    shape (their first value decides); refused encodings are a UserError naming column and file."""
     if encoding == "pkl":
         raise UserError(f"{where}: column {name!r} uses the 'pkl' encoding (a Python pickle); dsinspect never "
                         "unpickles data — rewrite that column with another encoding")
     if encoding in _NUMPY:
-        return _arrow(_NUMPY[encoding])
+        return pa.from_numpy_dtype(_NUMPY[encoding])
     if encoding in _STRINGS:
         return _STRINGS[encoding]
-    dtype, shape = _ndarray(encoding)
-    if dtype is not None:
-        t = _arrow(dtype)
-        if shape is None:
-            return pa.list_(t)
-        for size in reversed(shape):
-            t = pa.list_(t, size)
-        return t
+    array = _ndarray(encoding)
+    if array is not None:
+        dtype, shape = array
+        return fixed_type(dtype, shape) if dtype is not None and shape is not None else None
     raise UserError(f"{where}: column {name!r} uses the MDS encoding {encoding!r}, which dsinspect cannot ingest")
 
 
-def _ndarray(encoding: str) -> tuple[np.dtype | None, tuple[int, ...] | None]:
+def _ndarray(encoding: str) -> tuple[np.dtype | None, tuple[int, ...] | None] | None:
+    """(dtype, shape) of an `ndarray[:DTYPE[:SHAPE]]` encoding (None where the values carry them),
+    or None for any other encoding (as the package's `NDArray.from_str` parses it)."""
     args = encoding.split(":")
-    if args[0] != "ndarray" or len(args) < 2 or args[1] not in _NUMPY or len(args) > 3:
+    if args[0] != "ndarray" or len(args) > 3:
+        return None
+    if len(args) == 1:
         return None, None
-    shape = tuple(int(x) for x in args[2].split(",")) if len(args) == 3 else None
-    return _NUMPY[args[1]], shape
+    if args[1] not in _ARRAY_DTYPES.values():
+        return None
+    try:
+        shape = tuple(int(x) for x in args[2].split(",")) if len(args) == 3 else None
+    except ValueError:
+        return None
+    if shape is not None and min(shape) < 1:
+        return None
+    return np.dtype(args[1]), shape
+
+
+def _decode_ndarray(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] | None, where: str) -> np.ndarray:
+    """One `ndarray` value, read as the package's `NDArray.decode` reads it: [dtype code: 1, unless
+    the encoding names it] [ndim << 2 | shape width: 1, shape: ndim × width, unless the encoding
+    names the shape] [values, C order, little-endian]."""
+    pos = 0
+    try:
+        if dtype is None:
+            dtype, pos = np.dtype(_ARRAY_DTYPES[data[0]]), 1
+        if shape is None:
+            ndim, width = data[pos] >> 2, data[pos] & 3
+            shape = tuple(np.frombuffer(data, _SHAPE_DTYPES[width], ndim, pos + 1).tolist())
+            pos += 1 + ndim * (1 << width)
+    except (IndexError, KeyError, ValueError):
+        raise UserError(f"{where}: not an MDS ndarray value (bad dtype or shape header)") from None
+    values = data[pos:]
+    if len(values) != int(np.prod(shape)) * dtype.itemsize:
+        raise UserError(f"{where}: an MDS ndarray of shape {shape} and dtype {dtype} needs "
+                        f"{int(np.prod(shape)) * dtype.itemsize} bytes of values, the sample holds {len(values)}")
+    return np.frombuffer(values, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
 
 
 class MdsSource:
@@ -100,7 +136,8 @@ class MdsSource:
 
     def _shard_url(self, shard: dict) -> str:
         data = shard["zip_data"] if shard.get("compression") else shard["raw_data"]
-        return join(self._index_url.rsplit("/", 1)[0], data["basename"])
+        basename = check_relative(data["basename"], f"shard basename in {self._index_url}")  # stays beside the index
+        return join(self._index_url.rsplit("/", 1)[0], basename)
 
     def parts(self) -> list[Part]:
         return [Part(i, self._shard_url(s), int((s["zip_data"] if s.get("compression") else s["raw_data"])["bytes"]),
@@ -110,33 +147,48 @@ class MdsSource:
     @cached_property
     def _schema(self) -> pa.Schema:
         first = self._shards[0]
-        return pa.schema([pa.field(n, column_type(n, e, self._index_url))
-                          for n, e in zip(first["column_names"], first["column_encodings"])])
+        columns = list(zip(first["column_names"], first["column_encodings"]))
+        types = [column_type(n, e, self._index_url) for n, e in columns]
+        if any(t is None for t in types):  # ndarray values that carry their dtype or shape: the first decides
+            url = self._shard_url(first)
+            with contextlib.closing(_samples(url, first.get("compression"))) as samples:
+                sample = next(samples, None)
+            if sample is None:
+                raise UserError(f"{url}: the first shard holds no samples")
+            pieces = _split(sample, first["column_sizes"], url)
+            for c, ((n, e), t) in enumerate(zip(columns, types)):
+                if t is None:
+                    a = _decode_ndarray(pieces[c], *_ndarray(e), f"{url}: column {n!r} sample 0")
+                    types[c] = list_type(a.dtype, a.ndim)
+        return pa.schema([pa.field(n, t) for (n, _), t in zip(columns, types)])
 
     def schema(self) -> pa.Schema:
         return self._schema
 
     def hints(self) -> Mapping[str, Any]:
         first = self._shards[0]
-        return {"roles": {n: _ROLES[e] for n, e in zip(first["column_names"], first["column_encodings"]) if e in _ROLES},
-                "mds_encodings": dict(zip(first["column_names"], first["column_encodings"]))}
+        encodings = dict(zip(first["column_names"], first["column_encodings"]))
+        roles = {n: _ROLES[e] for n, e in encodings.items() if e in _ROLES}
+        roles.update({f.name: ndarray_role(f.name, f.type).value for f in self._schema
+                      if _ndarray(encodings[f.name]) is not None})
+        return {"roles": roles, "mds_encodings": encodings}
 
     def read(self, part: Part) -> Iterator[pa.RecordBatch]:
         shard = self._shards[part.index]
         encodings, sizes = shard["column_encodings"], shard["column_sizes"]
         pending: list[list[bytes]] = []
-        size = 0
+        size = first = 0
         for sample in _samples(part.url, part.options.get("compression")):
             pending.append(_split(sample, sizes, part.url))
             size += len(sample)
             if len(pending) >= BATCH_ROWS or size >= BATCH_BYTES:
-                yield self._batch(pending, encodings, part.url)
-                pending, size = [], 0
+                yield self._batch(pending, encodings, part.url, first)
+                pending, size, first = [], 0, first + len(pending)
         if pending:
-            yield self._batch(pending, encodings, part.url)
+            yield self._batch(pending, encodings, part.url, first)
 
-    def _batch(self, rows: list[list[bytes]], encodings: list[str], url: str) -> pa.RecordBatch:
-        columns = [_decode_column([r[c] for r in rows], enc, f.type, f.name, url)
+    def _batch(self, rows: list[list[bytes]], encodings: list[str], url: str, first: int) -> pa.RecordBatch:
+        columns = [_decode_column([r[c] for r in rows], enc, f, f"{url}: column {f.name!r}", first)
                    for c, (enc, f) in enumerate(zip(encodings, self._schema))]
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
@@ -145,7 +197,7 @@ def _samples(url: str, compression: str | None) -> Iterator[bytes]:
     """Each sample's bytes, in shard order."""
     with open_file(url) as f:
         if compression:
-            f = io.BytesIO(_decompress(f.read(), compression, url))
+            f = _decompressed(f, compression, url)
         head = f.read(4)
         if len(head) < 4:
             raise UserError(f"{url}: truncated MDS shard")
@@ -161,12 +213,13 @@ def _samples(url: str, compression: str | None) -> Iterator[bytes]:
             yield data
 
 
-def _decompress(data: bytes, compression: str, url: str) -> bytes:
+def _decompressed(f, compression: str, url: str):
+    """`f` decompressed as a stream: reading the first sample does not inflate the whole shard."""
     if compression.split(":")[0] != "zstd":
         raise UserError(f"{url}: MDS compression {compression!r} is not supported (only zstd)")
     import zstandard
 
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f))
 
 
 def _split(sample: bytes, sizes: list[int | None], url: str) -> list[bytes]:
@@ -183,7 +236,7 @@ def _split(sample: bytes, sizes: list[int | None], url: str) -> list[bytes]:
     return pieces
 
 
-def _decode_column(values: list[bytes], encoding: str, t: pa.DataType, name: str, url: str) -> pa.Array:
+def _decode_column(values: list[bytes], encoding: str, f: pa.Field, where: str, first: int) -> pa.Array:
     if encoding in _NUMPY:  # fixed width: the bytes are the numbers, bit for bit
         return pa.array(np.frombuffer(b"".join(values), _NUMPY[encoding].newbyteorder("<")).astype(_NUMPY[encoding]))
     try:
@@ -196,25 +249,18 @@ def _decode_column(values: list[bytes], encoding: str, t: pa.DataType, name: str
         if encoding == "str_float":
             return pa.array([float(v.decode()) for v in values], pa.float64())
     except ValueError as e:
-        raise UserError(f"{url}: column {name!r} ({encoding}): {e}") from None
-    return _ndarray_column(values, encoding, t)
+        raise UserError(f"{where} ({encoding}): {e}") from None
+    return _ndarray_column(values, encoding, f.type, where, first)
 
 
-def _ndarray_column(values: list[bytes], encoding: str, t: pa.DataType) -> pa.Array:
+def _ndarray_column(values: list[bytes], encoding: str, t: pa.DataType, where: str, first: int) -> pa.Array:
     dtype, shape = _ndarray(encoding)
-    if shape is not None:  # static shape: values only, one flat buffer
-        flat = pa.array(np.frombuffer(b"".join(values), dtype.newbyteorder("<")).astype(dtype))
-        for size in reversed(shape):
-            flat = pa.FixedSizeListArray.from_arrays(flat, size)
-        return flat
-    arrays = []  # dynamic shape: a header byte (ndim << 2 | shape width code), the shape, the values
-    for v in values:
-        ndim, code = v[0] >> 2, v[0] & 3
-        start = 1 + ndim * (1 << code)
-        arrays.append(np.frombuffer(v[start:], dtype.newbyteorder("<")).astype(dtype))
-        if ndim != 1:
-            raise UserError(f"column of encoding {encoding!r} holds a {ndim}-D array; only 1-D arrays "
-                            "of varying length can be ingested")
-    offsets = np.cumsum([0] + [len(a) for a in arrays], dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(arrays) if arrays else
-                                                                 np.array([], dtype)))
+    if dtype is not None and shape is not None:  # static: values only, one flat buffer
+        return to_arrow([np.frombuffer(b"".join(values), dtype.newbyteorder("<")).astype(dtype)], t)
+    column_dtype, ndim = layout(t)
+    arrays = []
+    for i, v in enumerate(values):
+        at = f"{where} sample {first + i}"
+        arrays.append(_decode_ndarray(v, dtype, shape, at))
+        check_like(arrays[-1], column_dtype, ndim, at)
+    return to_arrow(arrays, t)

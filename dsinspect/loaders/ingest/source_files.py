@@ -35,17 +35,18 @@ def is_glob(url: str) -> bool:
     return any(c in url for c in _GLOB_CHARS)
 
 
-def list_files(url: str, suffixes: Iterable[str] | None = None, what: str = "source files") -> list[SourceFile]:
+def list_files(url: str, suffixes: Iterable[str] | None = None, what: str = "source files",
+               skip: tuple[str, ...] = (".", "_")) -> list[SourceFile]:
     """The files `url` names, sorted by path: the file itself, a directory's files (recursively,
-    hidden and `_`-prefixed names skipped) or a glob's matches; only names ending in `suffixes`
-    unless `url` names one file. No match is a UserError naming `url`."""
+    names starting with `skip` — hidden and `_`-prefixed — left out) or a glob's matches; only names
+    ending in `suffixes` unless `url` names one file. No match is a UserError naming `url`."""
     fs, path = url_to_fs(url)
     ends = tuple(suffixes or ())
     try:
         if is_glob(url):
             infos = {p: i for p, i in fs.glob(path, detail=True).items() if i.get("type") == "file"}
         elif fs.isdir(path):
-            infos = {p: i for p, i in fs.find(path, detail=True).items() if not _hidden(p[len(path):])}
+            infos = {p: i for p, i in fs.find(path, detail=True).items() if not _hidden(p[len(path):], skip)}
         elif fs.isfile(path):
             return [_source_file(fs, path, fs.info(path))]
         else:
@@ -64,8 +65,8 @@ def _source_file(fs, path: str, info: dict) -> SourceFile:
     return SourceFile(fs.unstrip_protocol(path), int(info["size"]), stamp)
 
 
-def _hidden(relative: str) -> bool:
-    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+def _hidden(relative: str, skip: tuple[str, ...]) -> bool:
+    return any(part.startswith(skip) for part in relative.split("/") if part)
 
 
 @contextlib.contextmanager

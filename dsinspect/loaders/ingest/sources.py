@@ -1,8 +1,9 @@
 """The source registry: open a `SourceSpec` as a reader, or guess its kind from a URL.
 
 Kinds: jsonl, parquet, hf (a `datasets` `save_to_disk` directory, or `.arrow` files), webdataset
-(`.tar` shards), mds (a MosaicML Streaming directory with `index.json`). Readers are imported when
-first opened, so asking for one kind never imports another's dependencies.
+(`.tar` shards), mds (a MosaicML Streaming directory with `index.json`), files (one row per file:
+a folder of images and video clips). Readers are imported when first opened, so asking for one
+kind never imports another's dependencies.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import importlib
 from typing import Any
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.infer import role_for_extension
 from dsinspect.loaders.ingest.source import Source, SourceSpec
 from dsinspect.loaders.ingest.source_files import is_glob
+from dsinspect.loaders.roles import Role
 from dsinspect.loaders.storage import url_to_fs
 
 __all__ = ["KINDS", "open_source", "detect_source"]
@@ -23,6 +26,7 @@ KINDS = {
     "hf": ("dsinspect.loaders.ingest.hf", "HfSource"),
     "webdataset": ("dsinspect.loaders.ingest.webdataset", "WebDatasetSource"),
     "mds": ("dsinspect.loaders.ingest.mds", "MdsSource"),
+    "files": ("dsinspect.loaders.ingest.files", "FilesSource"),
 }
 
 # Name endings that decide the kind on their own, longest first so `.jsonl.gz` beats `.gz`.
@@ -49,7 +53,7 @@ def open_source(spec: SourceSpec) -> Source:
 def detect_source(url: str, kind: str | None = None, **options: Any) -> SourceSpec:
     """A spec for `url`, its kind given or guessed from the name (file or glob) or, for a directory,
     from marker files (MDS `index.json`, Hugging Face `dataset_info.json`/`state.json`) and then the
-    endings of the files inside."""
+    endings of the files inside: `files` when they are all images and videos."""
     if kind is not None:
         if kind not in KINDS:
             raise UserError(f"unknown source kind {kind!r} (known: {', '.join(KINDS)})")
@@ -58,7 +62,7 @@ def detect_source(url: str, kind: str | None = None, **options: Any) -> SourceSp
 
 
 def _guess(url: str) -> str:
-    by_name = _kind_of_name(url.rstrip("/"))
+    by_name = _kind_of_name(url.rstrip("/")) or ("files" if _is_media(url.rstrip("/")) else None)
     if by_name:
         return by_name
     fs, path = url_to_fs(url)
@@ -72,15 +76,25 @@ def _guess(url: str) -> str:
         for marker, kind in _MARKERS:
             if marker in names:
                 return kind
-        found = {k for p in fs.find(path) if (k := _kind_of_name(p))}
+        paths = fs.find(path)
     except OSError as e:
         raise UserError(f"cannot list {url}: {e}") from None
+    found = {k for p in paths if (k := _kind_of_name(p))}
     if len(found) == 1:
         return found.pop()
+    visible = [p for p in paths if not any(n.startswith(".") for n in p[len(path):].split("/"))]  # .DS_Store
+    if not found and visible and all(map(_is_media, visible)):
+        return "files"
     if not found:
-        raise UserError(f"{url}: no JSONL, Parquet, Arrow, tar or MDS files found; pass the kind "
-                        f"({', '.join(KINDS)})")
+        raise UserError(f"{url}: no JSONL, Parquet, Arrow, tar or MDS files, nor only images and videos, found; "
+                        f"pass the kind ({', '.join(KINDS)})")
     raise UserError(f"{url}: holds files of several kinds ({', '.join(sorted(found))}); pass the kind")
+
+
+def _is_media(name: str) -> bool:
+    """An image or video file by its name (`.jpg`, `.PNG`, `.mp4`, `.webm`, …)."""
+    last = name.rsplit("/", 1)[-1]
+    return "." in last and role_for_extension(last.rsplit(".", 1)[-1]) in (Role.IMAGE, Role.VIDEO)
 
 
 def _kind_of_name(name: str) -> str | None:

@@ -5,22 +5,27 @@ basename up to the first dot, the extension the rest (`a/x.seg.png` → key `a/x
 consecutive members with one key form a sample. Columns: `__key__` (string), then the extensions
 of the first sample, sorted. Text extensions (`txt`, `text`, `transcript`, `caption`) and `json`
 become UTF-8 strings (the stored bytes exactly), integer extensions (`cls`, `cls2`, `idx`, `index`,
-`id`, `count`) int64 (only when the text is a plain integer, so it writes back the same), all
-others binary. Every sample must have the same parts; a missing or extra part is a UserError naming
+`id`, `count`) int64 (only when the text is a plain integer, so it writes back the same), `npy`
+NumPy arrays (read with `allow_pickle=False`) nested lists of their dtype, as deep as the first
+sample's array (see `ndarrays`; every sample's must match its dtype and dimensions), all others
+binary (`npz` too). Every sample must have the same parts; a missing or extra part is a UserError naming
 the tar file and the key. Tars are read as streams, one member at a time.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import tarfile
 from functools import cached_property
 from typing import Any, Iterator, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.ingest.infer import role_for_extension
+from dsinspect.loaders.ingest.infer import ndarray_role, role_for_extension
+from dsinspect.loaders.ingest.ndarrays import check_like, layout, list_type, native, to_arrow
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
 
@@ -40,8 +45,13 @@ def split_member_name(name: str) -> tuple[str, str] | None:
 
 
 def extension_type(ext: str) -> pa.DataType:
+    """The type of an extension's column, `npy` aside (its type depends on the arrays)."""
     last = ext.lower().rsplit(".", 1)[-1]
     return pa.string() if last in _TEXT else pa.int64() if last in _INT else pa.binary()
+
+
+def _is_npy(ext: str) -> bool:
+    return ext.lower().rsplit(".", 1)[-1] == "npy"
 
 
 class WebDatasetSource:
@@ -56,33 +66,59 @@ class WebDatasetSource:
         return [Part(i, f.url, f.size, stamp=f.stamp) for i, f in enumerate(self.files)]
 
     @cached_property
-    def extensions(self) -> list[str]:
+    def _first(self) -> tuple[str, dict[str, bytes]]:
         first = self.files[0].url
-        for _, members in _samples(first):
-            return sorted(members)
+        for key, members in _samples(first):
+            return key, members
         raise UserError(f"{first}: no samples in the tar file")
 
+    @cached_property
+    def extensions(self) -> list[str]:
+        return sorted(self._first[1])
+
+    @cached_property
+    def _schema(self) -> pa.Schema:
+        key, members = self._first
+        fields = [pa.field(KEY, pa.string(), False)]
+        for e in self.extensions:
+            if _is_npy(e):  # the first sample's array decides the dtype and the depth
+                a = _npy(self.files[0].url, key, e, members[e])
+                fields.append(pa.field(e, list_type(a.dtype, a.ndim)))
+            else:
+                fields.append(pa.field(e, extension_type(e)))
+        return pa.schema(fields)
+
     def schema(self) -> pa.Schema:
-        return pa.schema([pa.field(KEY, pa.string(), False)]
-                         + [pa.field(e, extension_type(e)) for e in self.extensions])
+        return self._schema
 
     def hints(self) -> Mapping[str, Any]:
         roles = {e: r.value for e in self.extensions if (r := role_for_extension(e))}
+        roles.update({f.name: ndarray_role(f.name[:-len(".npy")], f.type).value for f in self._schema
+                      if _is_npy(f.name)})
         return {"roles": roles, "webdataset_extensions": {e: e for e in self.extensions}}
 
     def read(self, part: Part) -> Iterator[pa.RecordBatch]:
-        schema, wanted = self.schema(), set(self.extensions)
-        rows: list[dict] = []
+        wanted = set(self.extensions)
+        rows: list[tuple[str, dict[str, bytes]]] = []
         size = 0
         for key, members in _samples(part.url):
             _check_parts(part.url, key, set(members), wanted, self.files[0].url)
-            rows.append({KEY: key, **{e: _value(part.url, key, e, members[e]) for e in self.extensions}})
+            rows.append((key, members))
             size += sum(map(len, members.values()))
             if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                yield self._batch(rows, part.url)
                 rows, size = [], 0
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            yield self._batch(rows, part.url)
+
+    def _batch(self, rows: list[tuple[str, dict[str, bytes]]], url: str) -> pa.RecordBatch:
+        columns = [pa.array([key for key, _ in rows], pa.string())]
+        for f in self._schema.remove(0):
+            if _is_npy(f.name):
+                columns.append(_npy_column(url, rows, f))
+            else:
+                columns.append(pa.array([_value(url, key, f.name, m[f.name]) for key, m in rows], f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
 def _check_parts(url: str, key: str, have: set, wanted: set, first_url: str) -> None:
@@ -106,6 +142,26 @@ def _value(url: str, key: str, ext: str, data: bytes) -> Any:
     if not _PLAIN_INT.fullmatch(text) or not -(1 << 63) <= int(text) < (1 << 63):
         raise UserError(f"{url}: sample {key!r} part {ext!r} should hold a plain 64-bit integer, got {text[:40]!r}")
     return int(text)
+
+
+def _npy(url: str, key: str, ext: str, data: bytes) -> np.ndarray:
+    """A `.npy` member's array (never unpickled), in native byte order; a UserError otherwise."""
+    where = f"{url}: sample {key!r} part {ext!r}"
+    try:
+        a = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)  # what np.load does for .npy
+    except (ValueError, OSError, EOFError) as e:
+        raise UserError(f"{where} is not a .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    return a.astype(native(a.dtype, where), copy=False)
+
+
+def _npy_column(url: str, rows: list[tuple[str, dict[str, bytes]]], f: pa.Field) -> pa.Array:
+    dtype, ndim = layout(f.type)
+    arrays = []
+    for key, members in rows:
+        arrays.append(_npy(url, key, f.name, members[f.name]))
+        check_like(arrays[-1], dtype, ndim, f"{url}: sample {key!r} part {f.name!r}")
+    return to_arrow(arrays, f.type)
 
 
 def _samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
