@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError", "StorageError", "reason_of"]
+__all__ = ["DsinspectError", "UserError", "ManifestError", "NotFoundError", "IntegrityError", "DamagedError",
+           "StorageError", "reason_of"]
 
 
 class DsinspectError(Exception):
@@ -25,6 +26,14 @@ class ManifestError(UserError):
 
 class IntegrityError(DsinspectError):
     """Stored bytes do not match their recorded hash (exit 1: a failed check, not a user mistake)."""
+
+    exit_code = 1
+
+
+class DamagedError(ManifestError, IntegrityError):
+    """A manifest or tags file read from the catalog's storage that does not parse or validate: a stored
+    object failing its check (exit 1), unlike a bad file the user hands in (a ManifestError, exit 2).
+    Still a ManifestError, so code that catches malformed manifests keeps catching it."""
 
     exit_code = 1
 

@@ -10,8 +10,9 @@ from conftest import TOY_FIELDS, toy_rows
     ("demo-text@v1", Address("demo-text", "v1", None)),
     ("demo-text@v1:17", Address("demo-text", "v1", 17)),
     ("demo-text:17", Address("demo-text", "latest", 17)),
-    ("demo-text@0123abcd:-1", Address("demo-text", "0123abcd", -1)),
-    ("  a.b_c-9@latest:0 ", Address("a.b_c-9", "latest", 0)),
+    ("demo-text@0123abcd:0", Address("demo-text", "0123abcd", 0)),
+    ("a.b_c-9@latest:007", Address("a.b_c-9", "latest", 7)),
+    ("a:" + "9" * 19, Address("a", "latest", 10 ** 19 - 1)),
 ])
 def test_parse(text, expected):
     assert parse_address(text) == expected
@@ -23,6 +24,17 @@ def test_malformed_addresses_are_clear_user_errors(text):
     with pytest.raises(UserError) as e:
         parse_address(text)
     assert "\n" not in str(e.value) and (repr(text.strip()) in str(e.value) or "bad" in str(e.value))
+
+
+@pytest.mark.parametrize("text", ["demo:-1", "demo@v1:-0", "demo:+3", "demo: 3", "demo:3 ", " demo:3", "demo:\t3",
+                                  "demo:\uff13", "demo:\u0663", "demo:1_000", "demo:0x1f", "demo:1e3", "demo:3\n",
+                                  "demo:" + "9" * 20, " demo", "demo@v1 "])
+def test_the_index_is_a_plain_non_negative_decimal(text):
+    """`:-1` once showed the last row and `: 3`, `:+3` and full-width digits were taken as 3: a
+    grammar that guesses lets a typo name a real, different sample. Refused in one line."""
+    with pytest.raises(UserError, match="bad address") as e:
+        parse_address(text)
+    assert "\n" not in str(e.value)  # one line, even for an address ending in a newline
 
 
 def test_resolution_by_tag_prefix_and_errors(catalog):
@@ -45,7 +57,7 @@ def test_resolution_by_tag_prefix_and_errors(catalog):
 
 def test_ambiguous_prefix_is_an_error(catalog):
     catalog.write_version("toy", toy_rows(3), TOY_FIELDS)
-    versions = catalog.manifest_path("toy", "x").rsplit("/", 1)[0]
+    versions = catalog.manifest_path("toy", "0" * 64).rsplit("/", 1)[0]
     for tail in ("0" * 56, "1" * 56):  # two ids sharing the prefix deadbeef (resolution reads names only)
         catalog.fs.pipe_file(f"{versions}/deadbeef{tail}.json", b"{}")
     with pytest.raises(UserError, match="prefix 'deadbeef' of 'toy' is ambiguous"):

@@ -68,7 +68,7 @@ def test_manifest_parsing(manifests):
 
 
 def test_address_parsing():
-    good = ["demo-text", "demo-text@v1:17", "a@latest:-1", "x.y_z@0123abcd:0", "A" * 128]
+    good = ["demo-text", "demo-text@v1:17", "a@latest:0", "x.y_z@0123abcd:0", "A" * 128]
     pieces = ["@", ":", "..", "/", "\\", "\0", "\n", "%2e", "é", "ａ", "-", "_", ".", "0", "-5", "1e3", " ", "s3://", "C:"]
 
     def inputs(rng):
@@ -83,6 +83,8 @@ def test_address_parsing():
         address = parse_address(text)
         import re
         assert re.fullmatch(NAME_PATTERN, address.name) and re.fullmatch(NAME_PATTERN, address.ref), address
+        # the index, when there is one, is exactly the ASCII digits after the last ':' (no sign, space, other digits)
+        assert address.index is None or text.rsplit(":", 1)[1] == f"{address.index:0{len(text.rsplit(':', 1)[1])}d}", text
 
     assert fuzz(inputs, check) >= GOAL
 

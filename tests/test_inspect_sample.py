@@ -90,7 +90,9 @@ def test_user_mistakes_raise_user_errors(bundled):
         open_address(bundled, "demo-text@v1")
     with pytest.raises(NotFoundError, match="out of range"):
         open_address(bundled, "demo-text@v1:100000")
-    sample = open_address(bundled, "demo-text@v1:-1")
+    with pytest.raises(UserError, match="is not a row number"):
+        open_address(bundled, "demo-text@v1:-1")  # the grammar has no negative index
+    sample = open_address(bundled, "demo-text@v1:239")
     assert sample.index == 239
     with pytest.raises(NotFoundError, match="no field 'nope'"):
         sample.view("nope")

@@ -166,6 +166,37 @@ async def test_mouse_picks_a_field_and_opens_a_catalog_version():
                                            .coordinate_to_cell_key((1, 0)).row_key.value)
 
 
+@pytest.mark.asyncio
+async def test_a_broken_manifest_is_listed_as_broken_beside_the_intact_datasets(tmp_path):
+    """One truncated manifest once made the listing fail as a whole: no dataset showed at all."""
+    import shutil
+
+    from dsinspect.defaults import BUNDLED
+    from dsinspect.loaders.catalog import Catalog
+
+    shutil.copytree(BUNDLED, tmp_path / "catalog")
+    vid = Catalog(str(tmp_path / "catalog")).resolve("demo-video@v1").id
+    path = tmp_path / "catalog" / "datasets" / "demo-video" / "versions" / f"{vid}.json"
+    path.write_bytes(path.read_bytes()[:300])
+    app = DsinspectApp(source=DataSource(str(tmp_path / "catalog")))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "demo-video  (1 ok, 1 broken)" in screen_text(app), what="listing")
+        text = screen_text(app)
+        for name in ("demo-images  (2 versions)", "demo-rl  (2 versions)", "demo-text  (2 versions)"):
+            assert name in text
+        assert any("cannot be read" in n and str(path) in n for n in notes(app))
+        await pilot.press("down", "down", "down")  # demo-video
+        await until(pilot, lambda: "versions of demo-video" in screen_text(app))
+        table = app.screen.query_one("#versions", DataTable)
+        assert table.row_count == 2
+        broken_row = [c.plain if hasattr(c, "plain") else c for c in table.get_row_at(1)]
+        assert broken_row[0] == vid[:12] and broken_row[1] == "v1" and broken_row[-1].startswith("BROKEN: ")
+        assert str(path) in broken_row[-1] and "not valid JSON" in broken_row[-1]
+        await pilot.press("enter", "down", "enter")  # selecting the broken row explains, opens nothing
+        await until(pilot, lambda: any(n.startswith("cannot open") for n in notes(app)), what="refusal")
+        assert isinstance(app.screen, CatalogScreen)
+
+
 def test_tui_package_imports_neither_web_nor_textual_eagerly():
     code = ("import sys, dsinspect.tui; assert 'textual' not in sys.modules; "
             "import dsinspect.tui.app; assert not any(m.startswith('dsinspect.web') for m in sys.modules)")

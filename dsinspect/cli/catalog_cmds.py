@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, json_option, out, progress
 from dsinspect.loaders.describe import catalog_listing, version_info
@@ -15,21 +16,41 @@ from dsinspect.term import human_bytes
 @json_option
 @click.pass_context
 def ls(ctx: click.Context, catalog_url: str | None, as_json: bool) -> None:
-    """Datasets, their versions and tags."""
+    """Datasets, their versions and tags.
+
+    A stored manifest or tags file that cannot be read is listed as BROKEN (its file and the
+    reason, also on stderr) beside everything else, and the command exits 1 (a failed check)."""
     catalog = catalog_from(ctx, catalog_url)
     listing = catalog_listing(catalog)
     if as_json:
-        return emit_json(listing)
-    table = Table(title=f"catalog {catalog.url}", title_justify="left")
+        emit_json(listing)
+    else:
+        out.print(_listing_table(listing) if listing["datasets"] else f"catalog {catalog.url} has no datasets")
+    broken = [b for ds in listing["datasets"] for b in ds["broken"]]
+    for b in broken:
+        err.print(f"dsinspect: ls: broken: {b['path']}: {b['reason']}", markup=False, soft_wrap=True)
+    if broken:
+        fail(f"catalog {catalog.url}: {len(broken)} stored file{'s' * (len(broken) > 1)} cannot be read", 1)
+
+
+def _listing_table(listing: dict) -> Table:
+    table = Table(title=f"catalog {listing['catalog']}", title_justify="left")
     for col in ("dataset", "version", "tags", "rows", "bytes", "shards", "created", "message"):
         table.add_column(col, justify="right" if col in ("rows", "bytes", "shards") else "left",
                          no_wrap=col != "message")
     for ds in listing["datasets"]:
-        for i, v in enumerate(reversed(ds["versions"])):
-            table.add_row(ds["name"] if i == 0 else "", v["short_id"], ", ".join(v["tags"]), f"{v['rows']:,}",
+        first = True
+        for v in reversed(ds["versions"]):
+            table.add_row(ds["name"] if first else "", v["short_id"], ", ".join(v["tags"]), f"{v['rows']:,}",
                           human_bytes(v["bytes"]), str(v["shards"]), (v["created_at"] or "")[:10], v["message"])
+            first = False
+        for b in ds["broken"]:
+            what = b["short_id"] or "tags.json"
+            table.add_row(ds["name"] if first else "", Text(what, style="red"), ", ".join(b["tags"]), "", "", "", "",
+                          Text(f"BROKEN: {b['path']}: {b['reason']}", style="bold red"))
+            first = False
         table.add_section()
-    out.print(table if listing["datasets"] else f"catalog {catalog.url} has no datasets")
+    return table
 
 
 @click.command()

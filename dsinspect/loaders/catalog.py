@@ -14,10 +14,10 @@ import re
 import time
 from typing import Any, Iterable
 
-from dsinspect.errors import IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
+from dsinspect.errors import DamagedError, IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
-from dsinspect.loaders.storage import join, locked, rewrite, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, locked, read_only, rewrite, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import Rows, VersionWriter, WriteOptions
 
@@ -26,6 +26,7 @@ __all__ = ["Catalog", "LATEST"]
 LATEST = "latest"
 _HEX = re.compile(r"^[0-9a-f]+$")
 _VERSION_FILE = re.compile(r"^([0-9a-f]{64})\.json$")
+_VERSION_ID = re.compile(r"[0-9a-f]{64}")
 _READ_TRIES = 4
 
 
@@ -57,14 +58,26 @@ class Catalog:
     def blob_path(self, name: str, sha256: str, ext: str) -> str:
         return join(self.dataset_dir(name), "blobs", f"{sha256}{ext}")
 
-    def _tags_path(self, name: str) -> str:
+    def tags_path(self, name: str) -> str:
         return join(self.dataset_dir(name), "tags.json")
+
+    _tags_path = tags_path
 
     def display(self, path: str) -> str:
         """A path as a URL a person can paste (the protocol kept for remote stores)."""
         return self.fs.unstrip_protocol(path) if not path.startswith("/") else path
 
     # -- listing -------------------------------------------------------------------------------
+
+    def check_exists(self) -> None:
+        """NotFoundError unless the catalog's root directory exists: reading a catalog that is not
+        there is a mistake (a typo'd path would otherwise list as empty). Writing creates it."""
+        if self.fs.isdir(self.root):
+            return
+        if read_only(self.fs):
+            raise NotFoundError(f"catalog {self.url} lists nothing: the server gives no index page for it "
+                                "(python -m http.server and nginx autoindex do), or it does not exist")
+        raise NotFoundError(f"catalog {self.url} does not exist")
 
     def datasets(self) -> list[str]:
         base = join(self.root, "datasets")
@@ -76,6 +89,7 @@ class Catalog:
     def version_ids(self, name: str) -> list[str]:
         directory = join(self.dataset_dir(name), "versions")
         if not self.fs.isdir(directory):
+            self.check_exists()
             raise NotFoundError(f"no dataset {name!r} in catalog {self.url}")
         files = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(directory, detail=False))
         return sorted(m[1] for m in map(_VERSION_FILE.match, files) if m)
@@ -96,12 +110,12 @@ class Catalog:
         try:
             tags = json.loads(data)
         except RecursionError:
-            raise ManifestError(f"{where}: nested too deeply") from None
+            raise DamagedError(f"{where}: nested too deeply") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ManifestError(f"{where}: not valid JSON ({e})") from None
-        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) and re.match(r"^[0-9a-f]{64}$", v)
+            raise DamagedError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) and _VERSION_ID.fullmatch(v)
                                                  for k, v in tags.items()):
-            raise ManifestError(f"{where}: tags must map names to 64-hex version ids")
+            raise DamagedError(f"{where}: tags must map names to 64-hex version ids")
         return tags
 
     # -- resolving -----------------------------------------------------------------------------
@@ -116,6 +130,8 @@ class Catalog:
         tags = self.tags(name)
         if ref in tags:
             return tags[ref]
+        if _VERSION_ID.fullmatch(ref) and self.fs.exists(self.manifest_path(name, ref)):
+            return ref  # a whole id needs no listing (an http catalog may have no index pages)
         ids = self.version_ids(name)
         if len(ref) >= HEX_PREFIX_MIN and _HEX.match(ref):
             matches = [v for v in ids if v.startswith(ref)]
@@ -143,9 +159,9 @@ class Catalog:
         for second_read in (False, True):  # damaged in transit, or at rest: a second read tells them apart
             try:
                 manifest = Manifest.from_bytes(self._read(path), where)
-            except ManifestError:
-                if second_read:
-                    raise
+            except ManifestError as e:
+                if second_read:  # a stored object failing its check (exit 1), not a user's bad file
+                    raise DamagedError(str(e)) from None
                 continue
             if manifest.id == version_id:
                 break
@@ -163,6 +179,7 @@ class Catalog:
         check_name(name)
         for tag in tags:
             check_name(tag, "tag")
+        self.check_writable()
         parent_id = self._parent_id(name, parent)
         return VersionWriter(self, name, fields, key=key, parent=parent_id, message=message, tags=tags,
                              options=options, created_at=created_at, on_rows=on_rows)
@@ -174,14 +191,21 @@ class Catalog:
         assert w.version is not None
         return w.version
 
+    def check_writable(self) -> None:
+        """StorageError (exit 2) for a catalog on a read-only store (http, https), before any work."""
+        if read_only(self.fs):
+            raise StorageError(f"cannot write to catalog {self.url}: http(s) catalogs are read-only")
+
     def set_tag(self, name: str, tag: str, version_id: str) -> None:
         check_name(tag, "tag")
+        self.check_writable()
         self.manifest(name, version_id)  # a tag never points at a missing version
         with locked(self.fs, self._tags_path(name)):  # concurrent taggers must not lose an update
             self._move_tags(name, (tag,), version_id)
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
         """Store a side file (e.g. a tokenizer.json) by content; its sha256."""
+        self.check_writable()
         sha = sha256_hex(data)
         path = self.blob_path(name, sha, ext)
         if not self.fs.exists(path):

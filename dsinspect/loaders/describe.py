@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dsinspect.errors import DsinspectError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.version import DatasetVersion
 
@@ -40,10 +41,38 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
 
 
 def catalog_listing(catalog: Catalog) -> dict[str, Any]:
-    datasets = []
-    for name in catalog.datasets():
+    """Every dataset with its versions (oldest first) and tags. A stored file that cannot be read
+    (a truncated manifest, a damaged tags.json) is listed under the dataset's `broken` as
+    {"id", "short_id", "path", "reason", "tags"} (id None for tags.json) and the rest lists as usual; `broken` at the top counts them all.
+    A catalog that does not exist is a NotFoundError."""
+    catalog.check_exists()
+    datasets = [_dataset_listing(catalog, name) for name in catalog.datasets()]
+    return {"catalog": catalog.url, "datasets": datasets, "broken": sum(len(d["broken"]) for d in datasets)}
+
+
+def _dataset_listing(catalog: Catalog, name: str) -> dict[str, Any]:
+    broken = []
+    try:
         tags = catalog.tags(name)
-        by_id = tags_by_version(tags)
-        versions = [version_summary(v, by_id.get(v.id, [])) for v in catalog.versions(name)]
-        datasets.append({"name": name, "tags": tags, "versions": versions})
-    return {"catalog": catalog.url, "datasets": datasets}
+    except DsinspectError as e:
+        tags = {}
+        broken.append(_broken(None, catalog.display(catalog.tags_path(name)), e))
+    versions = []
+    for vid in catalog.version_ids(name):
+        try:
+            versions.append(catalog.version(name, vid))
+        except DsinspectError as e:
+            broken.append(_broken(vid, catalog.display(catalog.manifest_path(name, vid)), e))
+    versions.sort(key=lambda v: (str(v.manifest.meta.get("created_at", "")), v.id))
+    by_id = tags_by_version(tags)
+    for b in broken:
+        b["tags"] = by_id.get(b["id"], [])
+    return {"name": name, "tags": tags, "versions": [version_summary(v, by_id.get(v.id, [])) for v in versions],
+            "broken": broken}
+
+
+def _broken(version_id: str | None, path: str, error: DsinspectError) -> dict[str, Any]:
+    reason = str(error)
+    if reason.startswith(f"{path}: "):  # errors name their file first; it is in "path" already
+        reason = reason[len(path) + 2:]
+    return {"id": version_id, "short_id": version_id[:12] if version_id else None, "path": path, "reason": reason}

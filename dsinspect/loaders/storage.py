@@ -15,9 +15,9 @@ from typing import Callable, Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dsinspect.errors import StorageError
+from dsinspect.errors import StorageError, UserError
 
-__all__ = ["url_to_fs", "join", "is_local", "write_atomic", "publish_file", "spool_dir", "cache_dir",
+__all__ = ["url_to_fs", "join", "is_local", "read_only", "write_atomic", "publish_file", "spool_dir", "cache_dir",
            "write_errors", "locked", "rewrite"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
@@ -37,15 +37,39 @@ def cache_dir() -> Path:
 _NO_LISTINGS_CACHE = ("s3", "s3a", "gs", "gcs")
 
 
+# Read-only stores: HTTP has no listing or atomic-write API to build a catalog on (fsspec's HTTP
+# filesystem would PUT or POST to whatever answers). Their listings are index pages that change as
+# a catalog is published to, so they are never cached either.
+_READ_ONLY = ("http", "https")
+
+
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path of `url` (a plain path is a local directory)."""
     protocol = fsspec.core.split_protocol(str(url))[0]
-    options = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE else {}
-    fs, path = fsspec.core.url_to_fs(str(url), **options)
+    options = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE + _READ_ONLY else {}
+    try:
+        fs, path = fsspec.core.url_to_fs(str(url), **options)
+    except ImportError as e:  # a protocol fsspec knows whose client package is not installed
+        raise UserError(f"catalog {url}: protocol {protocol!r} needs a package that is not installed ({e})") from None
+    except ValueError as e:
+        if "Protocol not known" not in str(e):
+            raise
+        raise UserError(f"catalog {url}: unknown protocol {protocol!r}; known here: "
+                           + ", ".join(usable_protocols())) from None
     if is_local(fs):
         path = os.path.abspath(path)
     from dsinspect.loaders.faults import wrap_from_env  # debug: $DSINSPECT_INJECT_FAULTS (--inject-faults)
     return wrap_from_env(fs), path.rstrip("/") or "/"
+
+
+def usable_protocols() -> list[str]:
+    """The fsspec protocols whose implementation is installed here (the rest need a package)."""
+    from importlib.util import find_spec
+
+    from fsspec.registry import known_implementations, registry
+
+    known = {p for p, impl in known_implementations.items() if find_spec(impl["class"].split(".")[0])}
+    return sorted(known | set(registry))
 
 
 def join(*parts: str) -> str:
@@ -54,6 +78,13 @@ def join(*parts: str) -> str:
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
+
+
+def read_only(fs: fsspec.AbstractFileSystem) -> bool:
+    """A store dsinspect only reads (http, https), also under the fault-injecting wrapper."""
+    inner = getattr(fs, "fs", None) if getattr(fs, "protocol", None) == "faulty" else fs
+    protocols = inner.protocol if isinstance(inner.protocol, tuple) else (inner.protocol,)
+    return any(p in _READ_ONLY for p in protocols)
 
 
 def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
@@ -117,7 +148,10 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
 
 @contextlib.contextmanager
 def write_errors(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
-    """Turn an OSError from writing `path` into one StorageError line naming it (and the reason)."""
+    """Turn an OSError from writing `path` into one StorageError line naming it (and the reason).
+    A read-only store (http) is refused before anything is tried."""
+    if read_only(fs):
+        raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) catalogs are read-only")
     try:
         yield
     except OSError as e:
@@ -131,6 +165,8 @@ def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     files (released by the kernel if the process dies). Object stores get no lock: `rewrite`
     makes their update a conditional put instead."""
     if not _writes_locally(fs):
+        with write_errors(fs, path):  # refuses read-only stores
+            pass
         yield
         return
     lock_path = path + ".lock"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,6 +19,7 @@ from dsinspect.tui.messages import LoadFailed, OpenAddress
 
 __all__ = ["CatalogScreen"]
 
+_BROKEN = "broken:"  # row keys of broken entries (version keys are hex ids)
 VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "shards", "message")
 
 
@@ -64,12 +66,15 @@ class CatalogScreen(Screen):
         self.sub_title = f"catalog {listing['catalog']}"
         datasets = self.query_one("#datasets", OptionList)
         datasets.clear_options()
-        datasets.add_options(Option(f"{d['name']}  ({len(d['versions'])} versions)", id=d["name"])
-                             for d in listing["datasets"])
+        datasets.add_options(Option(_dataset_label(d), id=d["name"]) for d in listing["datasets"])
         if listing["datasets"]:
             datasets.highlighted = 0
             self.show_dataset(listing["datasets"][0]["name"])
         datasets.focus()
+        broken = [b for d in listing["datasets"] for b in d.get("broken", [])]
+        if broken:  # listed with the rest; said once more, loudly, since nothing else would open them
+            self.notify(f"{len(broken)} stored file(s) cannot be read, first: {broken[0]['path']}: {broken[0]['reason']}",
+                        title="broken", severity="error", timeout=12, markup=False)
 
     @on(OptionList.OptionHighlighted, "#datasets")
     def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -94,10 +99,23 @@ class CatalogScreen(Screen):
             table.add_row(v["short_id"], ", ".join(v["tags"]), (v["parent"] or "-")[:12],
                           (v["created_at"] or "-")[:16], f"{v['rows']:,}", human_bytes(v["bytes"]),
                           str(v["shards"]), v["message"], key=v["id"])
+        for b in item.get("broken", []):  # a version whose manifest (or the tags.json) cannot be read
+            table.add_row(Text(b["short_id"] or "tags.json", style="red"), ", ".join(b["tags"]), "-", "-", "", "", "",
+                          Text(f"BROKEN: {b['path']}: {b['reason']}", style="bold red"), key=f"{_BROKEN}{b['path']}")
         self.query_one("#versions-title", Label).update(f"versions of {name}")
         tags = "  ".join(f"[b]{t}[/b] → {vid[:12]}" for t, vid in sorted(item["tags"].items())) or "no tags"
         self.query_one("#tags", Static).update(f"tags: {tags}")
 
     @on(DataTable.RowSelected, "#versions")
     def _open_version(self, event: DataTable.RowSelected) -> None:
-        self.post_message(OpenAddress(f"{self.current}@{event.row_key.value}"))
+        key = event.row_key.value or ""
+        if key.startswith(_BROKEN):
+            self.notify(f"cannot open: {key[len(_BROKEN):]} is broken", severity="error", markup=False)
+            return
+        self.post_message(OpenAddress(f"{self.current}@{key}"))
+
+
+def _dataset_label(item: dict[str, Any]) -> str:
+    broken = len(item.get("broken", []))
+    return f"{item['name']}  " + (f"({len(item['versions'])} ok, {broken} broken)" if broken
+                                  else f"({len(item['versions'])} versions)")
