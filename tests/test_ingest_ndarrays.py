@@ -95,6 +95,15 @@ def test_mds_ndarray_columns_ingest_bit_exact_as_arrays(tmp_path, compression):
             assert_bit_exact(version, name, [s[name] for s in samples])
 
 
+@pytest.mark.slow
+def test_mds_ndarray_ingest_gives_one_version_id_on_every_engine(tmp_path):
+    """Workers decide a plain `ndarray` column's type from the same first value the plan read."""
+    write_mds(tmp_path / "mds", episodes(30), compression="zstd")
+    ids = {run_ingest(Catalog(str(tmp_path / f"c-{engine}")), str(tmp_path / "mds"), "rl", engine=engine,
+                      workers=workers).version.id for engine, workers in [("inline", None), ("pool", 2)]}
+    assert len(ids) == 1
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "webdataset"])
 def test_an_mds_ndarray_version_round_trips_through_export(tmp_path, fmt):
     # without `big`: the JSONL reader refuses integers above 2**63 - 1, uint64 or not (reported, not ours)
