@@ -84,7 +84,9 @@ def test_address_parsing():
         import re
         assert re.fullmatch(NAME_PATTERN, address.name) and re.fullmatch(NAME_PATTERN, address.ref), address
         # the index, when there is one, is exactly the ASCII digits after the last ':' (no sign, space, other digits)
-        assert address.index is None or text.rsplit(":", 1)[1] == f"{address.index:0{len(text.rsplit(':', 1)[1])}d}", text
+        if address.index is not None:
+            tail = text.rsplit(":", 1)[1]
+            assert address.index >= 0 and tail == f"{address.index:0{len(tail)}d}", text
 
     assert fuzz(inputs, check) >= GOAL
 
