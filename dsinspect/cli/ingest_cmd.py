@@ -53,7 +53,8 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @click.option("--key", default=None, metavar="FIELD",
               help="The row key diff matches rows by (default: the key of NAME's latest version).")
 @click.option("--no-key", is_flag=True, help="Declare no key (rows matched by row hash), even if the latest version has one.")
-@click.option("--tokenizer", default=None, metavar="FILE", help="A tokenizer.json attached to the tokens fields.")
+@click.option("--tokenizer", default=None, metavar="FILE|ENCODING",
+              help="A tokenizer.json, or cl100k_base / o200k_base, stored with the data to decode its tokens fields.")
 @click.option("--engine", type=click.Choice(ENGINES), default="pool", show_default=True,
               help="Where parts convert: this process, a local process pool, or Ray.")
 @click.option("--workers", type=int, default=None, help="Parallel parts (default: CPU count, at most 8).")

@@ -17,7 +17,8 @@ from dsinspect.inspect.tokens import tokens_view
 from dsinspect.inspect.trajectory import trajectory_view
 from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import ErrorView, Finding, NullView, Severity, View, no_json, reason_of, safely
-from dsinspect.inspect.vocab import TIKTOKEN_ENCODINGS, Vocab, cached_vocab, huggingface_vocab, tiktoken_vocab
+from dsinspect.inspect.vocab import (TIKTOKEN_ENCODINGS, Vocab, cached_vocab, huggingface_vocab, tiktoken_document_vocab,
+                                     tiktoken_vocab)
 from dsinspect.loaders.address import Address, parse_address
 from dsinspect.loaders.canonical import combine_row_hash, encode_column, field_hashes
 from dsinspect.loaders.manifest import HASH_COLUMN, Field
@@ -180,6 +181,10 @@ class Sample(View):
                 return cached_vocab(("huggingface", sha, spec.get("pad_id")), lambda: huggingface_vocab(
                     self.version.catalog.read_blob(self.dataset, sha, ".json"), f"tokenizer.json {sha[:12]}",
                     spec.get("pad_id"))), None
+            if kind == "tiktoken" and spec.get("blob"):  # stored at ingest: exact, offline, no package data
+                sha = spec["blob"]
+                return cached_vocab(("tiktoken", sha), lambda: tiktoken_document_vocab(
+                    self.version.catalog.read_blob(self.dataset, sha, ".json"))), None
             if kind == "tiktoken":
                 name = spec.get("name") or spec.get("encoding")
                 return cached_vocab(("tiktoken", name), lambda: tiktoken_vocab(name)), None

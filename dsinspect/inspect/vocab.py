@@ -19,10 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "TIKTOKEN_ENCODINGS",
-           "cached_vocab", "byte_level_decode"]
+__all__ = ["Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "tiktoken_document",
+           "tiktoken_document_vocab", "TIKTOKEN_ENCODINGS", "cached_vocab", "byte_level_decode"]
 
 TIKTOKEN_ENCODINGS = ("cl100k_base", "o200k_base")
+TIKTOKEN_FORMAT = "dsinspect.tiktoken/1"
+_MAX_ID = 1 << 24  # ids beyond any real vocabulary: a document naming one is refused, not allocated
 PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>", "<PAD>")
 _CACHE_SIZE = 6
 
@@ -171,6 +173,58 @@ def _bundled_constructor(name: str) -> dict:
     return {"name": name, "pat_str": pattern, "mergeable_ranks": ranks, "special_tokens": dict(special)}
 
 
+def tiktoken_document(name: str) -> bytes:
+    """The encoding `name` as one self-contained JSON document (sorted keys, no spaces, so the same
+    bytes and sha256 every time): what ingest stores in the catalog as a blob, so viewers decode
+    offline without the bpe-openai package and exactly as at ingest, whatever its later data.
+
+        {"format": "dsinspect.tiktoken/1", "name": ..., "pat_str": ..., "special_tokens": {text: id},
+         "ranks": [base64 of the bytes of rank 0, of rank 1, ...]}   (null for a rank without bytes)
+    """
+    ctor = _bundled_constructor(name)
+    ranks = ctor["mergeable_ranks"]
+    pieces: list[str | None] = [None] * (max(ranks.values(), default=-1) + 1)
+    for piece, rank in ranks.items():
+        pieces[rank] = base64.b64encode(piece).decode("ascii")
+    doc = {"format": TIKTOKEN_FORMAT, "name": name, "pat_str": ctor["pat_str"], "special_tokens": ctor["special_tokens"],
+           "ranks": pieces}
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def tiktoken_document_vocab(data: bytes, name: str | None = None) -> Vocab:
+    """A Vocab from a `tiktoken_document` (e.g. read from the catalog); ValueError when malformed.
+    Decoding needs nothing else; encoding builds a `tiktoken.Encoding` on first use."""
+    doc = json.loads(data)
+    if not isinstance(doc, dict) or doc.get("format") != TIKTOKEN_FORMAT:
+        raise ValueError(f"not a {TIKTOKEN_FORMAT} document")
+    ranks, special, label = doc.get("ranks"), doc.get("special_tokens"), doc.get("name")
+    if not (isinstance(ranks, list) and isinstance(special, dict) and isinstance(doc.get("pat_str"), str)
+            and isinstance(label, str)):
+        raise ValueError(f"{TIKTOKEN_FORMAT} document without name, ranks, special_tokens or pat_str")
+    if not all(p is None or isinstance(p, str) for p in ranks) or len(ranks) >= _MAX_ID:
+        raise ValueError(f"{TIKTOKEN_FORMAT} ranks must be fewer than {_MAX_ID} base64 strings or nulls")
+    if not all(type(i) is int and 0 <= i < _MAX_ID for i in special.values()):
+        raise ValueError(f"special token ids must be integers in [0, {_MAX_ID})")
+    pieces: list[bytes | None] = [None if p is None else base64.b64decode(p, validate=True) for p in ranks]
+    pieces += [None] * (max([*special.values(), len(pieces) - 1]) + 1 - len(pieces))
+    for text, i in special.items():
+        pieces[i] = text.encode("utf-8")
+    mergeable = {p: rank for rank, p in enumerate(pieces[:len(ranks)]) if p is not None}
+    encoder = _lazy_encoder(label, doc["pat_str"], mergeable, dict(special))
+    return Vocab(name or label, "tiktoken", tuple(pieces), frozenset(special.values()), None, encoder)
+
+
+def _lazy_encoder(name: str, pattern: str, ranks: dict[bytes, int], special: dict[str, int]) -> Callable[[str], list[int]]:
+    built: list = []  # the Encoding, made on first use: viewers only decode, which needs no tiktoken
+
+    def encode(text: str) -> list[int]:
+        if not built:
+            import tiktoken
+            built.append(tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special))
+        return built[0].encode(text, allowed_special="all")
+    return encode
+
+
 def tiktoken_encoding(name: str) -> Any:
     """A `tiktoken.Encoding` built from bundled data: no download at run time."""
     import tiktoken
@@ -181,18 +235,8 @@ def tiktoken_encoding(name: str) -> Any:
 
 
 def tiktoken_vocab(name: str) -> Vocab:
-    import tiktoken
-
-    ctor = _bundled_constructor(name)
-    enc = tiktoken.Encoding(ctor["name"], pat_str=ctor["pat_str"], mergeable_ranks=ctor["mergeable_ranks"],
-                            special_tokens=ctor["special_tokens"])
-    pieces: list[bytes | None] = [None] * enc.n_vocab
-    for piece, rank in ctor["mergeable_ranks"].items():
-        pieces[rank] = piece
-    for text, i in ctor["special_tokens"].items():
-        pieces[i] = text.encode("utf-8")
-    encoder = lambda text: enc.encode(text, allowed_special="all")  # noqa: E731
-    return Vocab(name, "tiktoken", tuple(pieces), frozenset(ctor["special_tokens"].values()), None, encoder)
+    """The encoding `name` from the bundled data (what `--tokenizer NAME` of the viewers uses)."""
+    return tiktoken_document_vocab(tiktoken_document(name))
 
 
 _cache: OrderedDict[tuple, Vocab] = OrderedDict()

@@ -75,8 +75,8 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
                options: Mapping[str, Any] | None = None, write: WriteOptions = WriteOptions(), message: str = "",
                tags: Iterable[str] = (), on_progress: Callable[[IngestProgress], None] | None = None,
                retries: int = 2, opener: str = DEFAULT_OPENER) -> IngestResult:
-    """Plan, convert the parts not yet converted, commit. `tokenizer` is a tokenizer.json path or URL
-    attached to the tokens fields; `fields` skips inference; `opener` names the function that opens
+    """Plan, convert the parts not yet converted, commit. `tokenizer` (a tokenizer.json path or URL,
+    or "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference; `opener` names the function that opens
     a spec as a Source in every worker ("module:function"). Without `key` (and without an export's
     sidecar, whose key is exact) the key of `name`'s latest version is kept; `no_key` declares none."""
     started = time.monotonic()
@@ -191,10 +191,22 @@ def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict |
     from dsinspect.loaders.ingest.infer import infer_fields
 
     sample = _sample(src, parts)
-    blob = None
-    if tokenizer is not None:
-        blob = {"kind": "huggingface", "blob": catalog.put_blob(name, _read_tokenizer(tokenizer), ".json")}
-    return infer_fields(src.schema(), sample, src.hints(), roles, blob, key)
+    option = _tokenizer_option(catalog, name, tokenizer) if tokenizer is not None else None
+    return infer_fields(src.schema(), sample, src.hints(), roles, option, key)
+
+
+def _tokenizer_option(catalog: Catalog, name: str, tokenizer: str) -> dict:
+    """The field option for `--tokenizer`: an OpenAI encoding by name (cl100k_base, o200k_base) or a
+    tokenizer.json path or URL, either stored in the catalog as a blob named by its sha256."""
+    from dsinspect.inspect.vocab import TIKTOKEN_ENCODINGS, tiktoken_document
+
+    if tokenizer in TIKTOKEN_ENCODINGS:
+        try:
+            document = tiktoken_document(tokenizer)
+        except (OSError, ImportError, ValueError) as e:
+            raise UserError(f"cannot load the {tokenizer} encoding from the bpe-openai package: {e}") from None
+        return {"kind": "tiktoken", "name": tokenizer, "blob": catalog.put_blob(name, document, ".json")}
+    return {"kind": "huggingface", "blob": catalog.put_blob(name, _read_tokenizer(tokenizer), ".json")}
 
 
 def _sample(src, parts: list[Part]) -> pa.RecordBatch | None:
