@@ -135,6 +135,66 @@ def test_mds_pickle_stays_refused_next_to_ndarrays(tmp_path):
         run_ingest(Catalog(str(tmp_path / "c")), str(tmp_path / "mds"), "x", engine="inline")
 
 
+def craft_mds(out: Path, values: list[bytes]) -> None:
+    """An MDS directory with one plain `ndarray` column holding exactly `values` (damage included)."""
+    import json
+    import struct
+
+    samples = [struct.pack("<I", len(v)) + v for v in values]
+    offsets = [4 * (len(samples) + 2)]
+    for sample in samples:
+        offsets.append(offsets[-1] + len(sample))
+    shard = struct.pack(f"<{len(offsets) + 1}I", len(samples), *offsets) + b"".join(samples)
+    out.mkdir()
+    (out / "shard.00000.mds").write_bytes(shard)
+    (out / "index.json").write_text(json.dumps({"version": 2, "shards": [{
+        "format": "mds", "version": 2, "column_names": ["x"], "column_encodings": ["ndarray"], "column_sizes": [None],
+        "compression": None, "hashes": [], "samples": len(samples), "size_limit": 1 << 26, "zip_data": None,
+        "raw_data": {"basename": "shard.00000.mds", "bytes": len(shard), "hashes": {}}}]}))
+
+
+F32 = bytes([34])  # the MDS dtype code of float32
+
+
+@pytest.mark.parametrize("value, message", [
+    (F32 + bytes([3 << 2 | 3]) + np.array([2**40] * 3, "<u8").tobytes() + bytes(16), r"needs \d+ bytes of values"),
+    (F32 + bytes([2 << 2 | 3]) + np.array([0, 2**62], "<u8").tobytes(), r"every axis holds at least one value"),
+    (bytes([200, 1 << 2, 1]) + bytes(4), r"not an MDS ndarray value \(bad dtype or shape header\)"),
+    (F32 + bytes([1 << 2, 5]) + bytes(4), r"shape \(5,\) and dtype float32 needs 20 bytes of values, the sample holds 4"),
+])
+def test_a_damaged_mds_ndarray_value_is_one_line_naming_shard_and_sample(tmp_path, value, message):
+    good = F32 + bytes([1 << 2, 1]) + np.float32(1).tobytes()
+    craft_mds(tmp_path / "mds", [good, value])
+    with pytest.raises(UserError, match=r"shard\.00000\.mds: column 'x' sample 1: .*" + message):
+        run_ingest(Catalog(str(tmp_path / "c")), str(tmp_path / "mds"), "x", engine="inline")
+
+
+def npy_header(descr: str, shape: tuple, version: bytes = b"\x01\x00") -> bytes:
+    header = repr({"descr": descr, "fortran_order": False, "shape": shape}).encode() + b" \n"
+    return b"\x93NUMPY" + version + len(header).to_bytes(2 if version == b"\x01\x00" else 4, "little") + header
+
+
+@pytest.mark.parametrize("member, message", [
+    (npy_header("<f8", (10**12,)) + bytes(8), r"shape \(1000000000000,\) and dtype float64 needs 8000000000000 bytes"),
+    (npy_header("<f8", (0, 2**62)), r"shape \(0, 4611686018427387904\)"),
+    (npy_header("<f8", (1,), b"\x03\x00") + bytes(8), r"is not a \.npy array \(format version 3\.0"),
+    (b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f8',\n" + bytes(8), r"is not a \.npy array"),
+    (npy_header("<c16", (1,)) + bytes(16), r"arrays of dtype complex128 cannot be ingested"),
+    (b"PK\x03\x04" + bytes(40), r"is not a \.npy array"),  # an .npz (a zip) under a .npy name
+])
+def test_a_damaged_or_hostile_npy_member_is_one_line_without_allocating_its_claim(tmp_path, member, message):
+    import io
+
+    (tmp_path / "wds").mkdir()
+    with tarfile.open(tmp_path / "wds" / "a.tar", "w") as tar:
+        for name, data in [("k0.x.npy", npy_header("<f8", (1,)) + bytes(8)), ("k1.x.npy", member)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(UserError, match=r"a\.tar: sample 'k1' part 'x\.npy'.*" + message):
+        run_ingest(Catalog(str(tmp_path / "c")), str(tmp_path / "wds"), "wds", engine="inline")
+
+
 # -- WebDataset .npy ---------------------------------------------------------------------------
 
 def write_tar(path: Path, samples: list[dict]) -> None:
@@ -195,8 +255,8 @@ def test_webdataset_npy_is_never_unpickled(tmp_path):
     with tarfile.open(tmp_path / "wds" / "a.tar") as tar:
         data = tar.extractfile("k1.x.npy").read()
     assert b"'descr': '|O'" in data and b"unpickled" in data  # an object array: the trap, pickled
-    with pytest.raises(UserError, match=r"a\.tar: sample 'k1' part 'x\.npy' is not a \.npy array \(Object arrays "
-                                        r"cannot be loaded when allow_pickle=False\)"):
+    with pytest.raises(UserError, match=r"a\.tar: sample 'k1' part 'x\.npy': arrays of dtype object cannot be "
+                                        r"ingested"):
         run_ingest(Catalog(str(tmp_path / "cat")), str(tmp_path / "wds"), "wds", engine="inline")
     assert not marker.exists()
 

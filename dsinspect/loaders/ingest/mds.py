@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import struct
 from functools import cached_property
 from typing import Any, Iterator, Mapping
@@ -100,10 +101,12 @@ def _decode_ndarray(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] 
             pos += 1 + ndim * (1 << width)
     except (IndexError, KeyError, ValueError):
         raise UserError(f"{where}: not an MDS ndarray value (bad dtype or shape header)") from None
+    if min(shape, default=1) < 1:  # the writer refuses empty axes; one here is damage (and a size-0 bomb)
+        raise UserError(f"{where}: an MDS ndarray of shape {shape} (every axis holds at least one value)")
     values = data[pos:]
-    if len(values) != int(np.prod(shape)) * dtype.itemsize:
+    if len(values) != math.prod(shape) * dtype.itemsize:  # Python ints: a hostile shape cannot overflow
         raise UserError(f"{where}: an MDS ndarray of shape {shape} and dtype {dtype} needs "
-                        f"{int(np.prod(shape)) * dtype.itemsize} bytes of values, the sample holds {len(values)}")
+                        f"{math.prod(shape) * dtype.itemsize} bytes of values, the sample holds {len(values)}")
     return np.frombuffer(values, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
 
 

@@ -8,12 +8,17 @@ with a zero-length axis keep their values (none) but not the sizes of the later 
 
 from __future__ import annotations
 
+import io
+import math
+import tokenize
+import warnings
+
 import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
 
-__all__ = ["DTYPES", "native", "list_type", "fixed_type", "layout", "to_arrow", "check_like"]
+__all__ = ["DTYPES", "native", "read_npy", "list_type", "fixed_type", "layout", "to_arrow", "check_like"]
 
 # Number and bool dtypes, the ones every Arrow list of numbers (role array) can hold exactly.
 DTYPES = frozenset(np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
@@ -28,6 +33,35 @@ def native(dtype: np.dtype, where: str) -> np.dtype:
         raise UserError(f"{where}: arrays of dtype {dtype} cannot be ingested (only bool, integer and float "
                         "numbers)")
     return d
+
+
+def read_npy(data: bytes, where: str) -> np.ndarray:
+    """A `.npy` file's array, in native byte order. Only the header is parsed (numpy's own reader,
+    format 1.0 or 2.0); the values must fill the rest exactly, so a hostile header can neither
+    allocate more than the file holds nor reach pickle (object arrays are refused by dtype)."""
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        with warnings.catch_warnings():  # numpy warns about headers it repairs; the verdict is ours
+            warnings.simplefilter("ignore")
+            shape, fortran, dtype = read(f)
+    except (ValueError, TypeError, SyntaxError, EOFError, tokenize.TokenError) as e:
+        raise UserError(f"{where} is not a .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    native(dtype, where)
+    values = data[f.tell():]
+    if len(values) != math.prod(shape) * dtype.itemsize:
+        raise UserError(f"{where}: a .npy array of shape {shape} and dtype {dtype} needs "
+                        f"{math.prod(shape) * dtype.itemsize} bytes of values, the file holds {len(values)}")
+    flat = np.frombuffer(values, dtype)
+    try:
+        a = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+    except ValueError as e:  # an empty axis beside an absurd one
+        raise UserError(f"{where}: a .npy array of shape {shape}: {e}") from None
+    return a.astype(dtype.newbyteorder("="), copy=False)
 
 
 def list_type(dtype: np.dtype, ndim: int) -> pa.DataType:

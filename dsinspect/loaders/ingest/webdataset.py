@@ -6,7 +6,7 @@ consecutive members with one key form a sample. Columns: `__key__` (string), the
 of the first sample, sorted. Text extensions (`txt`, `text`, `transcript`, `caption`) and `json`
 become UTF-8 strings (the stored bytes exactly), integer extensions (`cls`, `cls2`, `idx`, `index`,
 `id`, `count`) int64 (only when the text is a plain integer, so it writes back the same), `npy`
-NumPy arrays (read with `allow_pickle=False`) nested lists of their dtype, as deep as the first
+NumPy arrays (never unpickled; see `ndarrays.read_npy`) nested lists of their dtype, as deep as the first
 sample's array (see `ndarrays`; every sample's must match its dtype and dimensions), all others
 binary (`npz` too). Every sample must have the same parts; a missing or extra part is a UserError naming
 the tar file and the key. Tars are read as streams, one member at a time.
@@ -14,7 +14,6 @@ the tar file and the key. Tars are read as streams, one member at a time.
 
 from __future__ import annotations
 
-import io
 import re
 import tarfile
 from functools import cached_property
@@ -25,7 +24,7 @@ import pyarrow as pa
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.infer import ndarray_role, role_for_extension
-from dsinspect.loaders.ingest.ndarrays import check_like, layout, list_type, native, to_arrow
+from dsinspect.loaders.ingest.ndarrays import check_like, layout, list_type, read_npy, to_arrow
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
 
@@ -146,13 +145,7 @@ def _value(url: str, key: str, ext: str, data: bytes) -> Any:
 
 def _npy(url: str, key: str, ext: str, data: bytes) -> np.ndarray:
     """A `.npy` member's array (never unpickled), in native byte order; a UserError otherwise."""
-    where = f"{url}: sample {key!r} part {ext!r}"
-    try:
-        a = np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)  # what np.load does for .npy
-    except (ValueError, OSError, EOFError) as e:
-        raise UserError(f"{where} is not a .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
-            from None
-    return a.astype(native(a.dtype, where), copy=False)
+    return read_npy(data, f"{url}: sample {key!r} part {ext!r}")
 
 
 def _npy_column(url: str, rows: list[tuple[str, dict[str, bytes]]], f: pa.Field) -> pa.Array:
