@@ -17,7 +17,7 @@ __all__ = ["SourceSpec", "Part", "Source"]
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Which reader (`kind`: jsonl, parquet, hf, webdataset, mds) over which fsspec URL, with options."""
+    """Which reader (`kind`: jsonl, parquet, hf, webdataset, mds, files) over which fsspec URL, with options."""
 
     kind: str
     url: str
