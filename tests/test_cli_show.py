@@ -135,6 +135,59 @@ def test_mistakes_are_one_line(args, code, fragments):
     assert_one_line_error(show(*args), code, *fragments)
 
 
+def x264_faststart(path, frames=20):
+    """A real H.264 MP4 with its index (moov) before the frames, so a cut file still lists them."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w", format="mp4", options={"movflags": "faststart"}) as out:
+        stream = out.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        for i in range(frames):
+            picture = np.zeros((32, 32, 3), np.uint8)
+            picture[:, :(i + 1) * 32 // frames] = 200
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")))
+        out.mux(stream.encode(None))
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Catalog `clips`: row 0 a whole 20-frame video, row 1 the same cut inside its 12th packet
+    (the index lists frames whose bytes are gone)."""
+    import av
+
+    from dsinspect.inspect import ErrorView, video_view
+
+    tmp = tmp_path_factory.mktemp("clips")
+    whole = x264_faststart(tmp / "whole.mp4")
+    with av.open(str(tmp / "whole.mp4")) as c:
+        packets = sorted((p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size)
+    cut = whole[:packets[11][0] + packets[11][1] // 2]
+    view = video_view(cut)
+    assert isinstance(view.frame(view.frame_count - 1), ErrorView)  # the case under test: listed, not decodable
+    catalog = Catalog(str(tmp / "c"))
+    fields = [Field("clip", pa.binary(), "video"), Field("caption", pa.string(), "text")]
+    catalog.write_version("clips", [{"clip": whole, "caption": "whole"}, {"clip": cut, "caption": "cut"}], fields)
+    return tmp / "c", view.frame_count
+
+
+def test_frame_past_the_end_is_one_line_naming_the_field_and_its_frames(clips):
+    catalog, listed = clips
+    assert "frame 19 ·" in ok("clips:0", "--frame", "19", catalog=catalog)
+    for n in ("20", "999", "-1", "-21"):
+        assert_one_line_error(show("clips:0", "--field", "clip", "--frame", n, catalog=catalog), 2,
+                              "clips@", ":0 field 'clip'", f"no frame {n}", "it has 20 frames (--frame 0 to 19)")
+    assert_one_line_error(show("clips:0", "--field", "caption", "--frame", "3", catalog=catalog), 2,
+                          "--frame 3 needs a video field", "caption", "video fields: clip")
+    assert_one_line_error(show("demo-text@v1:0", "--frame", "0"), 2, "--frame 0 needs a video field", "demo-text")
+    # listed in the cut file's index, but its bytes are gone: how many decode, not a traceback
+    done = show("clips:1", "--frame", str(listed - 1), catalog=catalog)
+    assert_one_line_error(done, 2, ":1 field 'clip'", f"frame {listed - 1} does not decode",
+                          f"of its {listed} frames do")
+    assert done.stdout == ""
+
+
 def test_data_cannot_drive_the_terminal(tmp_path):
     """Escape sequences inside values are shown as \\x1b, never written to the terminal."""
     catalog = Catalog(str(tmp_path / "c"))

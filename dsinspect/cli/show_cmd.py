@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import click
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out
+from dsinspect.errors import UserError
 
 # dsinspect.inspect.TOKENIZER_CHOICES (a test keeps them equal); the inspection core, Pillow and PyAV
 # load only when `show` runs, so other commands start without them.
@@ -37,6 +39,8 @@ def show(ctx: click.Context, address: str, fields: tuple[str, ...], raw: bool, p
     sample = open_address(catalog_from(ctx, catalog_url), address)
     for name in fields:
         sample.field(name)  # an unknown name is a one-line error before any output
+    if frame is not None:
+        _check_frame(sample, fields, frame)
     with warnings.catch_warnings():  # the bomb guard answers in the view; Pillow's warning would only add noise
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         if as_json:
@@ -47,6 +51,32 @@ def show(ctx: click.Context, address: str, fields: tuple[str, ...], raw: bool, p
     if not sample.row_hash.ok:
         fail(f"{sample.address}: stored row hash {sample.row_hash.stored} does not match "
              f"{sample.row_hash.recomputed} recomputed from the data", 1)
+
+
+def _check_frame(sample: Any, fields: tuple[str, ...], frame: int) -> None:
+    """--frame N must name a frame that decodes in every video field shown: else one line, exit 2,
+    before any output (naming the field and how many frames it has)."""
+    from dsinspect.inspect import ErrorView, FrameView, VideoView
+    from dsinspect.inspect.video import decodable_frames
+
+    videos = [f.name for f in sample.fields if f.role == "video"]
+    shown = [n for n in (fields or videos) if n in videos]
+    if not shown:
+        which = f"field(s) {', '.join(fields)}" if fields else sample.dataset
+        raise UserError(f"{sample.address}: --frame {frame} needs a video field; {which} has none"
+                        + (f" (video fields: {', '.join(videos)})" if videos else ""))
+    for name in shown:
+        view, where = sample.view(name), f"{sample.address} field {name!r}"
+        video = view if isinstance(view, VideoView) else getattr(view, "partial", None)
+        if not isinstance(video, VideoView):
+            why = view.reason if isinstance(view, ErrorView) else "it is null"
+            raise UserError(f"{where}: no frame {frame}: no frame decodes ({why})")
+        if frame < 0 or frame >= video.frame_count:
+            raise UserError(f"{where}: no frame {frame}: it has {video.frame_count} frames (--frame 0 to "
+                            f"{video.frame_count - 1})" if video.frame_count else f"{where}: no frame {frame}: it has none")
+        if not isinstance(video.frame(frame), FrameView):
+            raise UserError(f"{where}: frame {frame} does not decode: {decodable_frames(video)} of its "
+                            f"{video.frame_count} frames do (the file is damaged or truncated)")
 
 
 COMMANDS = [show]

@@ -20,7 +20,7 @@ from PIL import Image
 from dsinspect.inspect.images import MAX_PIXELS, fit_pixels, png_bytes
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, no_json, reason_of
 
-__all__ = ["FrameView", "VideoView", "video_view", "MAX_PACKETS", "MAX_DECODE"]
+__all__ = ["FrameView", "VideoView", "video_view", "decodable_frames", "MAX_PACKETS", "MAX_DECODE"]
 
 MAX_PACKETS = 200_000   # packets demuxed when probing; more are not counted
 MAX_DECODE = 2_000      # frames decoded to reach one requested frame
@@ -150,6 +150,24 @@ def video_view(data: bytes) -> VideoView | ErrorView:
         if partial is not None:
             reason += f"; {partial.frame_count} frame(s) decoded before it"
         return ErrorView("video", reason + (f" ({hint})" if hint else ""), data, partial)
+
+
+def decodable_frames(view: VideoView) -> int:
+    """How many frames decode, counted from the start (at most MAX_DECODE): fewer than
+    `frame_count` when the index lists frames whose data is damaged or missing; for a broken
+    file's view, the frames kept from it."""
+    if view.decoded is not None:
+        return len(view.decoded)
+    count, errors = 0, []
+    try:
+        with _open(view.raw) as c:
+            for _ in _decoded(c, c.streams[view.stream_index], errors):
+                count += 1
+                if count >= MAX_DECODE:
+                    break
+    except Exception:  # noqa: BLE001 - a damaged file ends the count
+        pass
+    return count
 
 
 def _ffmpeg_reason(e: Exception) -> str:
