@@ -15,7 +15,7 @@ from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
 from dsinspect.web import web_diff
 from dsinspect.web.web_nav import PAGES, page_for
-from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, png, run, texts
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, plain, png, run, texts
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data" / "sample-data.json"
 
@@ -82,7 +82,7 @@ def test_deep_link_shows_summary_changed_pairs_and_added_removed(demo_env):
         key = h.split()[1]
         assert sorted(h.split("changed: ")[1].split(", ")) == sorted(want["updated"][key])
     assert len(at.image) == 3 * len(want["updated"])  # before, after and the difference figure per row
-    captions = [img.caption for el in at.image for img in el.proto.imgs]
+    captions = [plain(img.caption) for el in at.image for img in el.proto.imgs]
     assert any(c.startswith("before: PNG 128×96 P") for c in captions)
     assert any(c.startswith("pixel difference") for c in captions)
     added = next(d.value for d in at.dataframe if "image_id" in d.value.columns and list(d.value["image_id"]) == want["added"])
@@ -99,7 +99,7 @@ def test_inputs_set_the_url(demo_env):
     assert at.info and param(at, "a") == "demo-text@v1"
     at.text_input(key="diff_b").input("demo-text@v2").run()
     assert not at.exception and param(at, "b") == "demo-text@v2"
-    assert at.subheader[0].value.startswith("demo-text@") and len(at.metric) == 6
+    assert plain(at.subheader[0].value).startswith("demo-text@") and len(at.metric) == 6
 
 
 def test_changed_rows_page(demo_env, monkeypatch):

@@ -4,7 +4,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import dsinspect
-from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, run, write_web_catalog
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, plain, run, write_web_catalog
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_image_sample_full_size_then_raw_hex_and_download(demo_env):
     assert len(at.image) == 0
     hexdump = codes(at)
     assert "xxh128 (canonical)" in hexdump and "sha256 (raw)" in hexdump and "00000000  " in hexdump
-    labels = [b.proto.label for b in at.get("download_button")]
+    labels = [plain(b.proto.label) for b in at.get("download_button")]
     assert any(label.startswith("Download image (") for label in labels)
 
 

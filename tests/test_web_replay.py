@@ -13,7 +13,7 @@ import dsinspect
 from dsinspect.errors import UserError
 from dsinspect.web import web_replay
 from replay_diff_fixtures import make_catalog, rewrite_shard, run_job
-from web_fixtures import codes, param, run
+from web_fixtures import codes, param, plain, run
 
 TRANSFORM = textwrap.dedent('''
     import pyarrow as pa
@@ -50,7 +50,7 @@ def job(tmp_path, monkeypatch):
 
 def table_dict(table) -> dict[str, str]:
     df = table.value
-    return dict(zip(df["field"], df["value"]))
+    return dict(zip(map(plain, df["field"]), map(plain, df["value"])))
 
 
 def test_transform_typed_in_the_page_shows_each_sample_as_stored_and_as_fed(job):
@@ -109,11 +109,11 @@ def test_run_record_deep_link_checks_each_step_and_finds_the_first_divergence(jo
     rewrite_shard(cat.resolve("toy"), index, "blob", b"tampered", rehash=False)
     at = run(run="job1", step="2", rank="all", log="job1")
     assert at.title[0].value == "Replay" and any("run record job1" in c.value for c in at.caption)
-    assert at.success[0].value.startswith("step 2: ✓ matches the log (2 line(s), 2 stored")
+    assert plain(at.success[0].value).startswith("step 2: ✓ matches the log (2 line(s), 2 stored")
     assert set(at.dataframe[0].value["log"]) == {"✓"}
 
     at.number_input(key="rp_step").set_value(3).run()
-    errors = [e.value for e in at.error]
+    errors = [plain(e.value) for e in at.error]
     assert errors == ["1 sample(s) no longer match their stored row hash",
                       "step 3: ✗ first divergence at step 3, rank 1 (stored; positions 2)"]
     rows = at.dataframe[0].value
@@ -121,9 +121,9 @@ def test_run_record_deep_link_checks_each_step_and_finds_the_first_divergence(jo
     assert list(flagged.itertuples(index=False, name=None)) == [(1, 2)]
 
     at = run(run="job1", step="0", rank="all", log="job1")
-    assert at.success[0].value.startswith("step 0: ✓")
+    assert plain(at.success[0].value).startswith("step 0: ✓")
     at.button(key="rp_whole_log").click().run()
-    assert at.error[0].value == "the whole log: ✗ first divergence at step 3, rank 1 (stored; positions 2)"
+    assert plain(at.error[0].value) == "the whole log: ✗ first divergence at step 3, rank 1 (stored; positions 2)"
     assert "no longer hash to their stored row hash" in codes(at)
 
 
@@ -136,12 +136,12 @@ def test_uploaded_log_and_the_log_picker(job):
     assert not at.success and not at.error
     at.selectbox(key="rp_log").select("upload a file").run()
     at.file_uploader(key="rp_log_upload").upload("rank-00000.jsonl", data, "application/json").run()
-    assert at.success[0].value.startswith("step 1: ✓ matches the log (1 line(s), 1 stored")
+    assert plain(at.success[0].value).startswith("step 1: ✓ matches the log (1 line(s), 1 stored")
     at.file_uploader(key="rp_log_upload").upload("bad.jsonl", b'{"step": 1}\n', "application/json").run()
     assert at.error[0].value == "The fingerprint log cannot be checked."
     assert "bad.jsonl:1: not a fingerprint log line" in codes(at)
     at.selectbox(key="rp_log").select("job1").run()
-    assert param(at, "log") == "job1" and at.success[0].value.startswith("step 1: ✓")
+    assert param(at, "log") == "job1" and plain(at.success[0].value).startswith("step 1: ✓")
 
 
 @pytest.mark.parametrize("name", ["../cat", "job1/..", "/etc", "nope"])

@@ -23,6 +23,12 @@ DEMO = str(bundled_catalog_path())
 SCRIPT_PAYLOAD = "<script>window.__pwned=1</script>"
 IMG_PAYLOAD = "<img src=x onerror=window.__pwned=1>"
 PAYLOADS = (SCRIPT_PAYLOAD, IMG_PAYLOAD)
+# markup that makes a browser fetch from, or link to, another origin if it is rendered
+MD_IMG = "![mdimg](http://198.51.100.1/x.png)"
+HTML_IMG = "<img src=http://198.51.100.2/y.png>"
+JS_LINK = "[jslink](javascript:alert(1))"
+UNC_IMG = "![unc](\\\\198.51.100.3\\u.png)"  # a browser reads \\host\\path as //host/path: no slash needed
+MARKUP = (MD_IMG, HTML_IMG, JS_LINK, UNC_IMG)
 
 
 def png(width: int = 64, height: int = 48, colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -47,6 +53,41 @@ def write_web_catalog(root: str) -> Catalog:
     return cat
 
 
+def write_markup_catalog(root: str) -> Catalog:
+    """`mk`, two versions whose rows, field names (the key field's too), messages, tags, image
+    captions and JSON hold MARKUP; v2 changes row 0 and adds row 2; and a run record over mk@v2
+    named UNC_IMG (a name can hold no slash, but a browser reads backslashes as slashes)."""
+    import json
+
+    from dsinspect.loaders.runlog import RunRecorder
+    from dsinspect.loaders.spec import RunSpec
+
+    cat = Catalog(root)
+    key, text = f"key {MD_IMG}", f"text {HTML_IMG}"
+    fields = [Field(key, pa.int64(), "scalar", nullable=False), Field(text, pa.string(), "text"),
+              Field(f"label {JS_LINK}", pa.string(), "scalar"), Field(f"meta {UNC_IMG}", pa.string(), "json"),
+              Field("image", pa.binary(), "image"), Field(f"caption {MD_IMG}", pa.string(), "text")]
+    body = " · ".join(MARKUP)
+
+    def row(i: int, note: str) -> dict:
+        return {key: i, text: f"{note}\n\n{MD_IMG}\n{body}", f"label {JS_LINK}": body,
+                f"meta {UNC_IMG}": json.dumps({"note": body}), "image": png(), f"caption {MD_IMG}": body}
+
+    cat.write_version("mk", [row(0, "first"), row(1, "second")], fields, key=key, message=f"v1 {body}",
+                      tags=["v1"], created_at="2026-01-01T00:00:00Z")
+    cat.write_version("mk", [row(0, f"changed {UNC_IMG}"), row(1, "second"), row(2, "third")], fields, key=key,
+                      message=f"v2 {body}", tags=["v2"], created_at="2026-01-02T00:00:00Z")
+    tags_path = Path(root) / "datasets" / "mk" / "tags.json"
+    tags = json.loads(tags_path.read_text())
+    tags[MD_IMG] = tags["v2"]  # a hand-edited tags.json: tag names no writer would accept
+    tags_path.write_text(json.dumps(tags))
+    spec = RunSpec.create(cat, "mk@v2", batch_size=2, world_size=1, shuffle="none")
+    recorder = RunRecorder(str(Path(root) / "runs" / UNC_IMG), 0)
+    recorder.write_spec(spec)
+    recorder.close()
+    return cat
+
+
 # -- AppTest helpers -----------------------------------------------------------------------------
 
 def run(**params: str) -> AppTest:
@@ -65,6 +106,11 @@ def codes(at: AppTest) -> str:
     for m in at.markdown:
         blocks += [html.unescape(b) for b in re.findall(f'<div class="{MONO_CLASS}">(.*?)</div>', m.value, re.S)]
     return "\n".join(blocks)
+
+
+def plain(markdown: str) -> str:
+    """What web_page.md's escaped Markdown shows: the text with its backslash escapes removed."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
 
 
 def texts(at: AppTest) -> list[str]:

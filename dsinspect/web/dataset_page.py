@@ -4,7 +4,7 @@ import streamlit as st
 
 from dsinspect.web import web_cache
 from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import address_box, or_stop
+from dsinspect.web.web_page import address_box, md, or_stop
 
 url = web_cache.url()
 datasets = list(dict.fromkeys(r["dataset"] for r in web_cache.catalog_rows(url)))
@@ -15,13 +15,13 @@ if not address:
     st.stop()
 info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cannot be opened.")
 
-st.subheader(info["address"])
+st.subheader(md(info["address"]))
 c = st.columns(4)
 c[0].metric("rows", f"{info['rows']:,}")
 c[1].metric("bytes", f"{info['bytes']:,}")
 c[2].metric("shards", len(info["shards"]))
-c[3].metric("tags", ", ".join(info["tags"]) or "—")
-st.caption(f"version {info['id']}" + (f" · key field {info['key']}" if info["key"] else ""))
+c[3].metric("tags", md(", ".join(info["tags"])) or "—")
+st.caption(md(f"version {info['id']}" + (f" · key field {info['key']}" if info["key"] else "")))
 st.text(info["message"])
 
 st.markdown("#### Schema")

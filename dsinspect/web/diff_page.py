@@ -1,13 +1,13 @@
 """Diff page: two version addresses -> summary, schema changes, shard changes, and the rows that
 changed (side by side), were added or were removed. Sample text goes through web_page.mono (escaped),
-st.text and dataframes."""
+st.text and dataframes; names and captions through web_page.md."""
 
 import streamlit as st
 
 from dsinspect.web import web_cache
 from dsinspect.web.web_diff import CHANGED_PAGE
 from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import mono, or_stop
+from dsinspect.web.web_page import md, mono, or_stop
 
 url = web_cache.url()
 params = st.query_params
@@ -29,11 +29,7 @@ if not (a and b):
 m = or_stop(lambda: web_cache.diff_model(url, a, b), "Those versions cannot be compared.")
 
 
-def code_name(name: str) -> str:
-    return "`" + str(name).replace("`", "'") + "`"
-
-
-st.subheader(f"{m['a']['name']} → {m['b']['name']}")
+st.subheader(md(f"{m['a']['name']} → {m['b']['name']}"))
 counts = m["counts"]
 c = st.columns(6)
 c[0].metric("rows before", f"{m['a']['rows']:,}")
@@ -43,9 +39,9 @@ c[2].metric("changed", f"{counts['changed']:,}")
 c[3].metric("added", f"{counts['added']:,}")
 c[4].metric("removed", f"{counts['removed']:,}")
 c[5].metric("moved", f"{counts['moved']:,}")
-matched = f"rows matched by key {code_name(m['key'])}" if m["matched_by"] == "key" else "rows matched by row hash"
-st.caption(f"{matched} · {m['rows_read']:,} rows read · {len(m['schema'])} schema change(s) · "
-           f"{m['shards_shared']} shard(s) shared")
+matched = f"rows matched by key {m['key']}" if m["matched_by"] == "key" else "rows matched by row hash"
+st.caption(md(f"{matched} · {m['rows_read']:,} rows read · {len(m['schema'])} schema change(s) · "
+              f"{m['shards_shared']} shard(s) shared"))
 if m["empty"]:
     st.success("No change: the two versions hold the same rows under the same schema.", icon=":material/check:")
 if m["notes"]:
@@ -84,11 +80,11 @@ if listed:
             links[1].page_link(page_file("sample"), label="after", icon=":material/search:",
                                query_params={"address": r["address_b"]})
             for f in r["field_values"]:
-                st.markdown(f"{code_name(f['name'])} · {f['role']}")
+                st.markdown(md(f"{f['name']} · {f['role']}"))
                 if f["kind"] == "image":
                     before, after, figure = st.columns(3)
-                    before.image(f["before"], caption=f"before: {f['before_caption']}", width="content")
-                    after.image(f["after"], caption=f"after: {f['after_caption']}", width="content")
+                    before.image(f["before"], caption=md(f"before: {f['before_caption']}"), width="content")
+                    after.image(f["after"], caption=md(f"after: {f['after_caption']}"), width="content")
                     detail = f["detail"]
                     if f["difference"] is not None:
                         figure.image(f["difference"], caption="pixel difference (white: largest)", width="content")

@@ -10,19 +10,25 @@ importable function. It is typed into the page by the person looking (or preset 
 """
 
 import os
+import re
 
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache
 from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import mono, or_stop, stop_with
+from dsinspect.web.web_page import md, mono, or_stop, stop_with
 from dsinspect.web.web_replay import TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, build_spec, decode_spec, encode_spec, marked_rows, verdict
 
 url = web_cache.url()
 st.title("Replay")
 params = st.query_params
 runs = web_cache.run_names(url)
+
+
+def md_table(cells: dict[str, str]) -> dict[str, list[str]]:
+    """A sample's fields as a two-column st.table, whose cells render Markdown: every one made inert."""
+    return {"field": [md(k) for k in cells], "value": [md(v) for v in cells.values()]}
 
 
 def set_spec(spec: str = "", run: str = "") -> None:
@@ -100,18 +106,19 @@ if not (spec_text or run):
     st.stop()
 left, right = st.columns(2)
 given = params.get("step", "0")
-step = left.number_input("Step", min_value=0, value=int(given) if given.isdigit() else 0, key="rp_step")
+# ASCII digits only (str.isdigit takes '²', which int() refuses), and no more than a number box holds
+step = left.number_input("Step", min_value=0, value=int(given) if re.fullmatch(r"[0-9]{1,15}", given) else 0,
+                         key="rp_step")
 rank = right.text_input("Rank (a number, or all)", value=params.get("rank", "0"), key="rp_rank").strip() or "0"
 if str(int(step)) != params.get("step") or rank != params.get("rank"):
     params["step"], params["rank"] = str(int(step)), rank
 m = or_stop(lambda: web_cache.replay_model(url, spec_text, int(step), rank, transform, run),
             "That batch cannot be replayed.")
 
-st.subheader(f"step {m['step']} · epoch {m['epoch']} · rank{'s' if len(m['ranks']) > 1 else ''} "
-             f"{', '.join(map(str, m['ranks']))}")
-st.caption(f"{', '.join(m['sources'])} · batch {m['batch_size']} × world {m['world_size']} · "
-           f"spec {m['spec_hash'][:16]}"
-           + (f" · run record {run}" if run else ""))
+st.subheader(md(f"step {m['step']} · epoch {m['epoch']} · rank{'s' if len(m['ranks']) > 1 else ''} "
+             f"{', '.join(map(str, m['ranks']))}"))
+st.caption(md(f"{', '.join(m['sources'])} · batch {m['batch_size']} × world {m['world_size']} · "
+              f"spec {m['spec_hash'][:16]}" + (f" · run record {run}" if run else "")))
 fingerprints = [f"rank {r}: fingerprint {fp}" for r, fp in m["fingerprints"].items()]
 if m["transform"]:
     fingerprints += [f"rank {r}: transformed fingerprint {fp}" for r, fp in m["transformed_fingerprints"].items()]
@@ -128,17 +135,17 @@ if log_run or log_bytes:
     try:
         check = web_cache.log_check(*log_args, str(m["step"]), rank, transform)
         kind, line = verdict(check, f"step {m['step']}")
-        getattr(st, kind)(line)
+        getattr(st, kind)(md(line))
         if check["divergence"]:
             mono(check["divergence"]["reason"])
         if st.button("Find the first divergence in the whole log", key="rp_whole_log"):
             whole = web_cache.log_check(*log_args, None, rank, transform)
             kind, line = verdict(whole, "the whole log")
-            getattr(st, kind)(line)
+            getattr(st, kind)(md(line))
             d = whole["divergence"]
             if d:
                 mono(f"logged    {d['logged']}\nreplayed  {d['replayed']}\n{d['reason']}")
-                st.page_link(page_file("replay"), label=f"Open step {d['step']}, rank {d['rank']}",
+                st.page_link(page_file("replay"), label=md(f"Open step {d['step']}, rank {d['rank']}"),
                              icon=":material/replay:",
                              query_params={k: v for k, v in (("spec", spec_text), ("run", run), ("log", log_run),
                                                              ("step", str(d["step"])), ("rank", str(d["rank"]))) if v})
@@ -153,15 +160,15 @@ if m["rows"]:
     addresses = [f"rank {r['rank']} · pos {r['position']} · {r['address']}" for r in m["rows"]]
     pick = st.selectbox("Sample", range(len(addresses)), format_func=addresses.__getitem__, key="rp_pick")
     row = m["rows"][pick]
-    st.page_link(page_file("sample"), label=f"Open {row['address']}", icon=":material/search:",
+    st.page_link(page_file("sample"), label=md(f"Open {row['address']}"), icon=":material/search:",
                  query_params={"address": row["address"]})
     stored, fed = m["stored"][pick], (m["fed"][pick] if m["fed"] is not None else None)
     columns = st.columns(2) if fed is not None else [st.container()]
     columns[0].markdown("**as stored**")
-    columns[0].table({"field": list(stored), "value": list(stored.values())})
+    columns[0].table(md_table(stored))
     if fed is not None:
-        columns[1].markdown("**as fed to the model** · `" + m["transform"].replace("`", "'") + "`")
+        columns[1].markdown("**as fed to the model** · " + md(m["transform"]))
         if isinstance(fed, str):
             mono(fed, columns[1])
         else:
-            columns[1].table({"field": list(fed), "value": list(fed.values())})
+            columns[1].table(md_table(fed))

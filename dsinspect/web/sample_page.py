@@ -3,7 +3,7 @@
 import streamlit as st
 
 from dsinspect.web import web_cache, web_fields
-from dsinspect.web.web_page import address_box, or_stop
+from dsinspect.web.web_page import address_box, md, or_stop
 
 url = web_cache.url()
 st.title("Sample")
@@ -13,7 +13,7 @@ if not address:
     st.stop()
 sample = or_stop(lambda: web_cache.sample_model(url, address), "That address cannot be opened.")
 
-st.subheader(sample.address)
+st.subheader(md(sample.address))
 prev_col, next_col, info_col = st.columns([1, 1, 6])
 name = f"{sample.dataset}@{sample.version_id[:12]}"
 if sample.index > 0:
@@ -22,19 +22,19 @@ if sample.index > 0:
 if sample.index + 1 < sample.num_rows:
     next_col.page_link("sample_page.py", label="next", icon=":material/arrow_forward:",
                        query_params={"address": f"{name}:{sample.index + 1}"})
-info_col.caption(f"sample {sample.index} of {sample.num_rows:,} · version {sample.version_id}")
+info_col.caption(md(f"sample {sample.index} of {sample.num_rows:,} · version {sample.version_id}"))
 if sample.row_hash_ok:
-    st.success(f"row hash {sample.row_hash_recomputed} matches the stored one", icon=":material/verified:")
+    st.success(md(f"row hash {sample.row_hash_recomputed} matches the stored one"), icon=":material/verified:")
 else:
-    st.error(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}", icon=":material/error:")
+    st.error(md(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}"), icon=":material/error:")
 web_fields.findings(sample.findings)
 
 mode = st.segmented_control("View", ["Decoded", "Raw", "Side by side"], default="Decoded", required=True,
                             key="view", bind="query-params")
 file_stem = f"{sample.dataset}-{sample.index}"
 for f in sample.fields:
-    st.markdown("#### `" + f.name.replace("`", "'") + "`")
-    st.caption(f"{f.role} · {f.type} · {f.size:,} bytes" + (" · null" if f.null else ""))
+    st.markdown("#### " + md(f.name))
+    st.caption(md(f"{f.role} · {f.type} · {f.size:,} bytes" + (" · null" if f.null else "")))
     if mode == "Side by side":
         left, right = st.columns(2)
         with left:

@@ -1,6 +1,7 @@
 """How each kind of field view is laid out on the Sample page. Sample text never reaches Markdown
-unescaped: it goes through st.text / dataframes, or html.escape (web_page.mono, token_html) before
-unsafe_allow_html."""
+unescaped: it goes through st.text / dataframes, html.escape (web_page.mono, token_html) before
+unsafe_allow_html, or web_page.md in captions and labels. A long value is shown a page at a time
+(VALUE_PAGE characters): a 10 MB string must not go into one page whole."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import streamlit as st
 
 from dsinspect.web import web_cache
 from dsinspect.web.web_model import FieldModel, hex_text, token_html
-from dsinspect.web.web_page import mono
+from dsinspect.web.web_page import md, mono
 
-__all__ = ["decoded", "raw", "findings"]
+__all__ = ["decoded", "raw", "findings", "paged_text", "VALUE_PAGE", "CHART_POINTS"]
 
 TOKEN_PAGE = 256
+VALUE_PAGE = 50_000     # characters of one value per page
+CHART_POINTS = 2_000    # points per trajectory chart line; a longer episode is drawn at every k-th step
 _ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 
 
@@ -30,7 +33,7 @@ def decoded(f: FieldModel, address: str) -> None:
         return
     draw = _DRAW.get(f.kind)
     if draw is None:
-        st.caption(f"no web view for {f.kind!r}: see the raw bytes")
+        st.caption(md(f"no web view for {f.kind!r}: see the raw bytes"))
     else:
         draw(f, address)
     findings(f.findings)
@@ -45,20 +48,36 @@ def raw(f: FieldModel, sample_name: str) -> None:
         page = st.number_input(f"Hex page (of {pages})", 1, pages, 1, key=f"hex_page_{f.name}")
     text, _, _ = hex_text(f.raw, int(page) - 1)
     mono(text)
-    st.download_button(f"Download {f.name} ({len(f.raw):,} bytes)", f.raw, file_name=f"{sample_name}-{f.name}.bin",
+    st.download_button(md(f"Download {f.name} ({len(f.raw):,} bytes)"), f.raw, file_name=f"{sample_name}-{f.name}.bin",
                        mime="application/octet-stream", key=f"download_{f.name}", icon=":material/download:")
 
 
 def _text(f: FieldModel, address: str) -> None:
     v = f.view
     st.caption(f"{v['chars']:,} characters · {v['lines']:,} lines")
-    mono(v["visible"])
+    paged_text(f, v["visible"])
+
+
+def paged_text(f: FieldModel, text: str) -> None:
+    """`text` (a view of field `f`) as a monospace block, VALUE_PAGE characters at a time."""
+    if len(text) <= VALUE_PAGE:
+        mono(text)
+        return
+    pages = -(-len(text) // VALUE_PAGE)
+    page = st.number_input(f"Value page (of {pages:,})", 1, pages, 1, key=f"value_page_{f.name}")
+    start = (int(page) - 1) * VALUE_PAGE
+    shown = text[start:start + VALUE_PAGE]
+    st.caption(f"showing characters {start + 1:,}–{start + len(shown):,} of {len(text):,} "
+               f"(a {f.size:,}-byte value): page through it here, or download it whole in the Raw view")
+    mono(shown)
 
 
 def _tokens(f: FieldModel, address: str) -> None:
     v = f.view
     pieces = v["pieces"]
-    st.caption(f"{v['count']:,} tokens · tokenizer {v['tokenizer'] or 'none'} · hover a token for its id and bytes")
+    shown = f"the first {len(pieces):,} shown · " if len(pieces) < v["count"] else ""
+    st.caption(md(f"{v['count']:,} tokens · {shown}tokenizer {v['tokenizer'] or 'none'} · "
+                  "hover a token for its id and bytes"))
     pages = max(1, -(-len(pieces) // TOKEN_PAGE))
     page = 1
     if pages > 1:
@@ -74,13 +93,13 @@ def _tokens(f: FieldModel, address: str) -> None:
 
 def _image(f: FieldModel, address: str) -> None:
     v = f.view
-    st.image(v["png"], caption=f"{v['format']} {v['width']}×{v['height']} {v['mode']}", width="content")
+    st.image(v["png"], caption=md(f"{v['format']} {v['width']}×{v['height']} {v['mode']}"), width="content")
 
 
 def _video(f: FieldModel, address: str) -> None:
     v = f.view
     fps = f"{v['fps']:.3g} fps" if v["fps"] else "fps unknown"
-    st.caption(f"{v['container']} · {v['codec']} {v['width']}×{v['height']} · {fps} · {v['frame_count']} frames")
+    st.caption(md(f"{v['container']} · {v['codec']} {v['width']}×{v['height']} · {fps} · {v['frame_count']} frames"))
     st.video(f.raw, format=v["mime"], width=min(640, max(160, v["width"] * 2)))
     if v["strip"]:
         cols = st.columns(len(v["strip"]))
@@ -92,25 +111,36 @@ def _video(f: FieldModel, address: str) -> None:
         if png is None:
             mono(label)
         else:
-            st.image(png, caption=label, width="content")
+            st.image(png, caption=md(label), width="content")
 
 
 def _trajectory(f: FieldModel, address: str) -> None:
     v = f.view
     ret = v["episode_return"]
     st.caption(f"{v['length']} steps · return {ret:.6g}" if ret is not None else f"{v['length']} steps")
-    st.line_chart({"reward": v["rewards"], "return": v["returns"]}, x_label="step")
+    every = max(1, -(-len(v["rewards"]) // CHART_POINTS))
+    if every > 1:
+        st.caption(f"charts: every {every:,}th step")
+    st.line_chart({"step": list(range(0, len(v["rewards"]), every)), "reward": v["rewards"][::every],
+                   "return": v["returns"][::every]}, x="step", x_label="step")
+    if len(v["rows"]) < v["length"]:
+        st.caption(f"the first {len(v['rows']):,} of {v['length']:,} steps are listed; "
+                   "the whole episode is in the Raw view's download")
     rows = [{k: (str(val) if isinstance(val, (dict, list)) else val) for k, val in r.items()} for r in v["rows"]]
     st.dataframe(rows, hide_index=True, key=f"traj_{f.name}")
 
 
 def _json(f: FieldModel, address: str) -> None:
-    mono(f.view["pretty"])
+    paged_text(f, f.view["pretty"])
 
 
 def _scalar(f: FieldModel, address: str) -> None:
     # st.text: plain preformatted text; st.code would run a syntax highlighter per value in the browser
-    st.text(f.view["display"])
+    display = f.view["display"]
+    if len(display) <= VALUE_PAGE:
+        st.text(display)
+    else:
+        paged_text(f, display)
 
 
 def _bytes(f: FieldModel, address: str) -> None:
@@ -120,7 +150,7 @@ def _bytes(f: FieldModel, address: str) -> None:
 
 def _error(f: FieldModel, address: str) -> None:
     st.error("This value could not be decoded as its role; the raw bytes are intact.", icon=":material/error:")
-    mono(f.view["reason"])
+    paged_text(f, f.view["reason"])
 
 
 _DRAW: dict[str, Any] = {"text": _text, "tokens": _tokens, "image": _image, "video": _video,

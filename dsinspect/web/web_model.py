@@ -24,12 +24,13 @@ from dsinspect.loaders.address import parse_address
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.describe import catalog_listing, version_info
 
-__all__ = ["CATALOG_ENV", "configured_url", "catalog_rows", "dataset_model", "sample_table", "FieldModel",
+__all__ = ["CATALOG_ENV", "configured_url", "catalog_rows", "catalog_broken", "dataset_model", "sample_table", "FieldModel",
            "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "cell", "TOKEN_CAP"]
 
 CATALOG_ENV = "DSINSPECT_CATALOG"
 TABLE_PAGE = 20
 TOKEN_CAP = 4096        # token pieces prepared per field; the page shows them 256 at a time
+STEP_CAP = 1000         # trajectory steps listed per field (a page gets no 10^6-row table)
 STRIP = 8
 _COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f2f7")
 
@@ -48,6 +49,14 @@ def catalog_rows(catalog: Catalog) -> list[dict[str, Any]]:
                          "rows": v["rows"], "bytes": v["bytes"], "shards": v["shards"],
                          "created": (v["created_at"] or "")[:10], "message": v["message"]})
     return rows
+
+
+def catalog_broken(catalog: Catalog) -> list[dict[str, Any]]:
+    """Stored files of the catalog that cannot be read (a truncated manifest, a damaged tags.json):
+    dataset, version (short id, or "tags.json"), tags, file and reason; `catalog_rows` lists the rest."""
+    return [{"dataset": ds["name"], "version": b["short_id"] or "tags.json", "tags": ", ".join(b["tags"]),
+             "file": b["path"], "reason": b["reason"]}
+            for ds in catalog_listing(catalog)["datasets"] for b in ds["broken"]]
 
 
 def dataset_model(catalog: Catalog, address: str) -> dict[str, Any]:
@@ -166,7 +175,7 @@ def _view_data(view: View, raw: bytes) -> dict[str, Any]:
     if kind == "video":
         return _video_data(view)
     if kind == "trajectory":
-        rows = [r.to_json() for p in range(view.pages) for r in view.page(p).rows]
+        rows = [r.to_json() for p in range(min(view.pages, -(-STEP_CAP // view.page_size))) for r in view.page(p).rows]
         return {"length": view.length, "episode_return": view.episode_return, "rows": rows,
                 "rewards": view.rewards, "returns": view.returns}
     if kind == "json":

@@ -1,18 +1,26 @@
 """What several pages lay out the same way: the address box that names the page's view in the URL,
-the one clear error a bad input gets instead of the page, and monospace text blocks."""
+the one clear error a bad input gets instead of the page, and text made inert for Streamlit's Markdown.
+
+Almost every Streamlit element renders its text as Markdown: titles, captions, alerts, metric values,
+image captions, st.table cells and every widget label. Any text there that comes from stored data
+or a manifest (sample values, field names, tags, messages, names) goes through `md` or `mono`, or
+into st.text / st.dataframe, which show plain text; otherwise `![x](http://elsewhere/)` in a row
+makes the browser fetch from another host."""
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Callable, NoReturn, TypeVar
 
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
 
-__all__ = ["address_box", "stop_with", "or_stop", "mono", "MONO_CLASS"]
+__all__ = ["address_box", "stop_with", "or_stop", "mono", "md", "MONO_CLASS"]
 
 T = TypeVar("T")
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character: CommonMark escapes each
 MONO_CLASS = "dsi-pre"
 _MONO_STYLE = (f"<style>.{MONO_CLASS}{{font-family:'Source Code Pro',monospace;font-size:0.85rem;margin:0 0 1rem;"
                "padding:0.75rem 1rem;border-radius:0.5rem;background:rgba(128,128,144,0.1);white-space:pre-wrap;"
@@ -27,6 +35,14 @@ def mono(text: str, where: Any = st) -> None:
     # (and a div, since Streamlit swaps <pre> for its own element and drops the class)
     body = html.escape(str(text), quote=True).replace("\r", "&#13;").replace("\n", "&#10;")
     where.markdown(f'{_MONO_STYLE}<div class="{MONO_CLASS}">{body}</div>', unsafe_allow_html=True)
+
+
+def md(text: Any) -> str:
+    """`text` as Markdown that shows exactly these characters on one line: every ASCII punctuation
+    character backslash-escaped (no link, image, emphasis, HTML, math, directive or :icon: survives)
+    and line breaks as spaces (no block can start)."""
+    one_line = " ".join(str(text).splitlines())
+    return _PUNCTUATION.sub(r"\\\1", one_line)
 
 
 def address_box(label: str, key: str, placeholder: str, default: str = "") -> str:

@@ -1,6 +1,7 @@
 """Replay for the web: run specs travel in the URL as base64url JSON (never as a path); a replayed
 batch becomes plain rows, each sample as stored and as fed to the model when a transform is given,
-a Parquet download, and the verdict of a fingerprint log on it.
+a Parquet download, and the verdict of a fingerprint log on it. A link may name any batch size:
+more than MAX_REPLAY_SAMPLES samples per page are refused before a row is read (`check_size`).
 
 Transforms are code: `import_transform` imports what a person typed into the page (or what the
 operator passed to `dsinspect web --transform`), never a name taken from the URL (see replay_page)."""
@@ -17,16 +18,18 @@ import pyarrow.parquet as pq
 from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.logcheck import check_log, parse_steps
-from dsinspect.loaders.replay import Replay, replay
+from dsinspect.loaders.replay import Replay, load_specs, replay
+from dsinspect.loaders.runlog import spec_for_step
 from dsinspect.loaders.replay_export import provenance_table
 from dsinspect.loaders.spec import RunSpec
 from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
 from dsinspect.web.web_model import cell
 
 __all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
-           "log_check", "MAX_SPEC_CHARS", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
+           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
 
 MAX_SPEC_CHARS = 64_000
+MAX_REPLAY_SAMPLES = 1024  # samples one page replays (batch size × ranks shown): 10^7 would exhaust the server
 TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the operator's transform (`dsinspect web --transform`)
 TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # "1": `dsinspect web --allow-typed-transforms`
 
@@ -59,7 +62,8 @@ def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: 
     """The batch of (step, rank or "all") as rows with provenance, fingerprints and Parquet bytes;
     with `transform`, each sample's fields as stored and as the transform fed them to the model."""
     fn = import_transform(transform) if transform else None
-    source = decode_spec(specs) if isinstance(specs, str) else specs
+    source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
+    check_size([spec_for_step(source, int(step))], rank)
     result = guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
     rows = [{"rank": s.rank, "position": s.position, "index": s.index, "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
@@ -133,10 +137,23 @@ def log_check(catalog: Catalog, specs: str | list[RunSpec], log: str | list[dict
     """The log's verdict on `steps` (one step `N`, or None for the whole log) for `rank` (or all):
     how many lines matched, else the first divergence (step, rank, positions, reason)."""
     fn = import_transform(transform) if transform else None
-    source = decode_spec(specs) if isinstance(specs, str) else specs
+    source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
+    check_size(source, rank)
     ranks = None if rank.strip().lower() == "all" else [_rank(rank)]
     result = guarded(lambda: check_log(source, log, parse_steps(steps), catalog, fn, ranks=ranks), transform)
     return result.to_json()
+
+
+def check_size(specs: list[RunSpec], rank: str) -> None:
+    """Refuse, before anything is read, a replay of more than MAX_REPLAY_SAMPLES samples per step
+    under any of `specs` (the batch size, times the world size for rank "all")."""
+    for spec in specs:
+        ranks = spec.world_size if str(rank).strip().lower() == "all" else 1
+        samples = spec.batch_size * ranks
+        if samples > MAX_REPLAY_SAMPLES:
+            raise UserError(f"this batch holds {samples:,} samples ({spec.batch_size:,} per rank × {ranks:,} "
+                            f"rank(s)); a page replays at most {MAX_REPLAY_SAMPLES:,}: pick one rank, or use "
+                            "`dsinspect replay --spec RUN.json --step N --export DIR` for the whole batch")
 
 
 def _rank(text: str) -> int:

@@ -1,0 +1,78 @@
+"""Sample text is data, never markup, on every page: in a real Chromium, a catalog whose rows, field
+names (the key's too), messages, tags, image captions, JSON and run record names hold Markdown
+images and links and HTML (`![x](http://198.51.100.1/x.png)`, `<img src=http://…>`,
+`[link](javascript:…)`) is shown as literal text on every page kind, and the browser asks no host
+but the app on 127.0.0.1 (the `page` fixture of test_web_browser listens to every request)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
+from web_fixtures import HTML_IMG, JS_LINK, MARKUP, MD_IMG, UNC_IMG, write_markup_catalog
+from web_server import running_web
+
+
+@pytest.fixture(scope="module")
+def markup_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("markupcat")
+    cat = write_markup_catalog(str(root / "cat"))
+    from dsinspect.web.web_replay import build_spec, encode_spec
+
+    spec = encode_spec(build_spec(cat, "mk@v2", 0, 3, 1, "none"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_web(str(root / "cat"), str(ARTIFACTS / "web-server-markup.log")) as base:
+        yield base, spec
+
+
+def literal_everywhere(page, texts) -> None:
+    """Each text shown as itself, and nothing that markup would have made of it."""
+    for text in texts:
+        page.get_by_text(text, exact=False).first.wait_for()
+    wait_ready(page)
+    page.wait_for_timeout(300)  # give a rendered image the chance to be requested
+    assert page.locator("img[src*='198.51.100']").count() == 0
+    assert page.locator("a[href^='javascript']").count() == 0
+
+
+VIEWS = {
+    "catalog": ("/", [MD_IMG]),  # a version's link label holds its tags
+    "dataset": ("/?address=mk@v2", MARKUP),  # tags metric, key field caption, message
+    "sample": ("/?address=mk@v2:0", MARKUP),  # field headings, values, JSON, image caption
+    "sample-raw": ("/?address=mk@v2:0&view=Raw", [f"Download key {MD_IMG}", f"Download text {HTML_IMG}",
+                                                  f"Download label {JS_LINK}", f"Download meta {UNC_IMG}"]),
+    "sample-side": ("/?address=mk@v2:0&view=Side+by+side", MARKUP),
+    "diff": ("/?a=mk@v1&b=mk@v2", MARKUP),  # key caption, changed fields, before/after values
+}
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_markup_in_stored_data_is_literal_text(markup_server, page, view):
+    base, _ = markup_server
+    path, texts = VIEWS[view]
+    page.goto(base + path)
+    literal_everywhere(page, texts)
+    page.screenshot(path=str(ARTIFACTS / f"web-markup-{view}.png"), full_page=True)
+
+
+def test_markup_in_a_replayed_batch_is_literal_text(markup_server, page):
+    base, spec = markup_server
+    page.goto(f"{base}/?spec={spec}&step=0&rank=all")
+    page.get_by_text("rank 0: fingerprint", exact=False).first.wait_for()
+    literal_everywhere(page, MARKUP)  # the "as stored" table: field names and values
+    page.screenshot(path=str(ARTIFACTS / "web-markup-replay.png"), full_page=True)
+
+
+def test_a_run_record_named_as_markup_is_literal_text(markup_server, page):
+    base, _ = markup_server
+    from urllib.parse import quote
+
+    page.goto(f"{base}/?run={quote(UNC_IMG)}&step=0&rank=0")
+    literal_everywhere(page, [f"run record {UNC_IMG}", MD_IMG])
+    page.get_by_text("Transform and fingerprint log").click()
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Fingerprint log").click()
+    page.get_by_role("option", name=f"run record {UNC_IMG}").wait_for()
+    literal_everywhere(page, [f"run record {UNC_IMG}"])
+    page.screenshot(path=str(ARTIFACTS / "web-markup-run.png"), full_page=True)
