@@ -22,7 +22,7 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
 
-__all__ = ["JsonlSource", "INFER_LINES", "SUFFIXES", "value_type", "unify"]
+__all__ = ["JsonlSource", "LineSplitter", "INFER_LINES", "SUFFIXES", "value_type", "unify"]
 
 INFER_LINES = 1000
 _COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -140,12 +140,21 @@ class JsonlSource:
         for where, row in _rows(part.url):
             _check(types, row, where, self.infer_lines)
             rows.append(row)
+            del row  # a long line's object lives only in `rows`, freed once it is a batch
             size += where.line_bytes
             if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
-                yield pa.RecordBatch.from_pylist(rows, schema=schema)
-                rows, size = [], 0
+                yield _take_batch(rows, schema)
+                size = 0
         if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            yield _take_batch(rows, schema)
+
+
+def _take_batch(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
+    """The rows as a batch, emptying `rows`: while the consumer works on the batch, the Python
+    objects are gone (with a line of hundreds of MB, they would double the memory held)."""
+    batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+    rows.clear()
+    return batch
 
 
 class _Where(str):
@@ -191,7 +200,8 @@ def _compression(url: str) -> str | None:
 
 
 def _rows(url: str) -> Iterator[tuple[_Where, dict]]:
-    """(where, object) for every non-blank line of `url`, streamed."""
+    """(where, object) for every non-blank line of `url`, streamed. Neither the line nor its object
+    stays referenced here while the consumer holds them (see `_take_batch`)."""
     with open_file(url, _compression(url)) as f:
         if url.endswith(".json") and _starts_with_array(f):
             yield from _array_rows(url, f)
@@ -201,18 +211,24 @@ def _rows(url: str) -> Iterator[tuple[_Where, dict]]:
                 continue
             where = _Where(f"{url}:{number}")
             where.line_bytes = len(line)
-            try:
-                row = json.loads(line)
-            except ValueError as e:
-                raise UserError(f"{where}: not valid JSON ({e})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            yield where, row
+            parsed = [_parse(line, where)]
+            del line
+            yield where, parsed.pop()
+
+
+def _parse(line: bytes, where: _Where) -> dict:
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        raise UserError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    return row
 
 
 def _lines(f, url: str, chunk: int = 1 << 20) -> Iterator[bytes]:
     """Lines split from fixed-size reads (some decompressors cannot iterate lines themselves)."""
-    rest = b""
+    splitter = LineSplitter()
     while True:
         try:
             data = f.read(chunk)
@@ -220,11 +236,41 @@ def _lines(f, url: str, chunk: int = 1 << 20) -> Iterator[bytes]:
             raise UserError(f"cannot read {url}: {e}") from None
         if not data:
             break
-        lines = (rest + data).split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
+        lines = splitter.feed(data)
+        lines.reverse()
+        while lines:  # popped, so a yielded line is not kept alive here
+            yield lines.pop()
+    last = splitter.end()
+    if last:
+        yield last
+
+
+class LineSplitter:
+    """Splits a byte stream fed in chunks into lines, in time linear in the stream: each chunk is
+    searched once, and a line longer than a chunk is kept as a list of pieces joined once at its
+    end (re-joining and re-splitting the pending text on every read was quadratic in a long line).
+    `scanned` counts the bytes searched for newlines."""
+
+    def __init__(self) -> None:
+        self._pending: list[bytes] = []  # the start of a line not yet ended
+        self.scanned = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.scanned += len(data)
+        end = data.rfind(b"\n")
+        if end < 0:
+            self._pending.append(data)
+            return []
+        lines = data[:end].split(b"\n")
+        if self._pending:
+            lines[0] = b"".join([*self._pending, lines[0]])
+        self._pending = [data[end + 1:]] if end + 1 < len(data) else []
+        return lines
+
+    def end(self) -> bytes:
+        """What follows the last newline (empty when the stream ended with one)."""
+        rest, self._pending = b"".join(self._pending), []
+        return rest
 
 
 def _starts_with_array(f) -> bool:
