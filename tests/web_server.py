@@ -12,6 +12,14 @@ from contextlib import contextmanager
 from typing import Iterator
 
 
+_PIDS: dict[str, int] = {}
+
+
+def server_pid(base: str) -> int:
+    """The PID (and process group) of the server answering at `base`."""
+    return _PIDS[base]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,6 +70,7 @@ def _serving(cmd: list[str], port: int, log_path: str, timeout: float, env: dict
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{cmd[2:4]} did not answer on {base} in {timeout} s")
                 time.sleep(0.2)
+            _PIDS[base] = proc.pid
             yield base
         finally:
             os.killpg(proc.pid, 15)  # the group this started (dsinspect web execs streamlit in place)

@@ -1,0 +1,159 @@
+"""Everything a link can ask the web app for is bounded: a 10 MB value is shown a page at a time
+(AppTest, and in Chromium), and a `?spec=` naming a batch of 10^7 samples is refused before a row
+is read (Chromium, with the server's memory watched the whole time). Bounds are generous and
+load-proof: memory in hundreds of MB, time only as long timeouts on polling."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.manifest import Field
+from dsinspect.web.web_fields import VALUE_PAGE
+from dsinspect.web.web_replay import MAX_REPLAY_SAMPLES, check_size
+from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
+from web_fixtures import plain, run
+
+BIG = 10_000_000
+HEAD, TAIL = "HEAD-OF-VALUE ", " TAIL-OF-VALUE"
+SERVER_RSS = 700 << 20  # the Streamlit server, whole: a few hundred MB, whatever the link asks for
+
+
+def write_big_catalog(root: str) -> Catalog:
+    """`big`: one row whose text and string scalar are 10,000,000 characters; `small`: 2 rows."""
+    cat = Catalog(root)
+    value = HEAD + ("0123456789" * (BIG // 10))[:BIG - len(HEAD) - len(TAIL)] + TAIL
+    assert len(value) == BIG
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("text", pa.string(), "text"),
+              Field("name", pa.string(), "scalar")]
+    cat.write_version("big", [{"id": 0, "text": value, "name": value}], fields, tags=["v1"],
+                      created_at="2026-01-01T00:00:00Z")
+    cat.write_version("small", [{"id": i, "text": f"row {i}", "name": "n"} for i in range(2)], fields, tags=["v1"],
+                      created_at="2026-01-01T00:00:00Z")
+    return cat
+
+
+@pytest.fixture(scope="module")
+def big_catalog(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bigcat")
+    write_big_catalog(str(root / "cat"))
+    return str(root / "cat")
+
+
+def page_chars(at) -> int:
+    """Characters of text the page sent: every Markdown, text and caption element."""
+    return sum(len(e.value) for kind in (at.markdown, at.text, at.caption) for e in kind)
+
+
+def test_a_10mb_value_is_shown_a_page_at_a_time(big_catalog, monkeypatch):
+    monkeypatch.setenv("DSINSPECT_CATALOG", big_catalog)
+    at = run(address="big@v1:0")
+    assert page_chars(at) < 4 * VALUE_PAGE + 20_000, page_chars(at)  # two fields, one page each
+    captions = [plain(c.value) for c in at.caption]
+    pages = -(-BIG // VALUE_PAGE)
+    assert f"showing characters 1–{VALUE_PAGE:,} of {BIG:,} (a {BIG:,}-byte value): page through it here, " \
+           "or download it whole in the Raw view" in captions
+    # the text and the string scalar (paged as a monospace block, not one st.text), each its first page
+    assert sum(HEAD in m.value for m in at.markdown) == 2 and not any(TAIL in m.value for m in at.markdown)
+    assert not any(HEAD in t.value for t in at.text)
+    at.number_input(key="value_page_text").set_value(pages).run()
+    assert not at.exception
+    assert sum(TAIL in m.value for m in at.markdown) == 1 and page_chars(at) < 4 * VALUE_PAGE + 20_000
+    assert f"showing characters {(pages - 1) * VALUE_PAGE + 1:,}–{BIG:,} of {BIG:,}" in " ".join(
+        plain(c.value) for c in at.caption)
+
+
+def test_replays_beyond_the_bound_are_refused_whole(big_catalog):
+    from dsinspect.errors import UserError
+    from dsinspect.loaders.spec import RunSpec
+
+    def spec(batch: int, world: int) -> RunSpec:
+        return RunSpec.create(Catalog(big_catalog), "small@v1", batch_size=batch, world_size=world, last_batch="pad")
+
+    check_size([spec(MAX_REPLAY_SAMPLES, 4)], "0")  # one rank of the largest batch a page replays
+    check_size([spec(MAX_REPLAY_SAMPLES // 4, 4)], "all")
+    for batch, world, rank in ((MAX_REPLAY_SAMPLES + 1, 1, "0"), (MAX_REPLAY_SAMPLES, 2, "all"), (10**7, 1, "0")):
+        with pytest.raises(UserError, match=f"a page replays at most {MAX_REPLAY_SAMPLES:,}"):
+            check_size([spec(batch, world)], rank)
+
+
+# -- in a real browser, the server's memory watched ------------------------------------------------
+
+def group_rss(pgid: int) -> int:
+    """Resident bytes of every process in group `pgid` (the server `running_web` started)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
+                continue
+            status = (entry / "status").read_text()
+        except (OSError, ValueError):
+            continue
+        total += next((int(line.split()[1]) << 10 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
+
+
+def watch(page, pgid: int, done, timeout: float = 180) -> int:
+    """Poll until `done()` (the page answered), failing as soon as the server grows past SERVER_RSS;
+    the largest resident size seen."""
+    peak, deadline = 0, time.monotonic() + timeout
+    while True:
+        peak = max(peak, group_rss(pgid))
+        assert peak < SERVER_RSS, f"the server grew to {peak >> 20} MB"
+        if done():
+            return peak
+        assert time.monotonic() < deadline, "the page did not answer"
+        page.wait_for_timeout(250)
+
+
+@pytest.fixture(scope="module")
+def big_server(big_catalog):
+    from test_web_browser import ARTIFACTS
+    from web_server import running_web
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with running_web(big_catalog, str(ARTIFACTS / "web-server-bounds.log")) as base:
+        yield base
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian's chromium")
+def test_an_oversized_link_is_refused_and_a_10mb_value_paged_in_chromium(big_server, big_catalog, browser):
+    import dsinspect
+    from test_web_browser import ARTIFACTS
+    from web_server import server_pid
+    from dsinspect.web.web_replay import encode_spec
+
+    pgid = server_pid(big_server)
+    cat = dsinspect.open_catalog(big_catalog)
+    huge = dsinspect.RunSpec.create(cat, "small@v1", batch_size=10**7, world_size=1, shuffle="none", last_batch="pad")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{big_server}/?spec={encode_spec(huge)}&step=0&rank=0", wait_until="commit")
+        refusal = page.get_by_text(f"a page replays at most {MAX_REPLAY_SAMPLES:,}", exact=False)
+        peak = watch(page, pgid, lambda: refusal.count() > 0)
+        assert page.get_by_text("That batch cannot be replayed.").is_visible()
+        page.screenshot(path=str(ARTIFACTS / "web-bounds-replay.png"))
+
+        page.goto(f"{big_server}/?address=big@v1:0", wait_until="commit")
+        shown = page.get_by_text(f"showing characters 1–{VALUE_PAGE:,} of {BIG:,}", exact=False)
+        peak = max(peak, watch(page, pgid, lambda: shown.count() == 2))  # the text and the scalar
+        assert page.evaluate("document.body.innerText.length") < 10 * VALUE_PAGE
+        page.screenshot(path=str(ARTIFACTS / "web-bounds-value.png"))
+    finally:
+        context.close()
+    print(f"server peak RSS {peak >> 20} MB")
+    # and nothing keeps growing once the tab is gone
+    for _ in range(8):
+        assert group_rss(pgid) < SERVER_RSS
+        time.sleep(0.25)
