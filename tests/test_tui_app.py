@@ -209,6 +209,17 @@ def test_dsinspect_without_a_terminal_lists_instead_of_opening_the_ui():
     assert done.returncode == 0 and "demo-text" in done.stdout
 
 
+@pytest.mark.parametrize("args", [("tui",), ("tui", "demo-text@v1:3"), ("tui", "nosuch")])
+def test_tui_without_a_terminal_is_one_line_exit_2(args):
+    """Without a terminal the UI never got a key and never exited (one run spun at ~74% CPU for 10
+    minutes): refused at once. The timeout only bounds a hang; a refusal takes a few seconds."""
+    done = subprocess.run([sys.executable, "-m", "dsinspect", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "needs a terminal" in done.stderr and "dsinspect show" in done.stderr
+    assert done.stdout == ""
+
+
 def test_entry_point_freezes_startup_objects_before_the_app_exists():
     """`run` hands the cyclic collector's full passes only what the UI creates: what is alive before the
     app (modules, the catalog) is frozen, the app itself is not (it must stay collectable)."""

@@ -7,6 +7,7 @@ import sys
 import click
 
 from dsinspect.cli.output import catalog_from, catalog_option
+from dsinspect.errors import UserError
 from dsinspect.loaders.address import parse_address
 
 
@@ -18,9 +19,16 @@ from dsinspect.loaders.address import parse_address
 @click.pass_context
 def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transform: str | None = None) -> None:
     """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample."""
-    if address:
-        parse_address(address)  # a malformed address is a one-line error, before the screen clears
+    addr = parse_address(address) if address else None  # a malformed address: one line, before the screen clears
+    if not interactive():
+        # Textual without a terminal never gets a key and never exits (it spun at ~74% CPU)
+        raise UserError("dsinspect tui needs a terminal (stdin and stderr are not both one); without one use "
+                        "`dsinspect ls`, `dsinspect info ADDRESS` or `dsinspect show ADDRESS:INDEX`")
     catalog = catalog_from(ctx, catalog_url)
+    if addr is not None:  # a dataset, version or row that is not there is a one-line error too, not a blank screen
+        version = catalog.resolve(addr)
+        if addr.index is not None:
+            version.check_index(addr.index)
     from dsinspect.tui import run  # Textual loads only when the UI starts
 
     run(address, catalog=catalog, transform=transform)
