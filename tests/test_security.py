@@ -4,6 +4,7 @@ web app. (Sample text is escaped in the browser: tests/test_web_browser.py.)"""
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -198,3 +199,287 @@ def test_web_command_binds_loopback_and_sends_no_usage_stats():
     assert pairs["--browser.gatherUsageStats"] == "false"
     assert pairs["--server.headless"] == "true"
     assert not any(a in ("0.0.0.0", "::", "--server.enableCORS") for a in argv)
+
+
+# -- every name that becomes a path: content addresses, blob endings, run records, exports, sources ----
+
+# Beyond the dataset-name list: traversal through a content address, near-misses of a sha256.
+PATH_NAMES = HOSTILE_NAMES + ["../../../../outside/secret", "a" * 64 + "/../x", "../" + "a" * 64, "A" * 64,
+                              "0" * 63, "0" * 65, "0" * 64 + "\n", "0" * 64 + "/", "/" + "0" * 64, "./" + "0" * 64,
+                              "x/../" + "0" * 64, "x/..", "..\\x", "x\\..\\..\\y"]
+ESCAPING = {n for n in PATH_NAMES if n.startswith(("/", "~")) or "\\" in n or ":" in n or "\0" in n or "%" in n
+            or any(part in (".", "..") for part in n.split("/"))}
+SHA = "c1e2f848219b4f224dd42f7596f8d965ba87e462ebc75d927d471321f3708277"  # demo-text's tokenizer blob
+
+
+def _inside(path: str, root: str) -> bool:
+    path = str(path)
+    return ("\\" not in path and "://" not in path.replace("file://", "", 1)
+            and os.path.normpath(path).startswith(os.path.normpath(root) + os.sep))
+
+
+def _plain_ending(name: str) -> bool:
+    return re.fullmatch(r"(\.[a-z0-9]{1,16})?", name) is not None
+
+
+def _refused(fn, *errors) -> bool:
+    try:
+        fn()
+    except (errors or (DsinspectError,)):
+        return True
+    return False
+
+
+def _manifest_json(version) -> dict:
+    return json.loads(version.catalog.fs.cat_file(version.catalog.manifest_path(version.name, version.id)))
+
+
+@pytest.fixture(scope="module")
+def text_catalog(tmp_path_factory):
+    """demo-text alone in a fresh catalog (the bundled one is never touched)."""
+    import shutil
+
+    from dsinspect.defaults import BUNDLED
+    root = tmp_path_factory.mktemp("pathnames") / "catalog"
+    shutil.copytree(BUNDLED / "datasets" / "demo-text", root / "datasets" / "demo-text")
+    return Catalog(str(root))
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_every_content_address_place_refuses_a_hostile_name(text_catalog, name, tmp_path):
+    """Shards, manifests, blobs (sha256 and file ending) and the node-local cache: each place that
+    turns a content address into a path refuses anything but 64 lowercase hex digits, at parse time
+    (a manifest naming it) and at the path-building boundary (code handing one in directly)."""
+    from dsinspect.errors import ManifestError
+    from dsinspect.loaders.cache import ShardCache
+    from dsinspect.loaders.manifest import Field, Manifest, Shard
+
+    catalog, v1 = text_catalog, text_catalog.resolve("demo-text@v1")
+    data = _manifest_json(v1)
+    shard_bad = copy_json(data)
+    shard_bad["shards"][0]["sha256"] = name
+    blob_bad = copy_json(data)
+    blob_bad["schema"]["fields"][3]["options"]["tokenizer"]["blob"] = name
+    nested_bad = copy_json(data)
+    nested_bad["schema"]["fields"][0]["options"] = {"vocab": [{"blob": name}]}
+    tokens = v1.manifest.field("tokens")
+    cache = ShardCache(tmp_path / "cache")
+    places = {
+        "manifest shards[].sha256": lambda: Manifest.from_json(shard_bad, "m.json"),
+        "manifest tokenizer blob": lambda: Manifest.from_json(blob_bad, "m.json"),
+        "manifest nested blob option": lambda: Manifest.from_json(nested_bad, "m.json"),
+        "Shard()": lambda: Shard(name, 1, 1),
+        "Field(options)": lambda: Field("tokens", tokens.type, "tokens", options={"tokenizer": {"kind": "huggingface",
+                                                                                                "blob": name}}),
+        "Catalog.shard_path": lambda: catalog.shard_path("demo-text", name),
+        "Catalog.manifest_path": lambda: catalog.manifest_path("demo-text", name),
+        "Catalog.manifest": lambda: catalog.manifest("demo-text", name),
+        "Catalog.blob_path sha256": lambda: catalog.blob_path("demo-text", name, ".json"),
+        "Catalog.blob_path ending": lambda: catalog.blob_path("demo-text", SHA, name),
+        "Catalog.read_blob": lambda: catalog.read_blob("demo-text", name, ".json"),
+        "Catalog.put_blob ending": lambda: catalog.put_blob("demo-text", b"{}", name),
+        "ShardCache.holds": lambda: cache.holds(name),
+    }
+    if _plain_ending(name):  # a valid file ending ('', '.hidden')
+        places.pop("Catalog.blob_path ending")
+        places.pop("Catalog.put_blob ending")
+    accepted = [where for where, fn in places.items() if not _refused(fn)]
+    assert accepted == []
+    with pytest.raises(ManifestError, match=r"m\.json: schema\.fields\[3\]: .*options\.tokenizer\.blob"):
+        Manifest.from_json(blob_bad, "m.json")
+    assert not any((tmp_path / "cache").iterdir())
+    assert [p.name for p in Path(catalog.root).parent.iterdir()] == ["catalog"]  # nothing written beside it
+
+
+def copy_json(data):
+    return json.loads(json.dumps(data))
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_run_specs_refuse_hostile_source_names_and_version_ids(name):
+    """A run spec is a user's file (`replay --spec`, `?spec=`, run records): its dataset name and
+    version id become catalog paths, so a bad one is refused when the spec is read (exit 2), naming
+    the file and the field."""
+    catalog = dsinspect.open_catalog()
+    data = RunSpec.create(catalog, "demo-text@v1", seed=0, batch_size=4).to_json()
+    for key, what in (("name", "dataset name"), ("version", "version id")):
+        if key == "name" and not _refused(lambda: check_name(name)):
+            continue  # 'AAAA…' is a fine dataset name
+        bad = copy_json(data)
+        bad["order"]["sources"][0][key] = name
+        bad.pop("order_hash")
+        with pytest.raises(UserError, match=rf"^runs/x\.json: bad order\.sources\[0\]\.{key} \({what}\)"):
+            RunSpec.from_json(bad, "runs/x.json")
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_export_sidecars_refuse_hostile_blob_names(tmp_path, name):
+    """Re-ingesting an export copies its side files into the catalog under names its sidecar gives:
+    a sha256 and a file ending. Neither may name another file (read, or written into the catalog)."""
+    from dsinspect.loaders.ingest.export import read_exported_blobs
+
+    (tmp_path / "_blobs").mkdir()
+    (tmp_path / "_blobs" / ("0" * 64)).write_bytes(b"{}")
+    for blob in ({"sha256": name, "ext": ".json"}, {"sha256": "0" * 64, "ext": name}):
+        if _plain_ending(blob["ext"]):
+            continue
+        with pytest.raises(UserError, match=r"blobs\[0\]\.(sha256|ext) in .*_dsinspect\.export"):
+            list(read_exported_blobs(str(tmp_path), {"blobs": [blob]}))
+
+
+def test_hostile_field_names_never_leave_a_webdataset_export(tmp_path):
+    """Field names are free text, but a WebDataset member is named `<key>.<field>.<ext>`: a field
+    name with '/' or '\\' would put members in other directories or outside the one the tar is
+    extracted into. Every member of every export stays inside; such a field is refused (exit 2)."""
+    import tarfile
+
+    import pyarrow as pa
+
+    from dsinspect.loaders.ingest.export import export_version
+    catalog = Catalog(str(tmp_path / "catalog"))
+    refused = set()
+    for i, name in enumerate(n for n in PATH_NAMES if n and not n.startswith("__dsinspect")):
+        fields = [dsinspect.Field("id", pa.int64(), "scalar"), dsinspect.Field(name, pa.string(), "text")]
+        version = catalog.write_version(f"wds{i}", [{"id": 1, name: "x"}], fields)
+        dest = tmp_path / f"out{i}"
+        try:
+            export_version(version, "webdataset", str(dest))
+        except UserError as e:
+            assert "cannot name a WebDataset member" in str(e) and "\n" not in str(e)
+            refused.add(name)
+            continue
+        with tarfile.open(dest / "part-00000.tar") as tar:
+            members = tar.getnames()
+        assert members and all(_inside(os.path.join(dest, m), str(dest)) for m in members), (name, members)
+    assert {n for n in PATH_NAMES if "/" in n or "\\" in n} <= refused
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_source_listed_file_names_stay_inside_the_source(tmp_path, name):
+    """An MDS index.json names its shard files, a Hugging Face state.json its Arrow files and
+    dataset_dict.json its splits, relative to their own directory: a name that climbs out (or
+    switches filesystem) is refused, so a downloaded dataset cannot make ingest read ~/.ssh."""
+    from dsinspect.loaders.ingest.hf import HfSource
+    from dsinspect.loaders.ingest.mds import MdsSource
+    from dsinspect.loaders.ingest.source import SourceSpec
+
+    mds = tmp_path / "mds"
+    mds.mkdir()
+    shard = {"format": "mds", "column_names": ["x"], "column_encodings": ["int"], "column_sizes": [8],
+             "compression": None, "raw_data": {"basename": name, "bytes": 8}}
+    (mds / "index.json").write_text(json.dumps({"version": 2, "shards": [shard]}))
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}]}))
+    hfd = tmp_path / "hfd"
+    hfd.mkdir()
+    (hfd / "dataset_dict.json").write_text(json.dumps({"splits": [name]}))
+    places = {
+        "MDS shard basename": (lambda: MdsSource(SourceSpec("mds", str(mds))).parts()[0].url, mds),
+        "HF data file name": (lambda: HfSource(SourceSpec("hf", str(hf))).files[0].url, hf),
+        "HF split name": (lambda: HfSource(SourceSpec("hf", str(hfd), {"split": name}))._root, hfd),
+    }
+    for where, (fn, root) in places.items():
+        what = {"MDS shard basename": "shard basename in", "HF data file name": "data file name in",
+                "HF split name": "split name in"}[where]
+        try:
+            path = fn()
+        except DsinspectError as e:
+            assert name not in ESCAPING or f"bad {what}" in str(e), (where, str(e))
+            continue
+        assert name not in ESCAPING, (where, path)
+        assert not path or _inside(path.replace("file://", ""), str(root)), (where, path)
+
+
+def test_staging_records_naming_a_file_outside_are_not_trusted(tmp_path):
+    """A resumed ingest trusts a part's staging record only if every shard it names exists: a record
+    whose shard sha256 climbs out of the catalog names no shard, whatever exists out there."""
+    from dsinspect.loaders.ingest.engine import load_record
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    outside = tmp_path / "outside.parquet"
+    outside.write_bytes(b"not ours")
+    record = tmp_path / "catalog" / "datasets" / "d" / "ingest" / "job" / "part-00000.json"
+    record.parent.mkdir(parents=True)
+    (tmp_path / "catalog" / "datasets" / "d" / "shards").mkdir()
+    sha = "../../../../outside"  # shards/<sha>.parquet -> tmp_path/outside.parquet
+    record.write_text(json.dumps({"dataset": "d", "shards": [{"sha256": sha, "bytes": 8, "rows": 1}]}))
+    assert os.path.exists(os.path.join(str(tmp_path / "catalog" / "datasets" / "d" / "shards"), sha + ".parquet"))
+    assert load_record(catalog, str(record)) is None
+
+
+@pytest.mark.parametrize("name", PATH_NAMES)
+def test_run_record_names_from_a_link_are_looked_up_never_joined(tmp_path, name):
+    """The web app's `?run=NAME` (and its `log=`) names a folder of the runs directory's listing."""
+    from dsinspect.loaders.runlog import RunRecorder
+    from dsinspect.web.web_runs import run_path
+
+    (tmp_path / "runs" / "ok" / "specs").mkdir(parents=True)
+    with pytest.raises(UserError):
+        run_path(str(tmp_path / "runs"), name)
+    with pytest.raises(UserError):
+        RunRecorder(str(tmp_path / "rec"), name)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(st.text(st.sampled_from("af09._-/\\:%@~ \0\néаｄ"), max_size=140) | st.text(max_size=140))
+def test_any_accepted_relative_name_or_address_maps_strictly_under_its_directory(name):
+    from dsinspect.loaders.pathnames import check_component, check_ext, check_relative, check_sha256
+    root = "/srv/catalog/x"
+    for check in (check_relative, check_component):
+        try:
+            check(name, "name")
+        except UserError:
+            continue
+        assert _inside(os.path.join(root, name), root) and os.path.normpath(os.path.join(root, name)).endswith(name)
+    for check in (check_sha256, check_ext):
+        try:
+            check(name, "name")
+        except UserError:
+            continue
+        assert "/" not in name and "." not in name.lstrip(".") and name.isascii() and name.isprintable()
+
+
+# -- the tokenizer-blob traversal, end to end (issue #14) ------------------------------------------
+
+def _hostile_text_version(root: Path, blob: str) -> str:
+    """A demo-text version whose tokenizer blob is `blob`, properly content-addressed (its file name
+    is the sha256 of its canonical content), so only the name check can refuse it; its id."""
+    import hashlib
+    versions = root / "datasets" / "demo-text" / "versions"
+    data = json.loads(next(versions.glob("*.json")).read_text())
+    data["schema"]["fields"][3]["options"]["tokenizer"]["blob"] = blob
+    content = {k: v for k, v in data.items() if k != "meta"}
+    vid = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                    allow_nan=False).encode()).hexdigest()
+    (versions / f"{vid}.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+    return vid
+
+
+@pytest.mark.parametrize("command", [["verify", "{addr}"], ["verify", "{addr}", "--engine", "pool", "--workers", "1"],
+                                     ["export", "{addr}", "{dest}", "--format", "parquet"],
+                                     ["show", "{addr}:0", "--field", "tokens"]])
+def test_a_tokenizer_blob_that_climbs_out_is_a_failed_check_and_no_outside_file_is_read(tmp_path, command):
+    import hashlib
+    import shutil
+
+    from dsinspect.defaults import BUNDLED
+    root = tmp_path / "catalog"
+    shutil.copytree(BUNDLED / "datasets" / "demo-text", root / "datasets" / "demo-text")
+    secret = tmp_path / "outside" / "secret.json"  # blobs/../../../../outside/secret + ".json"
+    secret.parent.mkdir()
+    secret.write_bytes(b'{"api_key": "hunter2"}\n')
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    vid = _hostile_text_version(root, "../../../../outside/secret")
+    dest = tmp_path / "export"
+    argv = [a.format(addr=f"demo-text@{vid[:16]}", dest=dest) for a in command]
+    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "DSINSPECT_INJECT_FAULTS")}
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(root), *argv], capture_output=True,
+                          text=True, env=env, timeout=180)
+    assert digest not in done.stdout + done.stderr and digest[:16] not in done.stdout + done.stderr
+    assert done.returncode == 1, (done.stdout, done.stderr)  # a stored manifest failing its check
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dsinspect: error: "), done.stderr
+    assert f"{vid}.json" in lines[0] and "schema.fields[3]" in lines[0] and "options.tokenizer.blob" in lines[0]
+    assert not dest.exists()

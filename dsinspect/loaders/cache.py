@@ -30,6 +30,7 @@ import xxhash
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.fetch import fetch_verified
+from dsinspect.loaders.pathnames import check_sha256, is_sha256
 from dsinspect.loaders.stats import ReadStats
 from dsinspect.loaders.storage import cache_dir
 from dsinspect.loaders.columns import View, column_view
@@ -288,6 +289,8 @@ class ShardCache:
 
     def _entries(self) -> Iterator[tuple[str, dict]]:
         for p in self.root.glob("*.json"):
+            if not is_sha256(p.stem):
+                continue  # not an entry of ours
             try:
                 yield p.stem, {**json.loads(p.read_bytes()), "mtime": p.stat().st_mtime}
             except (OSError, ValueError):
@@ -345,7 +348,7 @@ class ShardCache:
             os.close(fd)
 
     def _path(self, sha256: str, ext: str) -> Path:
-        return self.root / f"{sha256}{ext}"
+        return self.root / f"{check_sha256(sha256, 'cached shard sha256')}{ext}"  # never a path elsewhere
 
     def _arrow(self, sha256: str) -> Path:
         return self._path(sha256, ".arrow")

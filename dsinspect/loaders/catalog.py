@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from dsinspect.errors import DamagedError, IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
+from dsinspect.loaders.pathnames import check_ext, check_sha256
 from dsinspect.loaders.storage import join, locked, read_only, rewrite, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import Rows, VersionWriter, WriteOptions
@@ -50,13 +51,13 @@ class Catalog:
         return join(self.dataset_dir(name), "shards")
 
     def shard_path(self, name: str, sha256: str) -> str:
-        return join(self.shard_dir(name), f"{sha256}.parquet")
+        return join(self.shard_dir(name), f"{check_sha256(sha256, 'shard sha256')}.parquet")
 
     def manifest_path(self, name: str, version_id: str) -> str:
-        return join(self.dataset_dir(name), "versions", f"{version_id}.json")
+        return join(self.dataset_dir(name), "versions", f"{check_sha256(version_id, 'version id')}.json")
 
     def blob_path(self, name: str, sha256: str, ext: str) -> str:
-        return join(self.dataset_dir(name), "blobs", f"{sha256}{ext}")
+        return join(self.dataset_dir(name), "blobs", check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending"))
 
     def tags_path(self, name: str) -> str:
         return join(self.dataset_dir(name), "tags.json")

@@ -17,6 +17,7 @@ import pyarrow as pa
 from dsinspect.errors import ManifestError
 from dsinspect.loaders.arrow_types import type_from_json, type_to_json
 from dsinspect.loaders.canonical import ENCODING
+from dsinspect.loaders.pathnames import check_sha256
 from dsinspect.loaders.roles import Role, check_role_type
 
 __all__ = ["FORMAT", "HASH_COLUMN", "Field", "Shard", "Manifest", "canonical_json", "sha256_hex"]
@@ -25,6 +26,7 @@ FORMAT = "dsinspect.manifest/1"
 HASH_COLUMN = "__dsinspect_row_hash"
 HASH_SPEC = {"algorithm": "xxh3-128", "encoding": ENCODING, "column": HASH_COLUMN}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_BLOB_KEYS = ("blob",)  # option keys naming a side file under blobs/: they become file names
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -54,6 +56,7 @@ class Field:
         reason = check_role_type(self.name, self.role, self.type)
         if reason:
             raise ManifestError(reason)
+        _check_options(self.options, f"field {self.name!r}: options")
 
     def to_json(self) -> dict:
         return {"name": self.name, "type": type_to_json(self.type), "role": self.role.value,
@@ -70,6 +73,9 @@ class Shard:
     sha256: str
     bytes: int
     rows: int
+
+    def __post_init__(self) -> None:
+        check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
 
     def to_json(self) -> dict:
         return {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
@@ -150,6 +156,23 @@ def _role(value: Any, name: str) -> Role:
     except ValueError:
         roles = ", ".join(r.value for r in Role)
         raise ManifestError(f"field {name!r} has unknown role {value!r} (roles: {roles})") from None
+
+
+def _check_options(options: Any, where: str) -> None:
+    """Options are free-form JSON, except what becomes a path: a side file's name (`blob`) must be
+    a sha256, at any depth (`{"tokenizer": {"kind": ..., "blob": ...}}` and whatever comes next)."""
+    if not isinstance(options, Mapping):
+        raise ManifestError(f"{where} must be an object")
+    stack = [(options, where)]
+    while stack:
+        obj, at = stack.pop()
+        items = obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, list) else ()
+        for key, value in items:
+            here = f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"
+            if key in _BLOB_KEYS:
+                check_sha256(value, here, ManifestError)
+            elif isinstance(value, (Mapping, list)):
+                stack.append((value, here))
 
 
 def _need(obj: Mapping, key: str, kind: type | tuple, where: str) -> Any:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.loaders.manifest import HASH_COLUMN, sha256_hex
+from dsinspect.loaders.pathnames import check_component
 from dsinspect.loaders.replay import Replay
 from dsinspect.loaders.storage import join, url_to_fs, write_atomic, write_errors
 
@@ -48,7 +49,7 @@ def export_replay(result: Replay, directory: str) -> dict[str, Any]:
         fs.makedirs(root, exist_ok=True)
     every = len(result.ranks) > 1 and len(result.ranks) == result.spec.world_size
     ranks = "all" if every else "-".join(map(str, result.ranks))
-    stem = f"replay-{result.spec.hash[:12]}-step-{result.step}-rank-{ranks}"
+    stem = check_component(f"replay-{result.spec.hash[:12]}-step-{result.step}-rank-{ranks}", "replay export name")
     sink = io.BytesIO()
     pq.write_table(provenance_table(result), sink, compression="zstd")
     parquet = sink.getvalue()

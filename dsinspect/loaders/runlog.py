@@ -34,6 +34,8 @@ class RunRecorder:
     """Writes a run's records; lines are buffered, so the cost per step is one small write."""
 
     def __init__(self, directory: str, rank: int, flush_every: int = 64):
+        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+            raise UserError(f"bad rank {rank!r}: a run record's rank is an integer >= 0")  # it names a file
         self.fs, self.root = url_to_fs(directory)
         self.rank, self.flush_every = rank, flush_every
         self._lines: list[str] = []

@@ -13,7 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.address import check_name
 from dsinspect.loaders.manifest import canonical_json, sha256_hex
+from dsinspect.loaders.pathnames import check_sha256
 
 if TYPE_CHECKING:
     from dsinspect.loaders.catalog import Catalog
@@ -141,9 +143,9 @@ class RunSpec:
             if data.get("format") != SPEC_FORMAT:
                 raise UserError(f"{where}: not a dsinspect run spec (format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
             order, start = data["order"], data.get("start", {})
-            spec = cls(sources=tuple(Source(_text(s["name"], "source name"), _text(s["version"], "source version"),
-                                            tuple(int(r) for r in s["shard_rows"]), float(s["weight"]))
-                                     for s in order["sources"]),
+            spec = cls(sources=tuple(Source(*_source_names(s, i), tuple(int(r) for r in s["shard_rows"]),
+                                            float(s["weight"]))
+                                     for i, s in enumerate(order["sources"])),
                        seed=order["seed"], batch_size=data["batch_size"], world_size=data["world_size"],
                        shuffle=order["shuffle"], window_shards=order["window_shards"], last_batch=data["last_batch"],
                        epoch_size=order["epoch_size"], mixture_block=order["mixture_block"],
@@ -182,10 +184,12 @@ class RunSpec:
         return replace(self, **changes)
 
 
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise UserError(f"{what} must be a string, not {value!r:.40}")
-    return value
+def _source_names(source: Mapping, i: int) -> tuple[str, str]:
+    """A source's dataset name and version id, refused unless each is a safe file name: a spec file
+    is user input, and both become catalog paths (datasets/NAME/versions/ID.json)."""
+    where = f"order.sources[{i}]"
+    return (check_name(source["name"], f"{where}.name (dataset name)"),
+            check_sha256(source["version"], f"{where}.version (version id)"))
 
 
 def _enum(kind: type[enum.Enum], value: Any, name: str):

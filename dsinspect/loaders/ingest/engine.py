@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from dsinspect.errors import UserError
+from dsinspect.errors import ManifestError, UserError
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
@@ -92,7 +92,7 @@ def load_record(catalog: Catalog, path: str) -> dict | None:
     try:
         record = json.loads(catalog.fs.cat_file(path))
         shards = [Shard(**s) for s in record["shards"]]
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    except (FileNotFoundError, ValueError, KeyError, TypeError, ManifestError):  # ManifestError: a bad shard sha256
         return None
     dataset = record.get("dataset")
     if not isinstance(dataset, str) or not all(catalog.fs.exists(catalog.shard_path(dataset, s.sha256)) for s in shards):

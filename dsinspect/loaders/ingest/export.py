@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KEY
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, sha256_hex
+from dsinspect.loaders.pathnames import check_ext, check_sha256
 from dsinspect.loaders.roles import Role
 from dsinspect.loaders.storage import join, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
@@ -37,6 +38,7 @@ __all__ = ["FORMATS", "export_version", "read_exported_blobs"]
 FORMATS = ("parquet", "jsonl", "webdataset")
 _EXT = {"parquet": "parquet", "jsonl": "jsonl", "webdataset": "tar"}
 _MTIME = 0  # fixed member times: the same version exports to the same bytes
+_USTAR_NAME = 100  # bytes of a member name without a '/' (USTAR keeps exports readable by every tar reader)
 
 
 def export_version(version: DatasetVersion, fmt: str, dest: str,
@@ -64,7 +66,8 @@ def export_version(version: DatasetVersion, fmt: str, dest: str,
         start += version.manifest.shards[shard].rows
         files.append(fs.unstrip_protocol(path))
     for blob, data in _blobs(version):
-        write_atomic(fs, join(root, "_blobs", blob["sha256"]), data)  # no file ending: kind detection skips it
+        path = join(root, "_blobs", check_sha256(blob["sha256"], "tokenizer blob sha256"))
+        write_atomic(fs, path, data)  # no file ending: kind detection skips it
     write_atomic(fs, join(root, SIDECAR), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
     return {"address": version.address, "id": version.id, "format": fmt, "dest": dest, "files": files,
             "rows": version.num_rows}
@@ -76,8 +79,7 @@ def read_exported_blobs(url: str, sidecar: dict, have: Callable[[str, str], bool
     fs, path = url_to_fs(url)
     if not fs.isdir(path):
         path = path.rsplit("/", 1)[0]
-    for blob in sidecar.get("blobs", []):
-        sha, ext = blob["sha256"], blob["ext"]
+    for sha, ext in _blob_names(sidecar, fs.unstrip_protocol(join(path, SIDECAR))):
         where = join(path, "_blobs", sha)
         if have(sha, ext):
             continue
@@ -91,11 +93,21 @@ def read_exported_blobs(url: str, sidecar: dict, have: Callable[[str, str], bool
         yield data, ext
 
 
+def _blob_names(sidecar: dict, where: str) -> list[tuple[str, str]]:
+    """(sha256, file ending) of each side file an export's sidecar lists; both become file names
+    (here and in the catalog), so anything but a sha256 and a plain ending is refused."""
+    blobs = sidecar.get("blobs", [])
+    if not isinstance(blobs, list) or not all(isinstance(b, dict) for b in blobs):
+        raise UserError(f"{where}: 'blobs' must be a list of objects")
+    return [(check_sha256(b.get("sha256"), f"blobs[{i}].sha256 in {where}"),
+             check_ext(b.get("ext"), f"blobs[{i}].ext in {where}")) for i, b in enumerate(blobs)]
+
+
 # -- the sidecar -------------------------------------------------------------------------------
 
 def _sidecar(version: DatasetVersion, fmt: str) -> dict:
     encodings = {f.name: e for f in version.fields if (e := _encoding(f, fmt))}
-    columns = {f.name: f"{f.name}.{_member_ext(f, version)}" for f in version.fields} if fmt == "webdataset" else {}
+    columns = {f.name: _member_name(f, version) for f in version.fields} if fmt == "webdataset" else {}
     layout = {f"part-{i:05d}.{_EXT[fmt]}": _group_rows(version, i) for i in range(len(version.manifest.shards))}
     return {"format": SIDECAR_FORMAT, "export": fmt, "source": version.address, "version_id": version.id,
             "fields": [f.to_json() for f in version.fields], "key": version.manifest.key,
@@ -175,7 +187,7 @@ def _json_values(column: pa.ChunkedArray, t: pa.DataType, name: str) -> list[Any
 
 
 def _write_tar(out, version: DatasetVersion, groups, start: int, columns: dict[str, str], on_rows) -> None:
-    width = max(9, len(str(version.num_rows)))
+    width = _key_width(version)
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         row = start
         for table in groups:
@@ -208,6 +220,24 @@ def _add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = len(data), _MTIME, 0o644
     tar.addfile(info, io.BytesIO(data))
+
+
+def _member_name(f: Field, version: DatasetVersion) -> str:
+    """`<field>.<ext>`, the tail of a WebDataset member name `<key>.<field>.<ext>`. A field name
+    with a separator or control character would put members in other directories, or outside the
+    directory the tar is extracted into ('0.x/../../y'): refused."""
+    if any(c in f.name for c in "/\\") or not f.name.isprintable():
+        raise UserError(f"field {f.name!r} of {version.address} cannot name a WebDataset member (it holds '/', "
+                        "'\\' or a control character): export as parquet or jsonl")
+    tail = f"{f.name}.{_member_ext(f, version)}"
+    if len(f"{_key_width(version) * '0'}.{tail}".encode()) > _USTAR_NAME:
+        raise UserError(f"field {f.name[:40]!r}… of {version.address} cannot name a WebDataset member: "
+                        f"'<key>.{tail}' is longer than a tar name's {_USTAR_NAME} bytes: export as parquet or jsonl")
+    return tail
+
+
+def _key_width(version: DatasetVersion) -> int:
+    return max(9, len(str(version.num_rows)))
 
 
 def _member_ext(f: Field, version: DatasetVersion) -> str:

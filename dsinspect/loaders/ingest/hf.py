@@ -22,6 +22,7 @@ from dsinspect.loaders.ingest.normalize import normalize_batch, normalize_schema
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import (BATCH_BYTES, BATCH_ROWS, SourceFile, list_files, open_file,
                                                    read_bytes)
+from dsinspect.loaders.pathnames import check_component, check_relative
 from dsinspect.loaders.storage import join, url_to_fs
 
 __all__ = ["HfSource", "MEDIA_ROLES"]
@@ -47,7 +48,7 @@ class HfSource:
             if split not in splits:
                 raise UserError(f"{self.spec.url}: a DatasetDict with splits {', '.join(splits)}; "
                                 "choose one with the split option")
-            root = join(root, split)
+            root = join(root, check_component(split, f"split name in {join(root, 'dataset_dict.json')}"))
         return root if url_to_fs(root)[0].exists(join(url_to_fs(root)[1], "state.json")) else ""
 
     @cached_property
@@ -55,7 +56,8 @@ class HfSource:
         if not self._root:
             return list_files(self.spec.url, (".arrow",), "Arrow files")
         state = _load_json(join(self._root, "state.json"))
-        names = [d["filename"] for d in state.get("_data_files", [])]
+        where = f"data file name in {join(self._root, 'state.json')}"
+        names = [check_relative(d["filename"], where) for d in state.get("_data_files", [])]
         if not names:
             raise UserError(f"{join(self._root, 'state.json')}: lists no data files")
         return [list_files(join(self._root, n))[0] for n in names]
