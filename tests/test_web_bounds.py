@@ -15,7 +15,7 @@ import pytest
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
 from dsinspect.web.web_fields import VALUE_PAGE
-from dsinspect.web.web_replay import MAX_REPLAY_SAMPLES, check_size
+from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
 from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
 from web_fixtures import plain, run
 
@@ -80,6 +80,10 @@ def test_replays_beyond_the_bound_are_refused_whole(big_catalog):
     for batch, world, rank in ((MAX_REPLAY_SAMPLES + 1, 1, "0"), (MAX_REPLAY_SAMPLES, 2, "all"), (10**7, 1, "0")):
         with pytest.raises(UserError, match=f"a page replays at most {MAX_REPLAY_SAMPLES:,}"):
             check_size([spec(batch, world)], rank)
+    mix = {"small@v1": 1.0, "big@v1": 1.0}
+    check_size([RunSpec.create(Catalog(big_catalog), mix, mixture_block=MAX_MIXTURE_BLOCK)], "0")
+    with pytest.raises(UserError, match=f"blocks of at most {MAX_MIXTURE_BLOCK:,}"):
+        check_size([RunSpec.create(Catalog(big_catalog), mix, mixture_block=MAX_MIXTURE_BLOCK + 1)], "0")
 
 
 # -- in a real browser, the server's memory watched ------------------------------------------------
@@ -144,6 +148,12 @@ def test_an_oversized_link_is_refused_and_a_10mb_value_paged_in_chromium(big_ser
         peak = watch(page, pgid, lambda: refusal.count() > 0)
         assert page.get_by_text("That batch cannot be replayed.").is_visible()
         page.screenshot(path=str(ARTIFACTS / "web-bounds-replay.png"))
+
+        # a mixture whose schedule block is 2×10^8 positions (4 GB and 12 s to build, unchecked)
+        mixture = dsinspect.RunSpec.create(cat, {"small@v1": 1.0, "big@v1": 1.0}, mixture_block=2 * 10**8)
+        page.goto(f"{big_server}/?spec={encode_spec(mixture)}&step=0&rank=0", wait_until="commit")
+        refusal = page.get_by_text(f"blocks of at most {MAX_MIXTURE_BLOCK:,}", exact=False)
+        peak = max(peak, watch(page, pgid, lambda: refusal.count() > 0))
 
         page.goto(f"{big_server}/?address=big@v1:0", wait_until="commit")
         shown = page.get_by_text(f"showing characters 1–{VALUE_PAGE:,} of {BIG:,}", exact=False)

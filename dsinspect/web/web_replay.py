@@ -26,10 +26,11 @@ from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
 from dsinspect.web.web_model import cell
 
 __all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
-           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
+           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "MAX_MIXTURE_BLOCK", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
 
 MAX_SPEC_CHARS = 64_000
 MAX_REPLAY_SAMPLES = 1024  # samples one page replays (batch size × ranks shown): 10^7 would exhaust the server
+MAX_MIXTURE_BLOCK = 1 << 20  # a mixture's schedule is built a block at a time: 2×10^8 took 4 GB and 12 s
 TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the operator's transform (`dsinspect web --transform`)
 TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # "1": `dsinspect web --allow-typed-transforms`
 
@@ -146,8 +147,12 @@ def log_check(catalog: Catalog, specs: str | list[RunSpec], log: str | list[dict
 
 def check_size(specs: list[RunSpec], rank: str) -> None:
     """Refuse, before anything is read, a replay of more than MAX_REPLAY_SAMPLES samples per step
-    under any of `specs` (the batch size, times the world size for rank "all")."""
+    under any of `specs` (the batch size, times the world size for rank "all"), or of a mixture
+    whose block is larger than MAX_MIXTURE_BLOCK."""
     for spec in specs:
+        if len(spec.sources) > 1 and spec.mixture_block > MAX_MIXTURE_BLOCK:
+            raise UserError(f"this mixture's block is {spec.mixture_block:,} positions; a page replays blocks of at "
+                            f"most {MAX_MIXTURE_BLOCK:,}: use `dsinspect replay` on the command line")
         ranks = spec.world_size if str(rank).strip().lower() == "all" else 1
         samples = spec.batch_size * ranks
         if samples > MAX_REPLAY_SAMPLES:
