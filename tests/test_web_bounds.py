@@ -14,18 +14,21 @@ import pytest
 
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
-from dsinspect.web.web_fields import VALUE_PAGE
+from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
+from dsinspect.web.web_model import STEP_CAP
 from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
 from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
 from web_fixtures import plain, run
 
 BIG = 10_000_000
+LONG = 100_000  # steps of one episode
 HEAD, TAIL = "HEAD-OF-VALUE ", " TAIL-OF-VALUE"
 SERVER_RSS = 700 << 20  # the Streamlit server, whole: a few hundred MB, whatever the link asks for
 
 
 def write_big_catalog(root: str) -> Catalog:
-    """`big`: one row whose text and string scalar are 10,000,000 characters; `small`: 2 rows."""
+    """`big`: one row whose text and string scalar are 10,000,000 characters; `small`: 2 rows;
+    `long`: one episode of LONG steps."""
     cat = Catalog(root)
     value = HEAD + ("0123456789" * (BIG // 10))[:BIG - len(HEAD) - len(TAIL)] + TAIL
     assert len(value) == BIG
@@ -35,6 +38,10 @@ def write_big_catalog(root: str) -> Catalog:
                       created_at="2026-01-01T00:00:00Z")
     cat.write_version("small", [{"id": i, "text": f"row {i}", "name": "n"} for i in range(2)], fields, tags=["v1"],
                       created_at="2026-01-01T00:00:00Z")
+    trajectory = pa.struct([("action", pa.list_(pa.int32())), ("reward", pa.list_(pa.float32()))])
+    cat.write_version("long", [{"id": 0, "trajectory": {"action": [t % 4 for t in range(LONG)], "reward": [1.0] * LONG}}],
+                      [Field("id", pa.int64(), "scalar", nullable=False), Field("trajectory", trajectory, "trajectory")],
+                      tags=["v1"], created_at="2026-01-01T00:00:00Z")
     return cat
 
 
@@ -66,6 +73,19 @@ def test_a_10mb_value_is_shown_a_page_at_a_time(big_catalog, monkeypatch):
     assert sum(TAIL in m.value for m in at.markdown) == 1 and page_chars(at) < 4 * VALUE_PAGE + 20_000
     assert f"showing characters {(pages - 1) * VALUE_PAGE + 1:,}–{BIG:,} of {BIG:,}" in " ".join(
         plain(c.value) for c in at.caption)
+
+
+def test_a_long_episode_lists_and_charts_a_bounded_number_of_steps(big_catalog, monkeypatch):
+    monkeypatch.setenv("DSINSPECT_CATALOG", big_catalog)
+    at = run(address="long@v1:0")
+    steps = at.dataframe[0].value
+    assert len(steps) == STEP_CAP and list(steps["step"][:3]) == [0, 1, 2]
+    captions = " ".join(c.value for c in at.caption)
+    assert f"the first {STEP_CAP:,} of {LONG:,} steps are listed" in captions
+    every = -(-LONG // CHART_POINTS)
+    assert f"charts: every {every:,}th step" in captions
+    chart = (at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart"))[0].proto
+    assert len(chart.SerializeToString()) < 100 * CHART_POINTS  # the chart's data: CHART_POINTS points, not LONG
 
 
 def test_replays_beyond_the_bound_are_refused_whole(big_catalog):

@@ -117,7 +117,7 @@ def _video(f: FieldModel, address: str) -> None:
 def _trajectory(f: FieldModel, address: str) -> None:
     v = f.view
     ret = v["episode_return"]
-    st.caption(f"{v['length']} steps · return {ret:.6g}" if ret is not None else f"{v['length']} steps")
+    st.caption(f"{v['length']:,} steps · return {ret:.6g}" if ret is not None else f"{v['length']:,} steps")
     every = max(1, -(-len(v["rewards"]) // CHART_POINTS))
     if every > 1:
         st.caption(f"charts: every {every:,}th step")
