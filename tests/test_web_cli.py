@@ -15,6 +15,7 @@ def test_streamlit_line_is_loopback_without_usage_stats():
     assert cmd[1:5] == ["-m", "streamlit", "run", str(APP)] and APP.is_file()
     assert pairs["--server.address"] == "127.0.0.1" and pairs["--server.port"] == "8765"
     assert pairs["--browser.gatherUsageStats"] == "false" and pairs["--server.headless"] == "true"
+    assert int(pairs["--server.maxUploadSize"]) <= 32  # MB: an upload is held in memory (Streamlit's default: 200)
 
 
 def test_web_is_registered_with_a_port_option():

@@ -23,12 +23,17 @@ TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # the Replay page may i
 TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the Replay page's preset transform (dsinspect.web.web_replay)
 
 
+MAX_UPLOAD_MB = 32  # a run spec or fingerprint log uploaded to the Replay page (Streamlit holds it in memory)
+
+
 def streamlit_command(port: int) -> list[str]:
-    """The exact `streamlit run` line: loopback only, no usage statistics, no browser, no file watcher."""
+    """The exact `streamlit run` line: loopback only, no usage statistics, no browser, no file watcher,
+    uploads of at most MAX_UPLOAD_MB (Streamlit's default is 200 MB, kept in memory per file)."""
     return [sys.executable, "-m", "streamlit", "run", str(APP),
             "--server.headless", "true", "--server.address", "127.0.0.1", "--server.port", str(port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--global.developmentMode", "false", "--client.toolbarMode", "viewer"]
+            "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
+            "--server.maxUploadSize", str(MAX_UPLOAD_MB)]
 
 
 def app_environment(catalog_url: str, runs_url: str | None = None, transform: str | None = None,

@@ -39,7 +39,8 @@ def sample_table(catalog_url: str, address: str, page: int) -> dict[str, Any]:
     return web_model.sample_table(catalog(catalog_url), address, page)
 
 
-@st.cache_data(show_spinner="Reading and decoding the sample…", max_entries=64)
+# few entries: a sample holds its raw values whole (a 10 MB string costs ~50 MB here with its views)
+@st.cache_data(show_spinner="Reading and decoding the sample…", max_entries=16)
 def sample_model(catalog_url: str, address: str) -> web_model.SampleModel:
     return web_model.sample_model(catalog(catalog_url), address)
 
