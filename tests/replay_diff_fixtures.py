@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.manifest import HASH_COLUMN
+from dsinspect.loaders.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
@@ -61,6 +61,34 @@ def rewrite_shard(version: DatasetVersion, index: int, field: str, value, rehash
         hashes = pa.array(row_hashes(data.select(names), names), pa.binary(16))
         data = data.set_column(data.schema.get_field_index(HASH_COLUMN), data.schema.field(HASH_COLUMN), hashes)
     pq.write_table(data, path, row_group_size=meta.row_group(0).num_rows)
+
+
+# -- a table of RL steps whose versions change several fields at different rates -----------------
+
+STEP_FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("action", pa.int32(), "scalar"),
+               Field("reward", pa.float32(), "scalar"), Field("obs", pa.list_(pa.float32(), 3), "array"),
+               Field("note", pa.string(), "text")]
+
+
+def steps(n):
+    return [{"id": i, "action": i % 4, "reward": i / 8, "obs": [i, i + 0.5, -i], "note": f"step {i}"} for i in range(n)]
+
+
+def step_updates(n):
+    """Changes to action, reward and obs at different rates (some rows change two or three fields)."""
+    update = {}
+    for i in range(n):
+        change = {}
+        if i % 3 == 0:
+            change["action"] = 9
+        if i % 5 == 0:
+            change["reward"] = -1.0
+        if i % 17 == 0:
+            change["obs"] = [i, i + 0.5, 1.0]
+        if change:
+            update[i] = change
+    truth = {f: sum(f in c for c in update.values()) for f in ("action", "reward", "obs")}
+    return update, truth
 
 
 # -- transforms a job might run: seeded from batch.seeds, so replay re-creates them -----------------

@@ -14,7 +14,9 @@ from dsinspect.demo.build import DATASETS
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.replay import replay
 from dsinspect.loaders.spec import RunSpec
-from replay_diff_fixtures import make_catalog, rewrite_shard, run_job, seeded_jitter
+from dsinspect.loaders.derive import derive_version
+from dsinspect.loaders.writer import WriteOptions
+from replay_diff_fixtures import STEP_FIELDS, make_catalog, rewrite_shard, run_job, seeded_jitter, step_updates, steps
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
 
@@ -192,6 +194,19 @@ def test_diff_human_summary_and_self_diff(cli):
     assert "the first 1 shown" in out and "of pixels differ" in out
     code, out, _ = cli("diff", "demo-rl@v2", "demo-rl@v2")
     assert code == 0 and "no changes" in out
+
+
+def test_diff_field_counts_are_exact_under_the_default_limit(cli, tmp_path):
+    cat = Catalog(str(tmp_path / "cat"))
+    a = cat.write_version("steps", steps(600), STEP_FIELDS, key="id", options=WriteOptions(shard_rows=100))
+    update, truth = step_updates(600)
+    derive_version(a, update=update, tags=["v2"], options=WriteOptions(shard_rows=100))
+    code, out, _ = cli("--catalog", cat.url, "diff", f"steps@{a.id}", "steps@v2")
+    assert code == 0 and f"{len(update):,} changed" in out and "the first 20 shown" in out
+    assert "fields changed: " + ", ".join(f"{n} ({truth[n]})" for n in sorted(truth)) in out
+    code, out, _ = cli("--catalog", cat.url, "diff", f"steps@{a.id}", "steps@v2", "--json")
+    rows = json.loads(out)["rows"]
+    assert rows["fields"] == truth and len(rows["changed"]) == 20 and rows["counts"]["changed"] == len(update)
 
 
 def test_real_process_entry_point():

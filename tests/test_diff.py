@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
+from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 from dsinspect.loaders.catalog import Catalog
@@ -19,6 +20,7 @@ from dsinspect.loaders.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
+from replay_diff_fixtures import STEP_FIELDS, step_updates, steps
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
 
@@ -188,8 +190,66 @@ def test_field_details_and_limits(cat):
     row = d.rows.changed[0]
     assert row["key"] == 4 and row["fields"] == ["tokens"]
     assert row["details"]["tokens"] == {"tokens": [4, 5], "first_diff": 2}
-    assert d.rows.fields == {"tokens": 1}
+    assert d.rows.fields == {"tokens": 3}  # counted over every changed row, not the one listed
     assert len(diff(a, b, limit=None).rows.changed) == 3
+
+
+def test_field_counts_are_exact_at_any_limit(cat):
+    a = cat.write_version("st", steps(900), STEP_FIELDS, key="id",
+                          options=WriteOptions(shard_rows=200, row_group_rows=50))
+    update, truth = step_updates(900)
+    b = derive_version(a, update=update, options=WriteOptions(shard_rows=200, row_group_rows=50))
+    for limit in (1, 20, None):
+        d = diff(a, b, limit=limit)
+        assert d.rows.counts["changed"] == len(update) and d.rows.fields == truth, limit
+        assert all(sorted(r["fields"]) == sorted(update[r["key"]]) for r in d.rows.changed)
+    assert {r["key"] for r in d.rows.changed} == set(update)
+    # schemas that differ: rows compared (and fields counted) over the fields both share
+    extra = Field("extra", pa.int8(), "scalar")
+    wider = cat.write_version("st", [{**r, "extra": 1} for r in steps(900)], STEP_FIELDS + [extra],
+                              key="id", options=WriteOptions(shard_rows=200, row_group_rows=50))
+    changed = derive_version(wider, update=update, options=WriteOptions(shard_rows=200, row_group_rows=50))
+    d = diff(a, changed, limit=3)
+    assert any("schemas differ" in n for n in d.rows.notes) and d.rows.fields == truth
+
+
+def test_field_counts_read_only_the_row_groups_of_changed_rows_and_infer_the_heaviest_field(cat, monkeypatch):
+    fields = STEP_FIELDS + [Field("frame", pa.binary(), "bytes")]
+    a = cat.write_version("st", [{**r, "frame": bytes([r["id"] % 251]) * 1000} for r in steps(400)], fields, key="id",
+                          options=WriteOptions(shard_rows=200, row_group_rows=50))
+    update = {k: {"action": 7} for k in range(120, 130)} | {130: {"reward": 2.0, "frame": b"x"}}
+    update |= {k: {"frame": b"y"} for k in (131, 132, 133)}
+    b = derive_version(a, update=update, options=WriteOptions(shard_rows=200, row_group_rows=50))
+    groups = []
+    read_group = DatasetVersion.read_row_group
+    monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
+        groups.append((self.id, shard, group, tuple(columns or ()))) or read_group(self, shard, group, columns)))
+    d = diff(a, b, limit=1)
+    assert d.rows.fields == {"action": 10, "reward": 1, "frame": 4}
+    # per side: the one row group holding the changed rows, without the frames (rows 131-133 changed
+    # nothing else, so their frames did); the frames for row 130, which changed a field besides; and
+    # the listed row's changed field for its details
+    light = tuple(f.name for f in STEP_FIELDS if f.name != "id")  # the key: equal in every pair matched by it
+    want = [(v.id, 0, 2, columns) for v in (a, b) for columns in (light, ("frame",), ("action",))]
+    assert sorted(groups) == sorted(want)
+
+
+def test_field_counts_in_small_blocks_read_each_row_group_once(cat, monkeypatch):
+    from dsinspect.loaders import diff_counts
+
+    options = WriteOptions(shard_rows=300, row_group_rows=50)
+    a = cat.write_version("st", steps(900), STEP_FIELDS, key="id", options=options)
+    update, truth = step_updates(900)
+    b = derive_version(a, update=update, options=options)
+    monkeypatch.setattr(diff_counts, "BUDGET", 500)  # a few pairs per block: blocks end inside row groups
+    reads = []
+    read_group = DatasetVersion.read_row_group
+    monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
+        reads.append((self.id, shard, group, tuple(columns or ()))) or read_group(self, shard, group, columns)))
+    d = diff(a, b, limit=1)
+    assert d.rows.fields == truth
+    light = [r for r in reads if r[3] == ("action", "reward", "note")]  # obs, a list, is read last; id is the key
+    assert len(light) == len(set(light)) == 2 * 18  # every row group of both versions holds changes
 
 
 def png(size, color, mode="RGB"):
@@ -207,6 +267,70 @@ def test_image_details():
     assert "pixel_mean_abs_diff" not in resized
     broken = image_detail(png((8, 8), (0, 0, 0)), b"\x89PNG not really")
     assert "not decodable" in broken["error"]
+
+
+def png16(values):
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(values, dtype=np.uint16)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+GREY16 = np.arange(64, dtype=np.uint16).reshape(8, 8) * 1000 + 1000  # 1000 .. 64000: nearly all above 8 bits
+
+
+def test_16_bit_image_details_are_computed_on_the_stored_values():
+    brighter = GREY16.copy()
+    brighter[:2] += 300  # 16 of the 64 pixels
+    a, b = png16(GREY16), png16(brighter)
+    assert Image.open(io.BytesIO(a)).mode == "I;16"  # Pillow's mode for a 16-bit greyscale PNG
+    d = image_detail(a, b)
+    assert d["bits"] == [16, 16] and d["full_scale"] == 65535
+    assert d["value_range"] == [[1000, 64000], [1300, 64000]]
+    assert d["pixel_mean_abs_diff"] == 75.0 and d["pixel_max_abs_diff"] == 300 and d["pixels_changed"] == 0.25
+    # 8 bits against 16: no comparison of values on different scales
+    mixed = image_detail(png((8, 8), 0, "L"), b)
+    assert mixed["bits"] == [8, 16] and "pixel_mean_abs_diff" not in mixed and "bit depths differ" in mixed["note"]
+    # 32-bit integer images (Pillow mode I, e.g. from TIFF): stored values too, with no fixed scale
+    tiffs = []
+    for values in (GREY16, brighter):
+        buf = io.BytesIO()
+        Image.fromarray(values.astype(np.int32) * 100).save(buf, "TIFF")
+        tiffs.append(buf.getvalue())
+    deep = image_detail(*tiffs)
+    assert deep["mode"] == ["I", "I"] and deep["bits"] == [32, 32] and deep["full_scale"] is None
+    assert deep["pixel_max_abs_diff"] == 30000 and deep["value_range"][1] == [130000, 6400000]
+
+
+def test_16_bit_images_in_a_diff_and_its_cli_text(cat, capsys):
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("depth", pa.binary(), "image")]
+    a = cat.write_version("depth", [{"id": i, "depth": png16(GREY16 + i)} for i in range(4)], fields, key="id")
+    brighter = GREY16 + 2
+    brighter[:2] += 300
+    b = derive_version(a, update={2: {"depth": png16(brighter)}})
+    detail = diff(a, b).rows.changed[0]["details"]["depth"]
+    assert detail["pixel_mean_abs_diff"] == 75.0 and detail["value_range"][0] == [1002, 64002]
+    main(["--catalog", cat.url, "diff", f"depth@{a.id}", f"depth@{b.id}"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table's cell, unwrapped
+    assert "depth: 8x8 I;16 -> 8x8 I;16, 16-bit values 1002-64002 -> 1302-64002, " \
+           "mean |dpixel| 75.00/65535, max 300, 25.0% of pixels differ" in text
+
+
+def test_changed_array_fields_name_shape_elements_and_the_first_difference(cat, capsys):
+    a = cat.write_version("st", steps(40), STEP_FIELDS, key="id", options=WriteOptions(shard_rows=10))
+    nested = [Field("id", pa.int64(), "scalar", nullable=False), Field("grid", pa.list_(pa.list_(pa.int16())), "array")]
+    g = cat.write_version("grid", [{"id": 0, "grid": [[1, 2], [3, 4]]}, {"id": 1, "grid": [[1, 2]]}], nested, key="id")
+    b = derive_version(a, update={17: {"obs": [17, 17.5, 1.0]}})
+    detail = diff(a, b).rows.changed[0]["details"]["obs"]
+    assert detail == {"dtype": "float32", "shape": [[3], [3]], "elements": [3, 3], "elements_changed": 1,
+                      "first_diff": [2], "values": [-17.0, 1.0], "max_abs_diff": 18.0}
+    h = derive_version(g, update={0: {"grid": [[1, 2], [3, -7]]}, 1: {"grid": [[1, 2], [3, 4]]}})
+    details = {r["key"]: r["details"]["grid"] for r in diff(g, h).rows.changed}
+    assert details[0]["first_diff"] == [1, 1] and details[0]["values"] == [4, -7] and details[0]["max_abs_diff"] == 11
+    assert details[1] == {"dtype": "int16", "shape": [[1, 2], [2, 2]], "elements": [2, 4]}
+    main(["--catalog", cat.url, "diff", f"grid@{g.id}", f"grid@{h.id}"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table's cells, unwrapped
+    assert "grid: int16 2x2, 1 of 4 elements differ, first at [1, 1]: 4 -> -7, max |diff| 11" in text
+    assert "grid: int16 1x2 -> 2x2" in text
 
 
 def test_first_difference():

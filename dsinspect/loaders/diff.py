@@ -1,6 +1,7 @@
 """Diff two dataset versions: schema, shards (from the manifests alone) and rows (reading only the
-shards the versions do not share, and of those only the key and row-hash columns; full rows only
-for the changed rows it lists). docs: diff_rows.py says why that is exact and what "moved" means.
+shards the versions do not share, and of those only the key and row-hash columns; then the fields
+of the changed rows, hashed per field for exact per-field counts, and decoded only for the changed
+rows it lists). docs: diff_rows.py says why that is exact and what "moved" means.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any, Callable
 import numpy as np
 
 from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.diff_fields import changed_fields, field_detail
+from dsinspect.loaders.diff_counts import field_changes
+from dsinspect.loaders.diff_fields import field_detail
 from dsinspect.loaders.diff_rows import Matches, Side, match_by_hash, match_by_key, moved_items, read_side
 from dsinspect.loaders.manifest import Manifest
 from dsinspect.loaders.version import DatasetVersion
@@ -54,7 +56,7 @@ class RowChanges:
     removed: list[dict] = field(default_factory=list)
     changed: list[dict] = field(default_factory=list)
     moved: list[dict] = field(default_factory=list)
-    fields: dict[str, int] = field(default_factory=dict)  # changed-field counts over the listed changed rows
+    fields: dict[str, int] = field(default_factory=dict)  # changed rows per field (all of them, in schema order)
     rows_read: int = 0               # rows whose key and hash were read (those of unshared shards)
 
     def to_json(self) -> dict[str, Any]:
@@ -91,7 +93,8 @@ class VersionDiff:
 def diff(a: str | DatasetVersion, b: str | DatasetVersion, catalog: Catalog | None = None, *,
          limit: int | None = 100, on_rows: Callable[[int], None] | None = None) -> VersionDiff:
     """What changed from version `a` to version `b` (addresses or versions). Lists hold at most
-    `limit` entries each (None: all); field-level details are computed for the listed changed rows.
+    `limit` entries each (None: all); the counts, per-field counts included, are exact; field-level
+    details are computed for the listed changed rows.
     `on_rows(n)` is told as the key and hash columns of n more rows are read."""
     if catalog is None and (isinstance(a, str) or isinstance(b, str)):
         from dsinspect.defaults import open_catalog
@@ -248,18 +251,18 @@ def _list_changed(result: RowChanges, va: DatasetVersion, vb: DatasetVersion, a:
     changed = np.flatnonzero(m.changed)
     changed = changed[np.argsort(b.indices[m.pair_b[changed]], kind="stable")]
     result.counts["changed"] = len(changed)
-    listed = _cut(changed, limit)
-    if not len(listed):
+    if not len(changed):
         return
-    ia, ib = a.indices[m.pair_a[listed]], b.indices[m.pair_b[listed]]
+    ia, ib = a.indices[m.pair_a[changed]], b.indices[m.pair_b[changed]]
     names = hash_fields if hash_fields is not None else [f.name for f in va.fields]
-    rows_a, rows_b = va.take(ia, names), vb.take(ib, names)
-    per_row = changed_fields(rows_a, rows_b, names)
+    masks = field_changes(va, vb, ia, ib, names, key)  # every changed row: the counts are exact at any limit
+    result.fields = {n: int(masks[n].sum()) for n in names if masks[n].any()}
+    listed = len(_cut(changed, limit))
+    per_row = [[n for n in names if masks[n][i]] for i in range(listed)]
+    shown = [n for n in names if masks[n][:listed].any()]  # full values: the listed rows' changed fields only
+    rows_a, rows_b = va.take(ia[:listed], shown), vb.take(ib[:listed], shown)
     for i, fields in enumerate(per_row):
-        details = {}
-        for name in fields:
-            before, after = rows_a.column(name)[i].as_py(), rows_b.column(name)[i].as_py()
-            details[name] = field_detail(va.manifest.field(name), before, after)
-            result.fields[name] = result.fields.get(name, 0) + 1
-        result.changed.append({**_ident(a, int(m.pair_a[listed[i]]), key), "index_a": int(ia[i]),
+        details = {name: field_detail(va.manifest.field(name), rows_a.column(name)[i].as_py(),
+                                      rows_b.column(name)[i].as_py()) for name in fields}
+        result.changed.append({**_ident(a, int(m.pair_a[changed[i]]), key), "index_a": int(ia[i]),
                                "index_b": int(ib[i]), "fields": fields, "details": details})

@@ -1,28 +1,18 @@
-"""Field-level comparison of two versions of one row: which fields changed (by field hash), and what
-changed in each, by role: the first differing token, an image's size, mode and pixel difference."""
+"""Field-level comparison of two versions of one row: what changed in a field, by role: the first
+differing token or character, an image's size, mode and pixel difference, an array's shape and elements."""
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from dsinspect.loaders.canonical import field_hashes
+from dsinspect.loaders.diff_images import image_detail
 from dsinspect.loaders.manifest import Field
 from dsinspect.loaders.roles import Role
 
-__all__ = ["changed_fields", "field_detail", "image_detail", "first_difference"]
-
-_MAX_PIXELS = 64 << 20  # larger images get size and mode only (no pixel comparison)
-
-
-def changed_fields(a: pa.Table, b: pa.Table, names: list[str]) -> list[list[str]]:
-    """For each row pair (row i of `a` with row i of `b`), the fields among `names` that differ."""
-    differ = {n: [x != y for x, y in zip(field_hashes(a.column(n)), field_hashes(b.column(n)))] for n in names}
-    return [[n for n in names if differ[n][i]] for i in range(a.num_rows)]
+__all__ = ["field_detail", "image_detail", "array_detail", "first_difference"]
 
 
 def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
@@ -34,6 +24,8 @@ def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
         return {"tokens": [len(before), len(after)], "first_diff": first_difference(before, after)}
     if role is Role.IMAGE:
         return image_detail(before, after)
+    if role is Role.ARRAY and isinstance(before, list) and isinstance(after, list):
+        return array_detail(before, after, _dtype_name(field.type))
     if role is Role.TRAJECTORY:
         return {"steps": [_steps(before), _steps(after)], "return": [_return(before), _return(after)]}
     if role in (Role.TEXT, Role.JSON) and isinstance(before, str):
@@ -58,31 +50,70 @@ def first_difference(a: Any, b: Any) -> int | None:
     return n if len(a) != len(b) else None
 
 
-def image_detail(a: bytes, b: bytes) -> dict[str, Any]:
-    """Size, mode and format of both images; when the sizes match, the mean absolute pixel
-    difference (0-255, over RGBA channels) and the fraction of pixels that differ."""
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover - Pillow is a dependency
-        return {"bytes": [len(a), len(b)]}
-    try:
-        images = []
-        for data in (a, b):
-            img = Image.open(io.BytesIO(data))
-            img.load()
-            images.append(img)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        return {"bytes": [len(a), len(b)], "error": f"not decodable as an image: {e}"}
-    x, y = images
-    out: dict[str, Any] = {"size": [list(x.size), list(y.size)], "mode": [x.mode, y.mode],
-                           "format": [x.format, y.format], "bytes": [len(a), len(b)]}
-    if x.size == y.size and x.size[0] * x.size[1] <= _MAX_PIXELS:
-        px = np.asarray(x.convert("RGBA"), dtype=np.int16)
-        py = np.asarray(y.convert("RGBA"), dtype=np.int16)
-        delta = np.abs(px - py)
-        out["pixel_mean_abs_diff"] = round(float(delta.mean()), 4)
-        out["pixels_changed"] = round(float((delta.max(axis=2) > 0).mean()), 6)
+def array_detail(before: list, after: list, dtype: str) -> dict[str, Any]:
+    """The shapes of two (nested) lists of numbers ("ragged" when irregular); when they agree, how
+    many elements differ, the first that does (its index and both values) and the largest absolute
+    difference. Elements compare as the field hash does: NaN equals NaN, -0.0 differs from 0.0."""
+    (xa, na, sa), (xb, nb, sb) = _elements(before), _elements(after)
+    out: dict[str, Any] = {"dtype": dtype, "shape": [_shape_json(sa), _shape_json(sb)], "elements": [len(xa), len(xb)]}
+    if sa is None or sa != sb:
+        return out
+    differ = (na != nb) | (~na & ~nb & _values_differ(xa, xb))
+    where = np.flatnonzero(differ)
+    out["elements_changed"] = len(where)
+    if len(where):
+        first = int(where[0])
+        out["first_diff"] = [int(i) for i in np.unravel_index(first, sa)] if sa else []
+        out["values"] = [None if nulls[first] else _json_scalar(values[first].item())
+                         for values, nulls in ((xa, na), (xb, nb))]
+    both = ~na & ~nb
+    if xa.dtype.kind in "iuf" and both.any():
+        gap = np.abs(xa[both].astype(np.float64) - xb[both].astype(np.float64))
+        gap = gap[np.isfinite(gap)]
+        out["max_abs_diff"] = _json_scalar(float(gap.max())) if len(gap) else None
     return out
+
+
+def _elements(value: list) -> tuple[np.ndarray, np.ndarray, tuple[int, ...] | None]:
+    """Leaves in order (nulls as 0), which leaves are null, and the shape (None when ragged)."""
+    flat, shape = _flatten(value)
+    nulls = np.fromiter((v is None for v in flat), dtype=bool, count=len(flat))
+    values = np.asarray([0 if v is None else v for v in flat]) if flat else np.zeros(0)
+    return values, nulls, shape
+
+
+def _flatten(value: list) -> tuple[list, tuple[int, ...] | None]:
+    if not any(isinstance(v, list) for v in value):
+        return value, (len(value),)
+    flat, shapes = [], set()
+    for v in value:
+        leaves, shape = _flatten(v if isinstance(v, list) else [v])
+        flat += leaves
+        shapes.add(shape)
+    inner = shapes.pop() if len(shapes) == 1 else None
+    return flat, (len(value), *inner) if inner is not None else None
+
+
+def _values_differ(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "f" or y.dtype.kind == "f":
+        x, y = x.astype(np.float64), y.astype(np.float64)
+        same = ((x == y) & (np.signbit(x) == np.signbit(y))) | (np.isnan(x) & np.isnan(y))
+        return ~same
+    return x != y
+
+
+def _shape_json(shape: tuple[int, ...] | None) -> list[int] | str:
+    return list(shape) if shape is not None else "ragged"
+
+
+def _dtype_name(t: Any) -> str:
+    """The numpy name of a (nested) list type's items: float32, int64, bool."""
+    while hasattr(t, "value_type"):
+        t = t.value_type
+    try:
+        return np.dtype(t.to_pandas_dtype()).name
+    except (NotImplementedError, TypeError):
+        return str(t)
 
 
 def _steps(trajectory: Any) -> int | None:
