@@ -96,19 +96,25 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
 
 
 def _read_hashing(version: DatasetVersion, shard: int, rep: ShardReport,
-                  on_bytes: Callable[[int], None] | None) -> bytes:
-    digest, parts = hashlib.sha256(), []
+                  on_bytes: Callable[[int], None] | None) -> pa.Buffer:
+    """The shard's bytes in memory Arrow owns, hashed on the way. Not a Python `bytes`: Arrow's
+    CPU pool threads decode the row groups and may drop the last reference to the buffer after
+    `read_row_group` has returned; releasing a Python-owned buffer takes the GIL, and a thread
+    asking for it while the interpreter finalizes is ended by CPython with pthread_exit, whose
+    unwinding through Arrow's noexcept frames calls std::terminate (exit 134 after a complete
+    report, ~1% of runs on a busy 2-core machine; benchmarks/stress_verify_exit.py)."""
+    digest, sink = hashlib.sha256(), pa.BufferOutputStream()
     with version.catalog.fs.open(version.shard_path(shard), "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             digest.update(chunk)
-            parts.append(chunk)
+            sink.write(chunk)  # a copy into Arrow's memory pool
             if on_bytes:
                 on_bytes(len(chunk))
     rep.actual_sha256 = digest.hexdigest()
-    return b"".join(parts)
+    return sink.getvalue()
 
 
-def _check_rows(version: DatasetVersion, shard: int, data: bytes, rep: ShardReport) -> None:
+def _check_rows(version: DatasetVersion, shard: int, data: pa.Buffer, rep: ShardReport) -> None:
     names = [f.name for f in version.fields]
     pf = pq.ParquetFile(pa.BufferReader(data))
     have = pf.schema_arrow.names

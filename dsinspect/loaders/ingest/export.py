@@ -145,11 +145,14 @@ def _blobs(version: DatasetVersion) -> list[tuple[dict, bytes]]:
 # -- reading the version -----------------------------------------------------------------------
 
 def _row_groups(version: DatasetVersion, shard: int) -> Iterator[pa.Table]:
-    """The shard's rows one row group at a time, without the row-hash column (bounded memory)."""
+    """The shard's rows one row group at a time, without the row-hash column (bounded memory).
+    Decoded in this thread: with Arrow's pool, a worker may release the last reference to the
+    Python file object late, needing the GIL, and one that asks while the interpreter finalizes
+    aborts the process (std::terminate; see verify._read_hashing)."""
     with version.catalog.fs.open(version.shard_path(shard), "rb") as f:
         pf = pq.ParquetFile(f)
         for g in range(pf.metadata.num_row_groups):
-            yield pf.read_row_group(g).drop_columns([HASH_COLUMN]).cast(version.manifest.schema)
+            yield pf.read_row_group(g, use_threads=False).drop_columns([HASH_COLUMN]).cast(version.manifest.schema)
 
 
 # -- writers -----------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""Stress: `dsinspect verify` run many times as a fresh process; every run must exit 0, cleanly.
+
+    python benchmarks/stress_verify_exit.py [--runs 1000] [--jobs 2] [--address demo-images@v2 ...]
+                                            [--engine inline|pool] [--tree DIR]
+
+Issue #14: about 1.4% of `dsinspect verify` runs aborted at exit (`terminate called without an
+active exception`, exit 134) after printing a complete, passing report. Root cause: verify handed
+Arrow the shard as a Python `bytes` object (`pa.BufferReader(bytes)`, a PyBuffer); Arrow's CPU pool
+threads decode row groups and may drop the last reference to that buffer after `read_row_group`
+returned. Releasing a PyBuffer takes the GIL; a thread that asks for it while the interpreter
+finalizes is ended by CPython with pthread_exit, whose forced unwinding through Arrow's noexcept
+C++ frames calls std::terminate. Now the shard's bytes live in Arrow's own memory pool
+(dsinspect/loaders/verify.py `_read_hashing`), so no Arrow thread ever needs the GIL.
+
+Runs go round-robin over the addresses; `--jobs` run at once (load widens the race: the failure
+showed on a busy 2-core machine). `--tree DIR` runs another checkout (PYTHONPATH), e.g. the old code
+in a `git worktree`, to see the failure rate before the fix. Prints the exit codes counted, the
+first failures' stderr, and exits 1 if any run did not exit 0 with an empty stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_once(address: str, engine: str, env: dict, cwd: str) -> tuple[int, str]:
+    argv = [sys.executable, "-m", "dsinspect", "verify", address, "--engine", engine]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    return done.returncode, done.stderr
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--address", action="append", help="default: demo-images@v2 (repeat for several)")
+    parser.add_argument("--engine", default="inline", choices=["inline", "pool"])
+    parser.add_argument("--tree", default=str(REPO), help="the checkout to run (default: this one)")
+    args = parser.parse_args()
+    addresses = args.address or ["demo-images@v2"]
+    tree = str(Path(args.tree).resolve())
+    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "DSINSPECT_INJECT_FAULTS")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash shows where each thread was
+    env["DSINSPECT_CATALOG"] = str(Path(tree) / "sample_data")
+    codes: Counter = Counter()
+    failures: list[str] = []
+    start = time.perf_counter()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_once, addresses[i % len(addresses)], args.engine, env, tree)
+                   for i in range(args.runs)]
+        for i, future in enumerate(futures, 1):
+            code, stderr = future.result()
+            codes[code] += 1
+            if code != 0 or stderr.strip():
+                failures.append(f"run {i} ({addresses[(i - 1) % len(addresses)]}): exit {code}\n{stderr.strip()}")
+            if i % 50 == 0:
+                print(f"{i}/{args.runs} runs, exit codes {dict(codes)}", flush=True)
+    seconds = time.perf_counter() - start
+    print(f"{args.runs} runs of verify {' '.join(addresses)} --engine {args.engine} ({tree}) in {seconds:.0f} s "
+          f"with {args.jobs} at once: exit codes {dict(sorted(codes.items()))}, "
+          f"{len(failures)} not clean ({100 * len(failures) / max(args.runs, 1):.2f}%)")
+    for text in failures[:3]:
+        print("---\n" + text[-2000:])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""`dsinspect verify` exits cleanly: no Arrow thread may need the GIL while the interpreter finalizes.
+
+Issue #14: ~1% of verify runs aborted after a complete report (`terminate called without an active
+exception`, exit 134). Two core dumps (benchmarks/stress_verify_exit.py, a busy 2-core machine) showed
+the same stack: an Arrow CPU-pool worker destroying the task of a finished `read_row_group` (a
+LeafReader of the fixed-size-binary row-hash column) → SerializedPageReader → BufferReader →
+`arrow::py::PyBuffer::~PyBuffer` → PyGILState_Ensure while the main thread was in Py_FinalizeEx →
+CPython ends the thread with pthread_exit → the forced unwind meets Arrow's noexcept frames →
+std::terminate. The PyBuffer was the shard, read into a Python `bytes` and handed to Arrow.
+
+The race itself needs thousands of processes to show (see the stress script); these tests pin the
+condition that makes it impossible, deterministically: Arrow's threads only ever hold memory Arrow
+owns (verify), or Arrow decodes in the calling thread (export over a Python file object).
+"""
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import dsinspect
+from dsinspect.loaders import verify
+from dsinspect.loaders.ingest.export import export_version
+
+
+def test_verify_hands_arrow_threads_only_memory_arrow_owns(monkeypatch):
+    version = dsinspect.open_catalog().resolve("demo-images@v2")
+    seen = []
+    real = verify._check_rows
+
+    def watch(version, shard, data, rep):
+        seen.append((data, pa.total_allocated_bytes()))
+        return real(version, shard, data, rep)
+
+    monkeypatch.setattr(verify, "_check_rows", watch)
+    before = pa.total_allocated_bytes()
+    report = verify.verify_version(version)
+    assert report.ok and len(seen) == len(version.manifest.shards) >= 2
+    for (data, allocated), entry in zip(seen, version.manifest.shards):
+        # a Python bytes (or anything Python owns) would be wrapped in a PyBuffer, whose release needs the GIL
+        assert isinstance(data, pa.Buffer), type(data)
+        assert data.size == entry.bytes and allocated - before >= data.size  # in Arrow's memory pool
+
+
+def test_verify_in_parts_uses_the_same_arrow_owned_read(monkeypatch):
+    """--engine pool runs verify_shard in workers: the same read (and so the same guarantee)."""
+    version = dsinspect.open_catalog().resolve("demo-text@v1")
+    kinds = []
+    real = verify._check_rows
+    monkeypatch.setattr(verify, "_check_rows", lambda v, s, data, rep: (kinds.append(type(data)), real(v, s, data, rep)))
+    from dsinspect.loaders.verify_parts import verify_shards_task
+    result = verify_shards_task({"catalog": version.catalog.url, "dataset": version.name, "version": version.id,
+                                 "shards": [0, len(version.manifest.shards)]})
+    assert all(s["problems"] == [] for s in result["shards"])
+    assert kinds and all(issubclass(k, pa.Buffer) for k in kinds)
+
+
+def test_export_decodes_row_groups_in_the_calling_thread(monkeypatch, tmp_path):
+    """Export reads shards through a Python file object (fsspec): Arrow's workers must not hold it."""
+    calls = []
+    real = pq.ParquetFile.read_row_group
+
+    def watch(self, i, *args, **kwargs):
+        calls.append(kwargs.get("use_threads", True))
+        return real(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", watch)
+    version = dsinspect.open_catalog().resolve("demo-images@v2")
+    summary = export_version(version, "parquet", str(tmp_path / "out"))
+    assert summary["rows"] == version.num_rows and len(calls) >= len(version.manifest.shards)
+    assert not any(calls)
