@@ -153,6 +153,8 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
     from dsinspect.loaders.gc import dataset_names, find_garbage, remove_garbage
 
     catalog = catalog_from(ctx, catalog_url)
+    if apply:
+        catalog.check_writable()
     if grace_hours < 0:
         raise UserError(f"--older-than must be 0 or more hours, not {grace_hours}")
     unknown = sorted(set(names) - set(dataset_names(catalog)))

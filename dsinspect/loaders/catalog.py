@@ -73,8 +73,11 @@ class Catalog:
     def check_exists(self) -> None:
         """NotFoundError unless the catalog's root directory exists: reading a catalog that is not
         there is a mistake (a typo'd path would otherwise list as empty). Writing creates it."""
-        if self.fs.isdir(self.root):
-            return
+        try:
+            if self.fs.isdir(self.root):
+                return
+        except OSError as e:  # a server that does not answer, refused permissions: say which catalog
+            raise StorageError(f"cannot read catalog {self.url}: {reason_of(e)}") from None
         if read_only(self.fs):
             raise NotFoundError(f"catalog {self.url} lists nothing: the server gives no index page for it "
                                 "(python -m http.server and nginx autoindex do), or it does not exist")

@@ -39,7 +39,7 @@ _NO_LISTINGS_CACHE = ("s3", "s3a", "gs", "gcs")
 
 # Read-only stores: HTTP has no listing or atomic-write API to build a catalog on (fsspec's HTTP
 # filesystem would PUT or POST to whatever answers). Their listings are index pages that change as
-# a catalog is published to, so they are never cached either.
+# a catalog is published to: never cached (fsspec's default for http today; said here for good).
 _READ_ONLY = ("http", "https")
 
 
@@ -85,6 +85,11 @@ def read_only(fs: fsspec.AbstractFileSystem) -> bool:
     inner = getattr(fs, "fs", None) if getattr(fs, "protocol", None) == "faulty" else fs
     protocols = inner.protocol if isinstance(inner.protocol, tuple) else (inner.protocol,)
     return any(p in _READ_ONLY for p in protocols)
+
+
+def _refuse_read_only(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    if read_only(fs):
+        raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) catalogs are read-only")
 
 
 def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
@@ -138,7 +143,9 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
 
 def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
     """Where to write a file before publishing it: beside its destination when local (so the final
-    rename is atomic), else the system temp directory."""
+    rename is atomic), else the system temp directory. A read-only store (http) is refused here,
+    before a byte is converted."""
+    _refuse_read_only(fs, near)
     if _writes_locally(fs):
         with write_errors(fs, near):
             os.makedirs(near, exist_ok=True)
@@ -150,8 +157,7 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
 def write_errors(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     """Turn an OSError from writing `path` into one StorageError line naming it (and the reason).
     A read-only store (http) is refused before anything is tried."""
-    if read_only(fs):
-        raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) catalogs are read-only")
+    _refuse_read_only(fs, path)
     try:
         yield
     except OSError as e:
