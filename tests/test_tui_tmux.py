@@ -84,16 +84,18 @@ def test_dsinspect_alone_opens_the_catalog_in_a_terminal():
 
 
 def test_an_address_that_names_nothing_is_one_line_and_exit_2_before_the_ui_starts():
-    """`tui nosuch` once opened the UI and stayed on "loading…" (exit 0 after q): now the address is
-    resolved first, in the real terminal, and a dataset or row that is not there ends in one line."""
+    """`tui nosuch` once opened the UI and stayed on "loading…" (exit 0 after q): now the catalog and
+    the address are resolved first, in the real terminal; a catalog, dataset or row that is not there
+    ends in one line."""
     script = (f"{_command('tui nosuch')}; echo \"exit=$?\"; {_command('tui demo-text@v1:240')}; echo \"exit=$?\"; "
-              "echo done; sleep 60")
+              f"{_command('tui --catalog /nonexistent/catalog')}; echo \"exit=$?\"; echo done; sleep 60")
     pane = Pane(f"sh -c '{script}'")
     try:
         screen = pane.wait_for("done", timeout=60)
         lines = [line for line in screen.splitlines() if line.strip()]
         assert lines == ["dsinspect: error: no dataset 'nosuch' in catalog " + lines[0].split(" in catalog ", 1)[-1],
-                         "exit=2", lines[2], "exit=2", "done"], screen
+                         "exit=2", lines[2], "exit=2",
+                         "dsinspect: error: catalog /nonexistent/catalog does not exist", "exit=2", "done"], screen
         assert lines[2].startswith("dsinspect: error: demo-text@") and "index 240 is out of range" in lines[2]
     finally:
         pane.close()

@@ -25,6 +25,7 @@ def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transf
         raise UserError("dsinspect tui needs a terminal (stdin and stderr are not both one); without one use "
                         "`dsinspect ls`, `dsinspect info ADDRESS` or `dsinspect show ADDRESS:INDEX`")
     catalog = catalog_from(ctx, catalog_url)
+    catalog.check_exists()
     if addr is not None:  # a dataset, version or row that is not there is a one-line error too, not a blank screen
         version = catalog.resolve(addr)
         if addr.index is not None:

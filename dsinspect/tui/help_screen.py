@@ -13,7 +13,8 @@ __all__ = ["HelpScreen", "HELP"]
 HELP = """\
 # dsinspect — terminal UI
 
-Addresses are `NAME[@REF][:INDEX]`, e.g. `demo-text@v1:17`: REF is a tag or a version-id prefix.
+Addresses are `NAME[@REF][:INDEX]`, e.g. `demo-text@v1:17`: REF is a tag or a version-id prefix,
+INDEX a row number (digits 0-9 only: no sign, no spaces).
 
 | key | where | does |
 |---|---|---|
