@@ -15,7 +15,7 @@ import pytest
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
 from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
-from dsinspect.web.web_model import STEP_CAP
+from dsinspect.web.web_model import STEP_CAP, TOKEN_CAP
 from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
 from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
 from web_fixtures import plain, run
@@ -28,7 +28,7 @@ SERVER_RSS = 700 << 20  # the Streamlit server, whole: a few hundred MB, whateve
 
 def write_big_catalog(root: str) -> Catalog:
     """`big`: one row whose text and string scalar are 10,000,000 characters; `small`: 2 rows;
-    `long`: one episode of LONG steps."""
+    `long`: one episode of LONG steps; `toks`: LONG token ids."""
     cat = Catalog(root)
     value = HEAD + ("0123456789" * (BIG // 10))[:BIG - len(HEAD) - len(TAIL)] + TAIL
     assert len(value) == BIG
@@ -41,6 +41,9 @@ def write_big_catalog(root: str) -> Catalog:
     trajectory = pa.struct([("action", pa.list_(pa.int32())), ("reward", pa.list_(pa.float32()))])
     cat.write_version("long", [{"id": 0, "trajectory": {"action": [t % 4 for t in range(LONG)], "reward": [1.0] * LONG}}],
                       [Field("id", pa.int64(), "scalar", nullable=False), Field("trajectory", trajectory, "trajectory")],
+                      tags=["v1"], created_at="2026-01-01T00:00:00Z")
+    cat.write_version("toks", [{"id": 0, "tokens": list(range(LONG))}],
+                      [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens")],
                       tags=["v1"], created_at="2026-01-01T00:00:00Z")
     return cat
 
@@ -86,6 +89,13 @@ def test_a_long_episode_lists_and_charts_a_bounded_number_of_steps(big_catalog, 
     assert f"charts: every {every:,}th step" in captions
     chart = (at.get("arrow_vega_lite_chart") + at.get("vega_lite_chart"))[0].proto
     assert len(chart.SerializeToString()) < 100 * CHART_POINTS  # the chart's data: CHART_POINTS points, not LONG
+
+
+def test_a_long_token_list_says_how_much_of_it_is_shown(big_catalog, monkeypatch):
+    monkeypatch.setenv("DSINSPECT_CATALOG", big_catalog)
+    at = run(address="toks@v1:0")
+    assert f"{LONG:,} tokens · the first {TOKEN_CAP:,} shown" in plain(" ".join(c.value for c in at.caption))
+    assert page_chars(at) < 200_000  # one page of TOKEN_PAGE spans
 
 
 def test_replays_beyond_the_bound_are_refused_whole(big_catalog):
