@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, json_option, out, progress
 from dsinspect.term import human_bytes
 from dsinspect.errors import UserError
+from dsinspect.loaders.ingest.engine_choice import AUTO
 from dsinspect.loaders.ingest.tasks import ENGINES
 
 __all__ = ["COMMANDS", "parse_roles"]
@@ -55,8 +56,9 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @click.option("--no-key", is_flag=True, help="Declare no key (rows matched by row hash), even if the latest version has one.")
 @click.option("--tokenizer", default=None, metavar="FILE|ENCODING",
               help="A tokenizer.json, or cl100k_base / o200k_base, stored with the data to decode its tokens fields.")
-@click.option("--engine", type=click.Choice(ENGINES), default="pool", show_default=True,
-              help="Where parts convert: this process, a local process pool, or Ray.")
+@click.option("--engine", type=click.Choice((AUTO, *ENGINES)), default=AUTO, show_default=True,
+              help="Where parts convert: this process, a local process pool, or Ray; auto: the pool only for "
+                   "inputs large enough that it is faster.")
 @click.option("--workers", type=int, default=None, help="Parallel parts (default: CPU count, at most 8).")
 @click.option("--message", "-m", default="", help="Version message.")
 @click.option("--tag", "tags", multiple=True, help="Tag the new version (repeatable).")

@@ -22,6 +22,7 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.catalog import LATEST, Catalog
 from dsinspect.loaders.ingest.engine import (DEFAULT_OPENER, ROW_PROGRESS, Job, commit_job, convert_part,
                                              fields_from_json, load_record, open_with, plan_job, record_path)
+from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
 from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.tasks import TaskFailed, check_engine, run_tasks
@@ -71,16 +72,19 @@ def ingest(catalog: Catalog, source: str | SourceSpec, name: str, **kwargs: Any)
 
 def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: str | None = None,
                roles: Mapping[str, str] | None = None, key: str | None = None, no_key: bool = False,
-               tokenizer: str | None = None, fields: Iterable[Field] | None = None, engine: str = "pool", workers: int | None = None,
+               tokenizer: str | None = None, fields: Iterable[Field] | None = None, engine: str = AUTO,
+               workers: int | None = None,
                options: Mapping[str, Any] | None = None, write: WriteOptions = WriteOptions(), message: str = "",
                tags: Iterable[str] = (), on_progress: Callable[[IngestProgress], None] | None = None,
                retries: int = 2, opener: str = DEFAULT_OPENER) -> IngestResult:
-    """Plan, convert the parts not yet converted, commit. `tokenizer` (a tokenizer.json path or URL,
-    or "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference; `opener` names the function that opens
-    a spec as a Source in every worker ("module:function"). Without `key` (and without an export's
-    sidecar, whose key is exact) the key of `name`'s latest version is kept; `no_key` declares none."""
+    """Plan, convert the parts not yet converted, commit. `engine` "auto" picks inline or the pool
+    for the parts to convert (`engine_choice`). `tokenizer` (a tokenizer.json path or URL, or
+    "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference;
+    `opener` names the function that opens a spec as a Source in every worker ("module:function").
+    Without `key` (and without an export's sidecar, whose key is exact) the key of `name`'s latest
+    version is kept; `no_key` declares none."""
     started = time.monotonic()
-    check_engine(engine, workers)
+    check_engine(engine if engine != AUTO else "inline", workers)
     if key is not None and no_key:
         raise UserError("--key and --no-key exclude each other")
     spec = source if isinstance(source, SourceSpec) else _detect(source, kind, options or {})
@@ -93,7 +97,7 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
                                                              key, tokenizer)
     if key is None and not no_key:
         key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
-    if engine != "inline" and catalog.url.startswith("memory://"):
+    if engine not in ("inline", AUTO) and _in_process(catalog):
         raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
                         "this process only (use engine 'inline')")
     job = plan_job(catalog, name, spec, parts, fields, key, write, sidecar, opener)
@@ -108,6 +112,9 @@ def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: in
         if record is not None:
             records[p.index] = record
     todo = [p.index for p in parts if p.index not in records]
+    if engine == AUTO:  # decided over the parts left to convert (a resumed job may have one left)
+        engine = "inline" if _in_process(catalog) else choose_engine(
+            job.source["kind"], [parts[i].size for i in todo], available_cpus(), workers)
     bytes_total = sum(p.size for p in parts)
 
     in_flight = [0]  # rows of the part converting in this process (inline), before its record
@@ -161,6 +168,10 @@ def inherited_key(name: str, parent: DatasetVersion | None, fields: list[Field])
 def _latest(catalog: Catalog, name: str) -> DatasetVersion | None:
     latest = catalog.tags(name).get(LATEST)  # no tags file: a new dataset
     return catalog.version(name, latest) if latest else None
+
+
+def _in_process(catalog: Catalog) -> bool:
+    return catalog.url.startswith("memory://")
 
 
 def _detect(url: str, kind: str | None, options: Mapping[str, Any]) -> SourceSpec:

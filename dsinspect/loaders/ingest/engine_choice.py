@@ -1,0 +1,40 @@
+"""The `auto` engine: inline unless the process pool is faster for the input at hand.
+
+A pool spawns its workers, and each imports dsinspect and pyarrow before converting anything (~1 s
+of CPU per worker, measured). It pays only when enough work can run beside the largest part:
+with one part, one CPU or one worker it never does. The bytes that can convert alongside the
+largest part must reach a per-kind threshold, taken from `benchmarks/bench_ingest_engine.py` on a
+2-core machine (figures in docs/INGEST.md). The engine never changes the version id.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+__all__ = ["AUTO", "choose_engine", "available_cpus", "POOL_MIN_BYTES"]
+
+AUTO = "auto"
+MiB = 1 << 20
+# Bytes that must convert beside the largest part before the pool is faster than inline: about 25 s
+# of inline work. Measured on 2 shared cores (bench_ingest_engine.py, 2026-12-01): the pool lost
+# below these sizes by 1.2-30x and reached parity at 160 MB of JSONL in 8 parts. Parquet costs
+# ~1.4x more CPU per source byte than JSONL (it is compressed); kinds not measured (tars, Arrow,
+# MDS, media files: mostly copying bytes) get a higher bar.
+POOL_MIN_BYTES = {"jsonl": 128 * MiB, "parquet": 96 * MiB}
+DEFAULT_POOL_MIN_BYTES = 256 * MiB
+
+
+def choose_engine(kind: str, part_bytes: Sequence[int], cpus: int, workers: int | None = None) -> str:
+    """"inline" or "pool" for parts of these sizes (pure: the caller supplies the CPU count)."""
+    if cpus < 2 or len(part_bytes) < 2 or workers == 1:
+        return "inline"
+    alongside = sum(part_bytes) - max(part_bytes)  # what a second worker could convert meanwhile
+    return "pool" if alongside >= POOL_MIN_BYTES.get(kind, DEFAULT_POOL_MIN_BYTES) else "inline"
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
