@@ -188,8 +188,14 @@ def _source_names(source: Mapping, i: int) -> tuple[str, str]:
     """A source's dataset name and version id, refused unless each is a safe file name: a spec file
     is user input, and both become catalog paths (datasets/NAME/versions/ID.json)."""
     where = f"order.sources[{i}]"
-    return (check_name(source["name"], f"{where}.name (dataset name)"),
-            check_sha256(source["version"], f"{where}.version (version id)"))
+    return (check_name(_text(source["name"], "source name"), f"{where}.name (dataset name)"),
+            check_sha256(_text(source["version"], "source version"), f"{where}.version (version id)"))
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, not {value!r:.40}")
+    return value
 
 
 def _enum(kind: type[enum.Enum], value: Any, name: str):
