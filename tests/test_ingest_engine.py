@@ -224,7 +224,7 @@ def test_staging_is_keyed_by_the_job(source, reference, tmp_path):
     with pytest.raises(UserError):
         run_ingest(catalog, str(source), "text", engine="inline", roles={"id": "image"})
     first = run_ingest(catalog, str(source), "text", engine="inline", key="id")
-    second = run_ingest(catalog, str(source), "text", engine="inline")  # no key: another job
+    second = run_ingest(catalog, str(source), "text", engine="inline", no_key=True)  # no key: another job
     assert first.version.id == reference.version.id != second.version.id
     assert second.parts_converted == 5
     assert not Path(staging_dir(catalog, "text", "x")).parent.exists()
