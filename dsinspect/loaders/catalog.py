@@ -36,7 +36,10 @@ class Catalog:
 
     def __init__(self, url: str):
         self.url = str(url)
-        self.fs, self.root = url_to_fs(self.url)
+        try:
+            self.fs, self.root = url_to_fs(self.url)
+        except UserError as e:  # an unknown protocol, a client package missing: say it is the catalog
+            raise UserError(f"catalog {e}") from None
         self._manifests: dict[tuple[str, str], Manifest] = {}
 
     def __repr__(self) -> str:

@@ -50,12 +50,11 @@ def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     try:
         fs, path = fsspec.core.url_to_fs(str(url), **options)
     except ImportError as e:  # a protocol fsspec knows whose client package is not installed
-        raise UserError(f"catalog {url}: protocol {protocol!r} needs a package that is not installed ({e})") from None
+        raise UserError(f"{url}: protocol {protocol!r} needs a package that is not installed ({e})") from None
     except ValueError as e:
         if "Protocol not known" not in str(e):
             raise
-        raise UserError(f"catalog {url}: unknown protocol {protocol!r}; known here: "
-                           + ", ".join(usable_protocols())) from None
+        raise UserError(f"{url}: unknown protocol {protocol!r}; known here: {', '.join(usable_protocols())}") from None
     if is_local(fs):
         path = os.path.abspath(path)
     from dsinspect.loaders.faults import wrap_from_env  # debug: $DSINSPECT_INJECT_FAULTS (--inject-faults)
@@ -66,10 +65,10 @@ def usable_protocols() -> list[str]:
     """The fsspec protocols whose implementation is installed here (the rest need a package)."""
     from importlib.util import find_spec
 
-    from fsspec.registry import known_implementations, registry
+    from fsspec.registry import known_implementations
 
-    known = {p for p, impl in known_implementations.items() if find_spec(impl["class"].split(".")[0])}
-    return sorted(known | set(registry))
+    top = {p: str(impl.get("class", "")).split(".")[0] for p, impl in known_implementations.items()}
+    return sorted(p for p, module in top.items() if module and module != "dsinspect" and find_spec(module))
 
 
 def join(*parts: str) -> str:
