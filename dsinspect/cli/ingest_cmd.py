@@ -82,9 +82,12 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     v = result.version
     out.print(f"{v.name} version [bold]{v.id}[/]: {result.rows:,} rows, {len(v.manifest.shards)} shards, "
               f"{human_bytes(v.manifest.num_bytes)} from {human_bytes(result.bytes)} of source in "
-              f"{result.seconds:.1f} s ({result.parts_converted} parts converted, {result.parts_skipped} resumed)")
+              f"{result.seconds:.1f} s ({result.engine}: {result.parts_converted} parts converted, "
+              f"{result.parts_skipped} resumed)")
     for f in v.fields:
-        out.print(f"  {f.name}: {f.role.value} ({f.type})" + ("  key" if f.name == v.manifest.key else ""),
+        tok = f.options.get("tokenizer") or {}
+        note = f"  tokenizer {tok.get('name') or tok.get('kind')}" if tok else ""
+        out.print(f"  {f.name}: {f.role.value} ({f.type})" + ("  key" if f.name == v.manifest.key else "") + note,
                   markup=False)
 
 
