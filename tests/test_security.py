@@ -409,6 +409,19 @@ def test_staging_records_naming_a_file_outside_are_not_trusted(tmp_path):
     assert load_record(catalog, str(record)) is None
 
 
+@pytest.mark.parametrize("name", [n for n in PATH_NAMES if n in ESCAPING or "/" in n or not n])
+def test_ingest_staging_names_from_a_task_payload_stay_in_the_staging_folder(tmp_path, name):
+    """A part's task names its ingest job (process pool, Ray: a JSON payload); the job id names the
+    staging folder, so it must be one plain file name."""
+    from dsinspect.loaders.ingest.engine import record_path, staging_dir
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    with pytest.raises(UserError, match="bad ingest job id"):
+        staging_dir(catalog, "d", name)
+    with pytest.raises(UserError, match="bad ingest job id"):
+        record_path(catalog, "d", name, 0)
+
+
 @pytest.mark.parametrize("name", PATH_NAMES)
 def test_run_record_names_from_a_link_are_looked_up_never_joined(tmp_path, name):
     """The web app's `?run=NAME` (and its `log=`) names a folder of the runs directory's listing."""

@@ -30,6 +30,7 @@ from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.manifest import Field, Shard, canonical_json, sha256_hex
+from dsinspect.loaders.pathnames import check_component
 from dsinspect.loaders.storage import join, write_atomic
 from dsinspect.loaders.writer import VersionWriter, WriteOptions
 
@@ -76,7 +77,7 @@ def plan_job(catalog: Catalog, dataset: str, spec: SourceSpec, parts: list[Part]
 
 
 def staging_dir(catalog: Catalog, dataset: str, job_id: str) -> str:
-    return join(catalog.dataset_dir(dataset), "ingest", job_id)
+    return join(catalog.dataset_dir(dataset), "ingest", check_component(job_id, "ingest job id"))  # from a payload
 
 
 def record_path(catalog: Catalog, dataset: str, job_id: str, part_index: int) -> str:
