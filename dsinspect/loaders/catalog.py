@@ -96,7 +96,10 @@ class Catalog:
     def version_ids(self, name: str) -> list[str]:
         directory = join(self.dataset_dir(name), "versions")
         if not self.fs.isdir(directory):
-            self.check_exists()
+            try:
+                self.check_exists()
+            except NotFoundError as e:  # the dataset named, and why nothing is there
+                raise NotFoundError(f"no dataset {name!r}: {e}") from None
             raise NotFoundError(f"no dataset {name!r} in catalog {self.url}")
         files = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(directory, detail=False))
         return sorted(m[1] for m in map(_VERSION_FILE.match, files) if m)
