@@ -1,5 +1,5 @@
 """Ingest engines compared: inline (this process) against the process pool with 1 and 2 workers, over
-source kinds (JSONL, Parquet), total sizes and numbers of parts. Finds where the pool starts to pay
+source kinds (JSONL, Parquet, WebDataset tars of binary members), total sizes and numbers of parts. Finds where the pool starts to pay
 for its spawned workers (each imports dsinspect and pyarrow) on this machine; the `auto` engine's
 thresholds (`dsinspect/loaders/ingest/engine_choice.py`) come from these figures. Not a test.
 
@@ -64,6 +64,27 @@ def write_parquet(jsonl: Path, directory: Path) -> Path:
     return directory
 
 
+def write_webdataset(directory: Path, total_mb: int, parts: int) -> Path:
+    """`parts` tars of ~total/parts MB: samples of 48 KiB of random bytes (`.bin`) and a `.json`."""
+    import io
+    import tarfile
+
+    directory.mkdir(parents=True)
+    rng = random.Random(0)
+    per, n = total_mb * MB // parts, 0
+    for p in range(parts):
+        with tarfile.open(directory / f"shard-{p:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            size = 0
+            while size < per:
+                for ext, data in (("bin", rng.randbytes(48 << 10)), ("json", json.dumps({"n": n}).encode())):
+                    info = tarfile.TarInfo(f"{n:09d}.{ext}")
+                    info.size, info.mtime = len(data), 0
+                    tar.addfile(info, io.BytesIO(data))
+                    size += len(data) + 1024
+                n += 1
+    return directory
+
+
 def measure(source: Path, engine: str, workers: int | None, root: Path) -> tuple[float, float, str]:
     """Wall seconds, CPU seconds (this process and its children) and the version id of one ingest."""
     catalog = root / f"catalog-{engine}-{workers}"
@@ -101,7 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4,16,64,160", help="total source sizes in MB (comma-separated)")
     ap.add_argument("--parts", default="2,8", help="numbers of parts (comma-separated)")
-    ap.add_argument("--kinds", default="jsonl,parquet")
+    ap.add_argument("--kinds", default="jsonl,parquet", help="of jsonl, parquet, webdataset")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="sizes 2,8 MB only")
     args = ap.parse_args()
@@ -116,10 +137,13 @@ def main() -> None:
     try:
         for size in sizes:
             for parts in parts_list:
-                jsonl = write_jsonl(root / f"src-{size}-{parts}" / "jsonl", size, parts)
-                sources = {"jsonl": jsonl}
+                sources = {}
+                if {"jsonl", "parquet"} & set(kinds):
+                    jsonl = sources["jsonl"] = write_jsonl(root / f"src-{size}-{parts}" / "jsonl", size, parts)
                 if "parquet" in kinds:
                     sources["parquet"] = write_parquet(jsonl, root / f"src-{size}-{parts}" / "parquet")
+                if "webdataset" in kinds:
+                    sources["webdataset"] = write_webdataset(root / f"src-{size}-{parts}" / "wds", size, parts)
                 for kind in kinds:
                     src = sources[kind]
                     part_bytes = [f.stat().st_size for f in sorted(src.iterdir())]
@@ -139,7 +163,8 @@ def main() -> None:
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "repeats": args.repeats}
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
-    out = Path(__file__).parent / "results" / f"ingest-engine-{dt.date.today().isoformat()}{'-quick' if args.quick else ''}.json"
+    tail = ("-quick" if args.quick else "") + ("" if args.kinds == "jsonl,parquet" else "-" + args.kinds.replace(",", "-"))
+    out = Path(__file__).parent / "results" / f"ingest-engine-{dt.date.today().isoformat()}{tail}.json"
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 

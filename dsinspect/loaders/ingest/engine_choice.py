@@ -18,11 +18,12 @@ AUTO = "auto"
 MiB = 1 << 20
 # Bytes that must convert beside the largest part before the pool is faster than inline: about 25 s
 # of inline work. Measured on 2 shared cores (bench_ingest_engine.py, 2026-12-01): the pool lost
-# below these sizes by 1.2-30x and reached parity at 160 MB of JSONL in 8 parts. Parquet costs
-# ~1.4x more CPU per source byte than JSONL (it is compressed); kinds not measured (tars, Arrow,
-# MDS, media files: mostly copying bytes) get a higher bar.
+# below these sizes (by 1.2-30x) and drew level at 160 MB of JSONL in 8 parts. Parquet costs ~1.4x
+# the CPU of JSONL per source byte (it is compressed); WebDataset tars ~1/8 (mostly copying bytes:
+# the pool still lost 1.4x at 254 MB in 8 tars). Arrow, MDS and media folders, not measured, are
+# taken to be like tars.
 POOL_MIN_BYTES = {"jsonl": 128 * MiB, "parquet": 96 * MiB}
-DEFAULT_POOL_MIN_BYTES = 256 * MiB
+DEFAULT_POOL_MIN_BYTES = 1024 * MiB
 
 
 def choose_engine(kind: str, part_bytes: Sequence[int], cpus: int, workers: int | None = None) -> str:
