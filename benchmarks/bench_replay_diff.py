@@ -97,6 +97,7 @@ def main() -> None:
         a, b = fresh.version("bench", v1.id), fresh.version("bench", v2.id)
         result = diff(a, b, limit=100)
         assert result.rows.counts["changed"] == CHANGED, result.rows.counts
+        assert result.rows.fields == {"score": CHANGED}, result.rows.fields  # exact, though 100 are listed
         diffs, alls, reads = [], [], []
         for _ in range(5):  # interleaved, so a busy spell on the machine lands on all alike
             diffs.append(timed(lambda: diff(Catalog(cat.url).version("bench", v1.id),
