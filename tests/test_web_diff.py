@@ -187,3 +187,23 @@ def test_browser_diff_link_shows_image_pairs_and_runs_no_script(tmp_path):
             page.screenshot(path=str(ARTIFACTS / "web-diff.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _png16(values) -> bytes:
+    import numpy as np
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(values, dtype=np.uint16)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def test_difference_figure_of_16_bit_images_uses_their_stored_values():
+    """Both images are far above 255: clipped to 8 bits they were equal and the figure all black."""
+    import numpy as np
+
+    a = np.full((8, 8), 40_000)
+    b = a.copy()
+    b[2:4, 5:7] += 300
+    assert Image.open(io.BytesIO(_png16(a))).mode in ("I;16", "I")
+    figure = np.asarray(Image.open(io.BytesIO(web_diff.difference_png(_png16(a), _png16(b)))))
+    assert figure[2:4, 5:7].min() == 255 and np.count_nonzero(figure) == 4

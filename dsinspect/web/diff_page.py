@@ -89,7 +89,8 @@ if listed:
                     if f["difference"] is not None:
                         figure.image(f["difference"], caption="pixel difference (white: largest)", width="content")
                     if "pixel_mean_abs_diff" in detail:
-                        figure.text(f"mean |Δ| {detail['pixel_mean_abs_diff']} of 255 · "
+                        scale = f" of {detail['full_scale']:,}" if detail.get("full_scale") else ""
+                        figure.text(f"mean |Δ| {detail['pixel_mean_abs_diff']}{scale} · "
                                     f"{detail['pixels_changed']:.1%} of pixels changed")
                     else:
                         figure.text("sizes differ: no pixel comparison")

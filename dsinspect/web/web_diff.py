@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from dsinspect.inspect.images import SAFE_FORMATS
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.diff import diff
+from dsinspect.loaders.diff_images import pixel_delta
 from dsinspect.loaders.roles import Role
 from dsinspect.web.web_model import cell
 
@@ -133,7 +135,7 @@ def value_text(value: Any) -> str:
 def _open(data: bytes) -> Image.Image:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        img = Image.open(io.BytesIO(data))
+        img = Image.open(io.BytesIO(data), formats=SAFE_FORMATS)  # Pillow's own decoders only
         img.load()
     return img
 
@@ -154,15 +156,19 @@ def image_png(data: bytes) -> tuple[bytes | None, str]:
 
 def difference_png(a: bytes, b: bytes) -> bytes | None:
     """A greyscale figure of where two images of one size differ (the largest channel difference,
-    stretched so the largest becomes white); None when the sizes differ or either is undecodable."""
+    on the stored values of 16/32-bit images, stretched so the largest becomes white); None when
+    the sizes or bit depths differ or either is undecodable."""
     try:
         x, y = _open(a), _open(b)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return None
-    if x.size != y.size or x.width * x.height > _DIFF_PIXELS:
+    if x.width * x.height > _DIFF_PIXELS:
         return None
-    delta = np.abs(np.asarray(x.convert("RGBA"), np.int16) - np.asarray(y.convert("RGBA"), np.int16)).max(axis=2)
-    top = int(delta.max())
+    delta = pixel_delta(x, y)
+    if delta is None:
+        return None
+    delta = np.nan_to_num(delta if delta.ndim == 2 else delta.max(axis=2), nan=0.0)
+    top = float(delta.max())
     figure = (delta * (255.0 / top)).astype(np.uint8) if top else delta.astype(np.uint8)
     buf = io.BytesIO()
     Image.fromarray(figure, "L").save(buf, "PNG")
