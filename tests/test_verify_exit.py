@@ -67,3 +67,36 @@ def test_export_decodes_row_groups_in_the_calling_thread(monkeypatch, tmp_path):
     summary = export_version(version, "parquet", str(tmp_path / "out"))
     assert summary["rows"] == version.num_rows and len(calls) >= len(version.manifest.shards)
     assert not any(calls)
+
+
+def test_row_reads_give_arrow_threads_no_python_file(monkeypatch, tmp_path):
+    """show, diff, replay, the TUI and the web app read rows through DatasetVersion: from a local
+    catalog Arrow gets its own file (and may use its pool); from any other (fsspec's Python file
+    objects) it decodes in the calling thread."""
+    import shutil
+
+    from dsinspect.defaults import BUNDLED
+    from dsinspect.loaders.catalog import Catalog
+    sources, threads = [], []
+    real_init, real_read = pq.ParquetFile.__init__, pq.ParquetFile.read_row_group
+
+    def init(self, source, *args, **kwargs):
+        sources.append(source)
+        real_init(self, source, *args, **kwargs)
+
+    def read(self, i, *args, **kwargs):
+        threads.append(kwargs.get("use_threads", True))
+        return real_read(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", init)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", read)
+    local = Catalog(str(tmp_path / "catalog"))
+    shutil.copytree(BUNDLED / "datasets" / "demo-text", tmp_path / "catalog" / "datasets" / "demo-text")
+    row = local.resolve("demo-text@v1").row(3)
+    assert sources and all(isinstance(s, pa.NativeFile) and not isinstance(s, pa.PythonFile) for s in sources)
+    memory = Catalog(f"memory://verify-exit-{id(tmp_path)}")
+    memory.fs.put(str(tmp_path / "catalog"), memory.root, recursive=True)
+    threads.clear()
+    assert memory.resolve("demo-text@v1").row(3) == row
+    assert threads and not any(threads)
+    memory.fs.rm(memory.root, recursive=True)

@@ -15,6 +15,7 @@ from dsinspect.errors import IntegrityError, NotFoundError
 from dsinspect.loaders.canonical import row_hashes
 from dsinspect.loaders.columns import int64_array
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest
+from dsinspect.loaders.storage import is_local
 
 if TYPE_CHECKING:
     from dsinspect.loaders.catalog import Catalog
@@ -97,9 +98,7 @@ class DatasetVersion:
         if pf is None:
             path = self.shard_path(shard)
             try:
-                # no read-ahead cache: pyarrow asks for the footer and then exactly the byte ranges of
-                # the row groups it reads, so one row of a remote shard costs a few small ranged GETs
-                pf = pq.ParquetFile(self.catalog.fs.open(path, "rb", cache_type="none"))
+                pf = pq.ParquetFile(self._open_file(path))
             except FileNotFoundError:
                 raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
             except _DAMAGED as e:
@@ -112,16 +111,33 @@ class DatasetVersion:
             self._files.move_to_end(shard)
         return pf
 
+    def _open_file(self, path: str) -> Any:
+        """Arrow's own file for a local catalog; elsewhere an fsspec file without read-ahead cache
+        (pyarrow asks for the footer and then exactly the byte ranges of the row groups it reads, so
+        one row of a remote shard costs a few small ranged GETs)."""
+        if is_local(self.catalog.fs):
+            return pa.OSFile(path)
+        return self.catalog.fs.open(path, "rb", cache_type="none")
+
+    @property
+    def _threads(self) -> bool:
+        """Decode on Arrow's thread pool only from Arrow's own files: a pool worker may drop the last
+        reference to a Python file object after the read returned, which takes the GIL, and a
+        thread asking for it while the interpreter finalizes aborts the process (std::terminate,
+        exit 134; see verify._read_hashing)."""
+        return is_local(self.catalog.fs)
+
     def read_row_group(self, shard: int, group: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
-            return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None)
+            return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None,
+                                                      use_threads=self._threads)
         except _DAMAGED as e:
             raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
                                  f"({self.shard_url(shard)}): {e}") from None
 
     def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
-            return self.parquet(shard).read(columns=list(columns) if columns else None)
+            return self.parquet(shard).read(columns=list(columns) if columns else None, use_threads=self._threads)
         except _DAMAGED as e:
             raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
 
