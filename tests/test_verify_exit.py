@@ -100,3 +100,23 @@ def test_row_reads_give_arrow_threads_no_python_file(monkeypatch, tmp_path):
     assert memory.resolve("demo-text@v1").row(3) == row
     assert threads and not any(threads)
     memory.fs.rm(memory.root, recursive=True)
+
+
+def test_parquet_ingest_decodes_in_the_calling_thread(monkeypatch, tmp_path):
+    """A Parquet source is read through a Python file object (fsspec), like export's shards."""
+    from dsinspect.loaders.ingest.parquet import ParquetSource
+    from dsinspect.loaders.ingest.source import SourceSpec
+
+    pq.write_table(pa.table({"id": list(range(100)), "text": [f"row {i}" for i in range(100)]}),
+                   tmp_path / "a.parquet", row_group_size=30)
+    calls = []
+    real = pq.ParquetFile.iter_batches
+
+    def watch(self, *args, **kwargs):
+        calls.append(kwargs.get("use_threads", True))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", watch)
+    source = ParquetSource(SourceSpec("parquet", str(tmp_path / "a.parquet")))
+    rows = sum(b.num_rows for part in source.parts() for b in source.read(part))
+    assert rows == 100 and calls and not any(calls)

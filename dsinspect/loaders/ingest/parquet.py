@@ -66,7 +66,9 @@ class ParquetSource:
             first, stop = part.options.get("row_groups", [0, pf.num_row_groups])
             for group in range(first, stop):
                 rows = _rows_per_batch(pf.metadata.row_group(group))
-                for batch in pf.iter_batches(batch_size=rows, row_groups=[group]):
+                # decoded in this thread: Arrow's pool must not hold the Python file object `f`
+                # (a late release needs the GIL and aborts a finalizing interpreter; docs/DESIGN.md)
+                for batch in pf.iter_batches(batch_size=rows, row_groups=[group], use_threads=False):
                     yield normalize_batch(batch, self._schema, part.url)
 
 
