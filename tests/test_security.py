@@ -230,6 +230,10 @@ def _refused(fn, *errors) -> bool:
     return False
 
 
+def copy_json(data):
+    return json.loads(json.dumps(data))
+
+
 def _manifest_json(version) -> dict:
     return json.loads(version.catalog.fs.cat_file(version.catalog.manifest_path(version.name, version.id)))
 
@@ -289,10 +293,6 @@ def test_every_content_address_place_refuses_a_hostile_name(text_catalog, name, 
         Manifest.from_json(blob_bad, "m.json")
     assert not any((tmp_path / "cache").iterdir())
     assert [p.name for p in Path(catalog.root).parent.iterdir()] == ["catalog"]  # nothing written beside it
-
-
-def copy_json(data):
-    return json.loads(json.dumps(data))
 
 
 @pytest.mark.parametrize("name", PATH_NAMES)
