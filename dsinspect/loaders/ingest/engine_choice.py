@@ -16,13 +16,13 @@ __all__ = ["AUTO", "choose_engine", "available_cpus", "POOL_MIN_BYTES"]
 
 AUTO = "auto"
 MiB = 1 << 20
-# Bytes that must convert beside the largest part before the pool is faster than inline: about 25 s
-# of inline work. Measured on 2 shared cores (bench_ingest_engine.py, 2026-12-01): the pool lost
-# below these sizes (by 1.2-30x) and drew level at 160 MB of JSONL in 8 parts. Parquet costs ~1.4x
-# the CPU of JSONL per source byte (it is compressed); WebDataset tars ~1/8 (mostly copying bytes:
-# the pool still lost 1.4x at 254 MB in 8 tars). Arrow, MDS and media folders, not measured, are
-# taken to be like tars.
-POOL_MIN_BYTES = {"jsonl": 128 * MiB, "parquet": 96 * MiB}
+# Bytes that must convert beside the largest part before the pool is faster than inline. Measured
+# on 2 shared cores (bench_ingest_engine.py, two runs on 2026-12-01), the pool never won clearly:
+# for JSONL in 8 parts pool-2/inline fell from ~2-4 at 4-16 MB to 1.0-1.2 at 160 MB, so parity lies
+# near 300 MB. Parquet costs ~1.4x the CPU of JSONL per source byte (it is compressed); WebDataset
+# tars ~1/8 (mostly copying bytes; the pool still lost 1.4x at 254 MB in 8 tars). Arrow, MDS and
+# media folders, not measured, are taken to be like tars.
+POOL_MIN_BYTES = {"jsonl": 256 * MiB, "parquet": 192 * MiB}
 DEFAULT_POOL_MIN_BYTES = 1024 * MiB
 
 
