@@ -8,8 +8,9 @@ For every (kind, size, parts) the engines run in turn, `--repeats` times, each i
 engines must be equal (checked). Prints a table with pool/inline ratios (< 1: the pool is faster)
 and what `auto` picks; writes benchmarks/results/ingest-engine-<date>.json.
 
-Run: python benchmarks/bench_ingest_engine.py            (~5 min on a quiet 2-core machine)
+Run: python benchmarks/bench_ingest_engine.py            (~12 min on 2 shared cores)
      python benchmarks/bench_ingest_engine.py --quick    (small sizes only, ~1 min)
+     python benchmarks/bench_ingest_engine.py --kinds webdataset --sizes 16,64,256   (~3 min)
 """
 
 from __future__ import annotations
