@@ -111,6 +111,27 @@ def test_the_write_boundary_refuses_http_whatever_calls_it(served):
     assert not any(method not in ("GET", "HEAD") for method, _ in counts)
 
 
+
+@pytest.mark.parametrize("args", [("export", "demo-text@v1", "{url}/exported", "--format", "jsonl"),
+                                  ("replay", "--address", "demo-text@v1", "--step", "0", "--export", "{url}/batch")])
+def test_exports_to_an_http_destination_are_refused_in_one_line(served, local, args):
+    """A destination on the server is refused before any request (the old code sent PUT/POST)."""
+    url, counts = served
+    done = cli(*[a.format(url=url) for a in args], catalog=local)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "read-only" in lines[0] and "http://127.0.0.1" in lines[0], done.stderr
+    assert not any(method not in ("GET", "HEAD") for method, _ in counts)
+
+
+def test_a_run_record_on_an_http_store_is_refused(served, local):
+    url, counts = served
+    spec = RunSpec.create(Catalog(local), "demo-text@v1", seed=0, batch_size=4, world_size=1)
+    with pytest.raises(StorageError, match="read-only"):
+        Loader(spec, rank=0, catalog=Catalog(local), record_dir=f"{url}/runs/exp1")
+    assert not any(method not in ("GET", "HEAD") for method, _ in counts)
+
+
 class NoIndexHandler(RangeHandler):
     """A static server without directory index pages (S3 website hosting, most CDNs, nginx by default)."""
 

@@ -19,7 +19,7 @@ import xxhash
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.storage import join, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, refuse_read_only, url_to_fs, write_atomic
 
 __all__ = ["batch_fingerprint", "RunRecorder", "read_fingerprints", "read_specs", "spec_for_step"]
 
@@ -37,6 +37,7 @@ class RunRecorder:
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
             raise UserError(f"bad rank {rank!r}: a run record's rank is an integer >= 0")  # it names a file
         self.fs, self.root = url_to_fs(directory)
+        refuse_read_only(self.fs, self.root)
         self.rank, self.flush_every = rank, flush_every
         self._lines: list[str] = []
         self._file: IO[str] | None = None

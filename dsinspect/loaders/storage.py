@@ -17,7 +17,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.errors import StorageError, UserError
 
-__all__ = ["url_to_fs", "join", "is_local", "read_only", "write_atomic", "publish_file", "spool_dir", "cache_dir",
+__all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file", "spool_dir", "cache_dir",
            "write_errors", "locked", "rewrite"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
@@ -86,9 +86,10 @@ def read_only(fs: fsspec.AbstractFileSystem) -> bool:
     return any(p in _READ_ONLY for p in protocols)
 
 
-def _refuse_read_only(fs: fsspec.AbstractFileSystem, path: str) -> None:
+def refuse_read_only(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """A StorageError (exit 2) before anything is sent, when `path` is on a store dsinspect only reads."""
     if read_only(fs):
-        raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) catalogs are read-only")
+        raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) stores are read-only")
 
 
 def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
@@ -144,7 +145,7 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
     """Where to write a file before publishing it: beside its destination when local (so the final
     rename is atomic), else the system temp directory. A read-only store (http) is refused here,
     before a byte is converted."""
-    _refuse_read_only(fs, near)
+    refuse_read_only(fs, near)
     if _writes_locally(fs):
         with write_errors(fs, near):
             os.makedirs(near, exist_ok=True)
@@ -156,7 +157,7 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
 def write_errors(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     """Turn an OSError from writing `path` into one StorageError line naming it (and the reason).
     A read-only store (http) is refused before anything is tried."""
-    _refuse_read_only(fs, path)
+    refuse_read_only(fs, path)
     try:
         yield
     except OSError as e:

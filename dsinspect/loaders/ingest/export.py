@@ -30,7 +30,7 @@ from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KE
 from dsinspect.loaders.manifest import HASH_COLUMN, Field, sha256_hex
 from dsinspect.loaders.pathnames import check_ext, check_sha256
 from dsinspect.loaders.roles import Role
-from dsinspect.loaders.storage import join, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, refuse_read_only, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 
 __all__ = ["FORMATS", "export_version", "read_exported_blobs"]
@@ -47,6 +47,7 @@ def export_version(version: DatasetVersion, fmt: str, dest: str,
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
     fs, root = url_to_fs(dest)
+    refuse_read_only(fs, root)
     if fs.exists(root) and (not fs.isdir(root) or fs.ls(root, detail=False)):
         raise UserError(f"{dest}: export destination exists and is not an empty directory")
     fs.makedirs(root, exist_ok=True)
