@@ -1,10 +1,12 @@
 import os
+import shutil
 import tempfile
 import uuid
 
 import pyarrow as pa
 import pytest
 
+from dsinspect.defaults import BUNDLED
 from dsinspect.loaders.catalog import Catalog
 from dsinspect.loaders.manifest import Field
 
@@ -19,6 +21,17 @@ def catalog(request, tmp_path):
     yield cat
     if cat.fs.exists(cat.root):
         cat.fs.rm(cat.root, recursive=True)
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """A copy of the sample catalog whose demo-video@v1 manifest is cut to 300 bytes: (dir, path, id)."""
+    target = tmp_path / "catalog"
+    shutil.copytree(BUNDLED, target)
+    vid = Catalog(str(target)).resolve("demo-video@v1").id
+    path = target / "datasets" / "demo-video" / "versions" / f"{vid}.json"
+    path.write_bytes(path.read_bytes()[:300])
+    return target, path, vid
 
 
 TOY_FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),

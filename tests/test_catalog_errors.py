@@ -14,15 +14,6 @@ from dsinspect.loaders.describe import catalog_listing
 from test_cli import assert_one_line_error, run
 
 
-@pytest.fixture
-def damaged(tmp_path):
-    """A copy of the sample catalog whose demo-video@v1 manifest is cut to 300 bytes: (dir, path, id)."""
-    target = tmp_path / "catalog"
-    shutil.copytree(BUNDLED, target)
-    vid = Catalog(str(target)).resolve("demo-video@v1").id
-    path = target / "datasets" / "demo-video" / "versions" / f"{vid}.json"
-    path.write_bytes(path.read_bytes()[:300])
-    return target, path, vid
 
 
 @pytest.mark.parametrize("index", ["-1", "+3", " 3", "\uff13", "1_0"])

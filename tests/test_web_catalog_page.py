@@ -2,13 +2,10 @@
 nothing else) and over a catalog that does not exist: AppTest in process, then real Chromium."""
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.catalog import Catalog
 from web_fixtures import run
 from web_server import running_web
 
@@ -16,19 +13,10 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
 
-@pytest.fixture
-def damaged(tmp_path):
-    """The sample catalog with demo-video@v1's manifest cut to 300 bytes: (dir, manifest path)."""
-    target = tmp_path / "catalog"
-    shutil.copytree(BUNDLED, target)
-    vid = Catalog(str(target)).resolve("demo-video@v1").id
-    path = target / "datasets" / "demo-video" / "versions" / f"{vid}.json"
-    path.write_bytes(path.read_bytes()[:300])
-    return target, path
 
 
 def test_the_page_lists_the_intact_versions_and_names_the_broken_file(damaged, monkeypatch):
-    catalog_dir, path = damaged
+    catalog_dir, path, _ = damaged
     monkeypatch.setenv("DSINSPECT_CATALOG", str(catalog_dir))
     at = run()  # no exception: run() asserts it
     df = at.dataframe[0].value
@@ -50,7 +38,7 @@ def test_a_missing_catalog_is_one_clear_error(tmp_path, monkeypatch):
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian's chromium")
 def test_in_a_browser_the_broken_file_is_named_and_no_traceback_shows(damaged, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
-    catalog_dir, path = damaged
+    catalog_dir, path, _ = damaged
     with running_web(str(catalog_dir), str(tmp_path / "web.log")) as base, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         page = browser.new_page()

@@ -13,6 +13,7 @@ import numpy as np
 from dsinspect.inspect.hexdump import HexPage, hex_page
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, jsonable, no_json
+from dsinspect.loaders.nested import flatten
 
 __all__ = ["JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "array_view", "sniff",
            "MAX_JSON_BYTES"]
@@ -122,7 +123,7 @@ def array_view(value: list | None) -> JsonView:
     """Numbers in (nested) lists, shown as JSON with innermost lists on one line; shape and
     statistics as findings (a 4,096-wide embedding stays one readable line per row)."""
     value = value if value is not None else []
-    flat, shape = _flatten(value)
+    flat, shape = flatten(value)
     numbers = np.asarray([np.nan if v is None else float(v) for v in flat], dtype=np.float64)
     finite = numbers[np.isfinite(numbers)]
     findings = [Finding(Severity.INFO, "array-shape", f"shape {' × '.join(map(str, shape)) if shape else 'ragged'}, "
@@ -134,19 +135,6 @@ def array_view(value: list | None) -> JsonView:
     data = jsonable(value)
     pretty = _compact(data)
     return JsonView(data, pretty, json.dumps(data), len(pretty.encode("utf-8")), findings)
-
-
-def _flatten(value: list) -> tuple[list, tuple[int, ...] | None]:
-    """All leaves in order, and the shape when every level is regular (else None)."""
-    if not any(isinstance(v, list) for v in value):
-        return value, (len(value),)
-    flat, shapes = [], set()
-    for v in value:
-        leaves, shape = _flatten(v if isinstance(v, list) else [v])
-        flat += leaves
-        shapes.add(shape)
-    inner = shapes.pop() if len(shapes) == 1 else None
-    return flat, (len(value), *inner) if inner is not None else None
 
 
 def _compact(data: Any, indent: str = "") -> str:

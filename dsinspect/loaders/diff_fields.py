@@ -10,6 +10,7 @@ import numpy as np
 
 from dsinspect.loaders.diff_images import image_detail
 from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.nested import flatten
 from dsinspect.loaders.roles import Role
 
 __all__ = ["field_detail", "image_detail", "array_detail", "first_difference"]
@@ -76,22 +77,10 @@ def array_detail(before: list, after: list, dtype: str) -> dict[str, Any]:
 
 def _elements(value: list) -> tuple[np.ndarray, np.ndarray, tuple[int, ...] | None]:
     """Leaves in order (nulls as 0), which leaves are null, and the shape (None when ragged)."""
-    flat, shape = _flatten(value)
+    flat, shape = flatten(value)
     nulls = np.fromiter((v is None for v in flat), dtype=bool, count=len(flat))
     values = np.asarray([0 if v is None else v for v in flat]) if flat else np.zeros(0)
     return values, nulls, shape
-
-
-def _flatten(value: list) -> tuple[list, tuple[int, ...] | None]:
-    if not any(isinstance(v, list) for v in value):
-        return value, (len(value),)
-    flat, shapes = [], set()
-    for v in value:
-        leaves, shape = _flatten(v if isinstance(v, list) else [v])
-        flat += leaves
-        shapes.add(shape)
-    inner = shapes.pop() if len(shapes) == 1 else None
-    return flat, (len(value), *inner) if inner is not None else None
 
 
 def _values_differ(x: np.ndarray, y: np.ndarray) -> np.ndarray:
