@@ -213,6 +213,17 @@ def test_field_counts_are_exact_at_any_limit(cat):
     assert any("schemas differ" in n for n in d.rows.notes) and d.rows.fields == truth
 
 
+def spy_row_group_reads(monkeypatch) -> list[tuple]:
+    """(version id, shard, group, columns) of every row group read, one by one or several at once."""
+    reads = []
+    one, several = DatasetVersion.read_row_group, DatasetVersion.read_row_groups
+    monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
+        reads.append((self.id, shard, group, tuple(columns or ()))) or one(self, shard, group, columns)))
+    monkeypatch.setattr(DatasetVersion, "read_row_groups", lambda self, shard, groups, columns=None: (
+        reads.extend((self.id, shard, g, tuple(columns or ())) for g in groups) or several(self, shard, groups, columns)))
+    return reads
+
+
 def test_field_counts_read_only_the_row_groups_of_changed_rows_and_infer_the_heaviest_field(cat, monkeypatch):
     fields = STEP_FIELDS + [Field("frame", pa.binary(), "bytes")]
     a = cat.write_version("st", [{**r, "frame": bytes([r["id"] % 251]) * 1000} for r in steps(400)], fields, key="id",
@@ -220,10 +231,7 @@ def test_field_counts_read_only_the_row_groups_of_changed_rows_and_infer_the_hea
     update = {k: {"action": 7} for k in range(120, 130)} | {130: {"reward": 2.0, "frame": b"x"}}
     update |= {k: {"frame": b"y"} for k in (131, 132, 133)}
     b = derive_version(a, update=update, options=WriteOptions(shard_rows=200, row_group_rows=50))
-    groups = []
-    read_group = DatasetVersion.read_row_group
-    monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
-        groups.append((self.id, shard, group, tuple(columns or ()))) or read_group(self, shard, group, columns)))
+    groups = spy_row_group_reads(monkeypatch)
     d = diff(a, b, limit=1)
     assert d.rows.fields == {"action": 10, "reward": 1, "frame": 4}
     # per side: the one row group holding the changed rows, without the frames (rows 131-133 changed
@@ -242,10 +250,7 @@ def test_field_counts_in_small_blocks_read_each_row_group_once(cat, monkeypatch)
     update, truth = step_updates(900)
     b = derive_version(a, update=update, options=options)
     monkeypatch.setattr(diff_counts, "BUDGET", 500)  # a few pairs per block: blocks end inside row groups
-    reads = []
-    read_group = DatasetVersion.read_row_group
-    monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
-        reads.append((self.id, shard, group, tuple(columns or ()))) or read_group(self, shard, group, columns)))
+    reads = spy_row_group_reads(monkeypatch)
     d = diff(a, b, limit=1)
     assert d.rows.fields == truth
     light = [r for r in reads if r[3] == ("action", "reward", "note")]  # obs, a list, is read last; id is the key

@@ -78,8 +78,9 @@ def _compare(sides: tuple["_Groups", "_Groups"], ia: np.ndarray, ib: np.ndarray,
 
 
 class _Groups:
-    """Rows of one version read row group by row group with only the needed columns; the last few
-    groups kept, as pairs walked in storage order come back to the group just read."""
+    """Rows of one version read with only the needed columns: the row groups a block needs, each
+    shard's in one read (one call per row group cost ~0.14 ms each, more than the decode, on small
+    groups); the last few groups kept, as pairs walked in storage order come back to the group just read."""
 
     def __init__(self, version: DatasetVersion) -> None:
         self.version = version
@@ -91,22 +92,37 @@ class _Groups:
         keys = shards * (1 << 32) + groups
         order = np.argsort(keys, kind="stable")
         bounds = np.flatnonzero(np.diff(keys[order])) + 1
-        parts = [self._group(int(keys[where[0]]), names).take(int64_array(rows[where]))
-                 for where in (np.split(order, bounds) if len(order) else [])]
+        runs = np.split(order, bounds) if len(order) else []
+        tables = self._groups([int(keys[where[0]]) for where in runs], names)
+        parts = [tables[int(keys[where[0]])].take(int64_array(rows[where])) for where in runs]
         if not parts:
             return {name: pa.array([], self.version.manifest.schema.field(name).type) for name in names}
         table = pa.concat_tables(parts).take(int64_array(np.argsort(order, kind="stable")))
         return {name: table.column(name).combine_chunks() for name in names}
 
-    def _group(self, key: int, names: list[str]) -> pa.Table:
-        kept = (key, tuple(names))
-        if kept in self.kept:
-            self.kept.move_to_end(kept)
-        else:
-            self.kept[kept] = self.version.read_row_group(key >> 32, key & 0xFFFFFFFF, names)
-            if len(self.kept) > _KEPT_GROUPS:
-                self.kept.popitem(last=False)
-        return self.kept[kept]
+    def _groups(self, keys: list[int], names: list[str]) -> dict[int, pa.Table]:
+        """Row groups `keys` (shard << 32 | group, ascending) with columns `names`."""
+        found: dict[int, pa.Table] = {}
+        missing: dict[int, list[int]] = {}
+        for key in keys:
+            kept = self.kept.get((key, tuple(names)))
+            if kept is not None:
+                found[key] = kept
+            else:
+                missing.setdefault(key >> 32, []).append(key & 0xFFFFFFFF)
+        for shard, groups in missing.items():
+            table = self.version.read_row_groups(shard, groups, names)
+            sizes = self.version.row_group_rows(shard)
+            offset = 0
+            for group in groups:
+                found[(shard << 32) | group] = table.slice(offset, sizes[group])
+                offset += sizes[group]
+        for key in keys[-_KEPT_GROUPS:]:
+            self.kept[(key, tuple(names))] = found[key]
+            self.kept.move_to_end((key, tuple(names)))
+        while len(self.kept) > _KEPT_GROUPS:
+            self.kept.popitem(last=False)
+        return found
 
 
 def values_differ(x: pa.Array, y: pa.Array) -> np.ndarray:

@@ -135,6 +135,20 @@ class DatasetVersion:
             raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
                                  f"({self.shard_url(shard)}): {e}") from None
 
+    def read_row_groups(self, shard: int, groups: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+        """Row groups `groups` of a shard (in that order) in one read."""
+        try:
+            return self.parquet(shard).read_row_groups(list(groups), columns=list(columns) if columns else None,
+                                                       use_threads=self._threads)
+        except _DAMAGED as e:
+            raise IntegrityError(f"row groups of shard {shard} of {self.address} are not readable "
+                                 f"({self.shard_url(shard)}): {e}") from None
+
+    def row_group_rows(self, shard: int) -> list[int]:
+        """Rows of each row group of a shard, from its footer."""
+        meta = self.parquet(shard).metadata
+        return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+
     def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read(columns=list(columns) if columns else None, use_threads=self._threads)
