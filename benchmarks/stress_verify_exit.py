@@ -13,8 +13,10 @@ C++ frames calls std::terminate. Now the shard's bytes live in Arrow's own memor
 (dsinspect/loaders/verify.py `_read_hashing`), so no Arrow thread ever needs the GIL.
 
 Runs go round-robin over the addresses; `--jobs` run at once. The race needs a descheduled Arrow
-worker: it showed on a busy 2-core machine (2 in 549 runs at load 7-8) and not on a quiet one (0 in
-1,000 of the old code at load ~2); `--busy N` adds N spinning processes for the duration. `--tree
+worker: on this 2-core machine the old code aborted 2 times in 549 runs while ~6 engineers' test
+suites held the load at 7-8, and 0 times in 2,900 runs at load 2-4 (1,000 CLI; 400 CLI and 1,500
+`--direct` with `--busy 2`), so a clean stress run alone proves little; tests/test_verify_exit.py pins
+the condition instead. `--busy N` adds N spinning processes for the duration. `--tree
 DIR` runs another checkout (PYTHONPATH), e.g. the old code in a `git worktree`, for the rate before
 the fix. Prints the exit codes counted, the
 first failures' stderr, and exits 1 if any run did not exit 0 with an empty stderr.
@@ -35,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # `--direct`: verify_version and exit, no report drawn: the shortest gap between the last row group
-# read and interpreter shutdown, the window the abort needs (it showed ~2x as often this way)
+# read and interpreter shutdown, the window the abort needs (both aborts seen here came this way)
 DIRECT = ("import sys, dsinspect; from dsinspect.loaders.verify import verify_version; "
           "sys.exit(0 if verify_version(dsinspect.open_catalog().resolve(sys.argv[1])).ok else 1)")
 
