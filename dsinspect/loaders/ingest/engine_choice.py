@@ -16,13 +16,13 @@ __all__ = ["AUTO", "choose_engine", "available_cpus", "POOL_MIN_BYTES"]
 
 AUTO = "auto"
 MiB = 1 << 20
-# Bytes that must convert beside the largest part before the pool is faster than inline. Measured
-# on 2 shared cores (bench_ingest_engine.py, two runs on 2026-12-01), the pool never won clearly:
-# for JSONL in 8 parts pool-2/inline fell from ~2-4 at 4-16 MB to 1.0-1.2 at 160 MB, so parity lies
-# near 300 MB. Parquet costs ~1.4x the CPU of JSONL per source byte (it is compressed); WebDataset
-# tars ~1/8 (mostly copying bytes; the pool still lost 1.4x at 254 MB in 8 tars). Arrow, MDS and
-# media folders, not measured, are taken to be like tars.
-POOL_MIN_BYTES = {"jsonl": 256 * MiB, "parquet": 192 * MiB}
+# Bytes that must convert beside the largest part before the pool is faster than inline, from
+# bench_ingest_engine.py on an idle 2-core machine (2026-12-01, load 1.2-1.6; figures in
+# docs/INGEST.md): pool-2/inline for JSONL in 8 parts 0.96 at 32 MB, 0.61 at 128 MB, 0.66 at 384 MB;
+# Parquet 0.80 at 48 MB in 2 parts, 1.00 in 8, 1.7-1.9 at 16 MB; WebDataset tars (mostly copying
+# bytes) never faster up to 190 MB (1.04-1.20), so their bar is far out. Arrow, MDS and media
+# folders, not measured, are taken to be like tars. On a shared machine the pool loses more.
+POOL_MIN_BYTES = {"jsonl": 32 * MiB, "parquet": 40 * MiB}
 DEFAULT_POOL_MIN_BYTES = 1024 * MiB
 
 
