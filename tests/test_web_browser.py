@@ -92,7 +92,7 @@ def test_image_deep_link_then_raw_hex(server, page):
     wait_ready(page)
     page.screenshot(path=str(ARTIFACTS / "web-sample-image.png"), full_page=True)
     page.locator('[data-testid="stButtonGroup"]').get_by_text("Raw", exact=True).click()
-    page.get_by_text("00000000  89 50 4e 47", exact=False).first.wait_for()
+    page.get_by_text("00000000  89 50 4e 47", exact=False).filter(visible=True).first.wait_for()
     assert page.locator('[data-testid="stImage"]').count() == 0
     assert "view=Raw" in page.url
     wait_ready(page)
@@ -102,7 +102,7 @@ def test_image_deep_link_then_raw_hex(server, page):
 @pytest.mark.parametrize("index, payload", [(0, SCRIPT_PAYLOAD), (1, IMG_PAYLOAD)])
 def test_payload_sample_runs_no_script(server, page, index, payload):
     page.goto(f"{server}/?address=xss@v1:{index}")
-    page.get_by_text(f"before {payload} after", exact=False).first.wait_for()
+    page.get_by_text(f"before {payload} after", exact=False).filter(visible=True).first.wait_for()
     wait_ready(page)
     page.wait_for_timeout(500)  # give an injected onerror the chance to fire
     assert page.evaluate("typeof window.__pwned") == "undefined"
@@ -117,7 +117,7 @@ def test_replay_link_shows_the_batch_table(server, page, tmp_path):
     cat = dsinspect.open_catalog(server_catalog(server))
     spec = encode_spec(build_spec(cat, "xss@v1", 0, 1, 2, "none"))
     page.goto(f"{server}/?spec={spec}&step=0&rank=all")
-    page.get_by_text("rank 1: fingerprint", exact=False).first.wait_for()
+    page.get_by_text("rank 1: fingerprint", exact=False).filter(visible=True).first.wait_for()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
     wait_ready(page)
     page.screenshot(path=str(ARTIFACTS / "web-replay.png"), full_page=True)
@@ -125,9 +125,9 @@ def test_replay_link_shows_the_batch_table(server, page, tmp_path):
 
 def test_picture_with_payload_caption_and_dataset_page(server, page):
     page.goto(f"{server}/?address=pics@v1:1")
-    page.get_by_text(IMG_PAYLOAD, exact=False).first.wait_for()
+    page.get_by_text(IMG_PAYLOAD, exact=False).filter(visible=True).first.wait_for()
     page.goto(f"{server}/?address=xss@v1")
-    page.get_by_text(SCRIPT_PAYLOAD, exact=True).first.wait_for()  # the version message, literal
+    page.get_by_text(SCRIPT_PAYLOAD, exact=True).filter(visible=True).first.wait_for()  # the version message, literal
     wait_ready(page)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     page.screenshot(path=str(ARTIFACTS / "web-dataset.png"), full_page=True)
@@ -135,13 +135,13 @@ def test_picture_with_payload_caption_and_dataset_page(server, page):
 
 def test_replay_run_record_with_a_typed_transform_and_the_log(server, page):
     page.goto(f"{server}/?run=job1&step=0&rank=all&log=job1")
-    page.get_by_text("step 0: ✓ matches the log (2 line(s), 2 stored", exact=False).first.wait_for()
+    page.get_by_text("step 0: ✓ matches the log (2 line(s), 2 stored", exact=False).filter(visible=True).first.wait_for()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
     assert page.get_by_text("as fed to the model", exact=False).count() == 0
     box = page.get_by_label("The job's transform (package.module:function)")
     box.fill("webxform:tag")
     box.press("Enter")
-    page.get_by_text("as fed to the model", exact=False).first.wait_for()
+    page.get_by_text("as fed to the model", exact=False).filter(visible=True).first.wait_for()
     page.locator('[data-testid="stTable"]').nth(1).get_by_text("id_x10").wait_for()
     assert "transform" not in page.url
     wait_ready(page)

@@ -44,7 +44,7 @@ def test_in_a_browser_the_broken_file_is_named_and_no_traceback_shows(damaged, t
         page = browser.new_page()
         page.set_default_timeout(60_000)
         page.goto(f"{base}/")
-        page.get_by_text("stored file(s) cannot be read", exact=False).first.wait_for()
+        page.get_by_text("stored file(s) cannot be read", exact=False).filter(visible=True).first.wait_for()
         page.get_by_role("link").filter(has_text="demo-images").first.wait_for()  # Open links of intact datasets
         text = page.inner_text("body")
         browser.close()

@@ -179,7 +179,7 @@ def test_browser_diff_link_shows_image_pairs_and_runs_no_script(tmp_path):
             images = page.locator('[data-testid="stImage"] img')
             images.nth(2).wait_for()
             assert images.count() == 3
-            page.get_by_text(SCRIPT_PAYLOAD, exact=False).first.wait_for()
+            page.get_by_text(SCRIPT_PAYLOAD, exact=False).filter(visible=True).first.wait_for()
             page.wait_for_timeout(500)
             assert page.evaluate("typeof window.__pwned") == "undefined"
             assert page.locator("script", has_text="__pwned").count() == 0
