@@ -18,7 +18,7 @@ from dsinspect.errors import DamagedError, IntegrityError, ManifestError, NotFou
 from dsinspect.loaders.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.pathnames import check_ext, check_sha256
-from dsinspect.loaders.storage import join, locked, read_only, rewrite, url_to_fs, write_atomic
+from dsinspect.loaders.storage import join, locked, read_only, refuse_read_only, rewrite, url_to_fs, write_atomic
 from dsinspect.loaders.version import DatasetVersion
 from dsinspect.loaders.writer import Rows, VersionWriter, WriteOptions
 
@@ -60,12 +60,11 @@ class Catalog:
         return join(self.dataset_dir(name), "versions", f"{check_sha256(version_id, 'version id')}.json")
 
     def blob_path(self, name: str, sha256: str, ext: str) -> str:
-        return join(self.dataset_dir(name), "blobs", check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending"))
+        blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")
+        return join(self.dataset_dir(name), "blobs", blob)
 
     def tags_path(self, name: str) -> str:
         return join(self.dataset_dir(name), "tags.json")
-
-    _tags_path = tags_path
 
     def display(self, path: str) -> str:
         """A path as a URL a person can paste (the protocol kept for remote stores)."""
@@ -110,13 +109,13 @@ class Catalog:
         return sorted(versions, key=lambda v: (str(v.manifest.meta.get("created_at", "")), v.id))
 
     def tags(self, name: str) -> dict[str, str]:
-        path = self._tags_path(name)
+        path = self.tags_path(name)
         if not self.fs.exists(path):
             return {}
         return self._parse_tags(name, self._read(path))
 
     def _parse_tags(self, name: str, data: bytes) -> dict[str, str]:
-        where = self.display(self._tags_path(name))
+        where = self.display(self.tags_path(name))
         try:
             tags = json.loads(data)
         except RecursionError:
@@ -203,14 +202,13 @@ class Catalog:
 
     def check_writable(self) -> None:
         """StorageError (exit 2) for a catalog on a read-only store (http, https), before any work."""
-        if read_only(self.fs):
-            raise StorageError(f"cannot write to catalog {self.url}: http(s) catalogs are read-only")
+        refuse_read_only(self.fs, self.root)
 
     def set_tag(self, name: str, tag: str, version_id: str) -> None:
         check_name(tag, "tag")
         self.check_writable()
         self.manifest(name, version_id)  # a tag never points at a missing version
-        with locked(self.fs, self._tags_path(name)):  # concurrent taggers must not lose an update
+        with locked(self.fs, self.tags_path(name)):  # concurrent taggers must not lose an update
             self._move_tags(name, (tag,), version_id)
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
@@ -263,7 +261,7 @@ class Catalog:
         call wrote is removed again, so no version appears that the tags do not know."""
         version_id = manifest.id
         path = self.manifest_path(name, version_id)
-        with locked(self.fs, self._tags_path(name)):
+        with locked(self.fs, self.tags_path(name)):
             moved = tuple(tags)
             created = not self.fs.exists(path)
             if created:
@@ -287,7 +285,7 @@ class Catalog:
             known = self._parse_tags(name, current) if current is not None else {}
             return _tags_bytes({**known, **{t: version_id for t in tags}})
 
-        rewrite(self.fs, self._tags_path(name), change)
+        rewrite(self.fs, self.tags_path(name), change)
 
 
 def _tags_bytes(tags: dict[str, str]) -> bytes:

@@ -17,8 +17,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.errors import StorageError, UserError
 
-__all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file", "spool_dir", "cache_dir",
-           "write_errors", "locked", "rewrite"]
+__all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
+           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
