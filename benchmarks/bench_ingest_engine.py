@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine_choice import choose_engine
 

@@ -27,8 +27,8 @@ TMP = tempfile.mkdtemp(prefix="dsinspect-bench-")
 os.environ["DSINSPECT_CACHE"] = os.path.join(TMP, "cache")  # never the user's shard cache
 
 from dsinspect.loaders import Catalog, Field, Loader, LoaderState, RunSpec, WriteOptions  # noqa: E402
-from dsinspect.loaders.order import plan_batch, steps_in_epoch  # noqa: E402
-from dsinspect.loaders.spec import Source  # noqa: E402
+from dsinspect.loaders.order.plan import plan_batch, steps_in_epoch  # noqa: E402
+from dsinspect.loaders.order.spec import Source  # noqa: E402
 
 STEPS = [10, 10**3, 10**5, 10**7, 10**9]
 REPEATS = 101

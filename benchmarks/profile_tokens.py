@@ -146,7 +146,7 @@ def first_batch_others(p: dict, ids: dict, prefetch: int) -> str:
     """Median of 5 warm times to first batch, as bench_read times them: tokens resumed at 50 % of
     the epoch, and images with the benchmark's Pillow decode as the transform."""
     from dsinspect.loaders import Catalog, Loader, RunSpec
-    from dsinspect.loaders.state import LoaderState
+    from dsinspect.loaders.order.state import LoaderState
 
     def once(workload: str, resume: bool) -> float:
         t = time.perf_counter()
@@ -166,7 +166,7 @@ def first_batch_others(p: dict, ids: dict, prefetch: int) -> str:
 
     cat = Catalog(str(p["catalog"]))
     tokens = RunSpec.create(cat, f"tokens@{ids['tokens'][:16]}", seed=br.SEED, batch_size=br.BATCH, shuffle="global")
-    from dsinspect.loaders.order import steps_in_epoch
+    from dsinspect.loaders.order.plan import steps_in_epoch
     state = {"tokens": LoaderState.at(tokens, steps_in_epoch(tokens, 0) // 2, 0).to_json()}
     out = []
     for workload, resume, label in (("tokens", True, "tokens resumed at 50%"), ("images", False, "images")):

@@ -5,7 +5,7 @@ for as long as asked, with the figures of docs/RELIABILITY.md. Not part of the t
 
 Each round: `--trials-per-round` kill-and-resume trials (tests/kill_resume_worker.py, checked by
 tests/test_kill_resume.py), the three concurrency scenarios of tests/test_concurrency.py, and, when
-dsinspect/loaders/faults.py is there, one Loader epoch over a fault-injecting filesystem compared with
+dsinspect/loaders/store/faults.py is there, one Loader epoch over a fault-injecting filesystem compared with
 the clean epoch. A round's figures print as one JSON line; the totals print at the end. Any lost or
 duplicated sample, wrong batch, lost tag update or unclear error stops the soak with the failure.
 """
@@ -32,7 +32,7 @@ import test_kill_resume as kill_resume  # noqa: E402
 
 from dsinspect.errors import IntegrityError  # noqa: E402
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions  # noqa: E402
-from dsinspect.loaders.cache import ShardCache  # noqa: E402
+from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
 
 def kill_resume_round(work: Path, catalog: Catalog, seed: int, first: int, trials: int, totals: Counter) -> dict:
@@ -69,7 +69,7 @@ FAULT_FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob",
 def fault_round(work: Path, seed: int, totals: Counter) -> dict | None:
     """One Loader epoch through a fresh cache over a faulty filesystem, equal to the clean epoch."""
     try:
-        from dsinspect.loaders.faults import KINDS, FaultSpec, FaultStats, FaultyFileSystem
+        from dsinspect.loaders.store.faults import KINDS, FaultSpec, FaultStats, FaultyFileSystem
     except ImportError:
         return None
     root = work / f"faults-{seed}" / "catalog"

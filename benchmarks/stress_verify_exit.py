@@ -10,7 +10,7 @@ threads decode row groups and may drop the last reference to that buffer after `
 returned. Releasing a PyBuffer takes the GIL; a thread that asks for it while the interpreter
 finalizes is ended by CPython with pthread_exit, whose forced unwinding through Arrow's noexcept
 C++ frames calls std::terminate. Now the shard's bytes live in Arrow's own memory pool
-(dsinspect/loaders/verify.py `_read_hashing`), so no Arrow thread ever needs the GIL.
+(dsinspect/loaders/store/verify.py `_read_hashing`), so no Arrow thread ever needs the GIL.
 
 Runs go round-robin over the addresses; `--jobs` run at once. The race needs a descheduled Arrow
 worker: on this 2-core machine the old code aborted 2 times in 549 runs while ~6 engineers' test
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # `--direct`: verify_version and exit, no report drawn: the shortest gap between the last row group
 # read and interpreter shutdown, the window the abort needs (both aborts seen here came this way)
-DIRECT = ("import sys, dsinspect; from dsinspect.loaders.verify import verify_version; "
+DIRECT = ("import sys, dsinspect; from dsinspect.loaders.store.verify import verify_version; "
           "sys.exit(0 if verify_version(dsinspect.open_catalog().resolve(sys.argv[1])).ok else 1)")
 
 

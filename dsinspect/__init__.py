@@ -9,8 +9,8 @@ from dsinspect.loaders import (  # noqa: E402
     Batch, Catalog, DatasetVersion, Field, Loader, LoaderState, Manifest, Role, RunSpec, WriteOptions,
     batch_indices, derive_version, epoch_order, parse_address, plan_batch, verify_version,
 )
-from dsinspect.loaders.diff import diff  # noqa: E402
-from dsinspect.loaders.replay import replay  # noqa: E402
+from dsinspect.loaders.diff.compare import diff  # noqa: E402
+from dsinspect.loaders.audit.replay import replay  # noqa: E402
 
 __all__ = [
     "__version__", "open_catalog", "DsinspectError", "IntegrityError", "ManifestError", "NotFoundError",

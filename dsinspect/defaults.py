@@ -7,8 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.storage import cache_dir
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.storage import cache_dir
 
 __all__ = ["open_catalog", "bundled_catalog_path", "cache_dir"]
 

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -49,7 +49,7 @@ def forge_rl_version(catalog_dir, tmp_path):
 
     import pyarrow.parquet as pq
 
-    from dsinspect.loaders.manifest import Manifest, Shard
+    from dsinspect.loaders.format.manifest import Manifest, Shard
 
     cat = Catalog(str(catalog_dir))
     v = cat.resolve("demo-rl@v1")

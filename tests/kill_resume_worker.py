@@ -32,9 +32,9 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.loaders import LoaderState, RunSpec
-from dsinspect.loaders.order import epoch_start_step
-from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
-from dsinspect.loaders.storage import write_atomic
+from dsinspect.loaders.order.plan import epoch_start_step
+from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
+from dsinspect.loaders.store.storage import write_atomic
 
 MAX_RANKS = 8
 _FS = LocalFileSystem()

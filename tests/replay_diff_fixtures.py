@@ -7,12 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dsinspect.loaders.canonical import row_hashes
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.manifest import HASH_COLUMN, Field
-from dsinspect.loaders.version import DatasetVersion
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from dsinspect.errors import NotFoundError, UserError
-from dsinspect.loaders.address import Address, parse_address
+from dsinspect.loaders.store.address import Address, parse_address
 from conftest import TOY_FIELDS, toy_rows
 
 

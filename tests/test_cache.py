@@ -16,8 +16,8 @@ import pytest
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices
-from dsinspect.loaders.cache import ShardCache
-from dsinspect.loaders.canonical import row_hashes
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.format.canonical import row_hashes
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
           Field("tokens", pa.list_(pa.int32()), "tokens")]
@@ -124,8 +124,8 @@ class _SlowFile:
 
 
 def _fill_until_killed(catalog_url, root, stage, ready):
-    import dsinspect.loaders.cache as cache_module
-    import dsinspect.loaders.fetch as fetch_module
+    import dsinspect.loaders.read.cache as cache_module
+    import dsinspect.loaders.read.fetch as fetch_module
 
     catalog = Catalog(catalog_url)
     version = catalog.resolve("cache")

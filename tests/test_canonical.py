@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 import xxhash
 
-from dsinspect.loaders.canonical import ROW_DOMAIN, encode_column, field_hashes, row_hashes
+from dsinspect.loaders.format.canonical import ROW_DOMAIN, encode_column, field_hashes, row_hashes
 
 u64 = struct.Struct("<Q").pack
 

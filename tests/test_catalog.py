@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.errors import NotFoundError, UserError
-from dsinspect.loaders.canonical import row_hashes
-from dsinspect.loaders.derive import derive_version
-from dsinspect.loaders.manifest import HASH_COLUMN, Field
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.store.derive import derive_version
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
 
 TRAJ = pa.struct([("obs", pa.list_(pa.list_(pa.float32()))), ("action", pa.list_(pa.int32())),
@@ -187,9 +187,9 @@ def test_a_row_read_touches_only_its_row_group(catalog):
 BOUNDED = textwrap.dedent("""
     import os, resource, sys
     import pyarrow as pa
-    from dsinspect.loaders.catalog import Catalog
-    from dsinspect.loaders.manifest import Field
-    from dsinspect.loaders.writer import WriteOptions
+    from dsinspect.loaders.store.catalog import Catalog
+    from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.writer import WriteOptions
     fields = [Field("id", pa.int64(), "scalar"), Field("blob", pa.binary(), "bytes")]
     def rows():  # 160 MiB in total, never all in memory
         for i in range(40_000):

@@ -9,8 +9,8 @@ import pytest
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 from dsinspect.errors import IntegrityError, ManifestError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.describe import catalog_listing
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.describe import catalog_listing
 from test_cli import assert_one_line_error, run
 
 

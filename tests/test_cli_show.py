@@ -12,8 +12,8 @@ import pytest
 
 from conftest import forge_rl_version
 from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 
 
 def show(*args, catalog=None):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dsinspect.loaders import Catalog, RunSpec, WriteOptions, batch_indices
-from dsinspect.loaders.storage import locked
+from dsinspect.loaders.store.storage import locked
 from s3_server import s3_server
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -11,14 +11,14 @@ from PIL import Image
 from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.derive import derive_version
-from dsinspect.loaders.diff import diff
-from dsinspect.loaders.diff_fields import first_difference, image_detail
-from dsinspect.loaders.diff_rows import moved_items
-from dsinspect.loaders.manifest import HASH_COLUMN, Field
-from dsinspect.loaders.version import DatasetVersion
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.derive import derive_version
+from dsinspect.loaders.diff.compare import diff
+from dsinspect.loaders.diff.fields import first_difference, image_detail
+from dsinspect.loaders.diff.rows import moved_items
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
 from replay_diff_fixtures import STEP_FIELDS, step_updates, steps
 
@@ -243,7 +243,7 @@ def test_field_counts_read_only_the_row_groups_of_changed_rows_and_infer_the_hea
 
 
 def test_field_counts_in_small_blocks_read_each_row_group_once(cat, monkeypatch):
-    from dsinspect.loaders import diff_counts
+    from dsinspect.loaders.diff import counts as diff_counts
 
     options = WriteOptions(shard_rows=300, row_group_rows=50)
     a = cat.write_version("st", steps(900), STEP_FIELDS, key="id", options=options)

@@ -23,7 +23,7 @@ import pytest
 
 from dsinspect.errors import DsinspectError, StorageError
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions
-from dsinspect.loaders.cache import ShardCache
+from dsinspect.loaders.read.cache import ShardCache
 
 pytestmark = pytest.mark.slow  # real mounts and real CLI processes
 

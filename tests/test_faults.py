@@ -1,4 +1,4 @@
-"""Reads through the fault-injecting filesystem (dsinspect/loaders/faults.py): the output is exactly
+"""Reads through the fault-injecting filesystem (dsinspect/loaders/store/faults.py): the output is exactly
 the clean output, or a clear project error naming the URL; never wrong data, never a hang."""
 
 import os
@@ -12,14 +12,14 @@ import pytest
 
 from dsinspect.errors import DsinspectError, IntegrityError, UserError
 from dsinspect.inspect.sample import open_sample
-from dsinspect.loaders.cache import ShardCache
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.faults import ENV, KINDS, FaultSpec, FaultStats, FaultyFileSystem
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.manifest import Field
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.verify import verify_version
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.faults import ENV, KINDS, FaultSpec, FaultStats, FaultyFileSystem
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.store.verify import verify_version
+from dsinspect.loaders.store.writer import WriteOptions
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),
           Field("blob", pa.binary(), "bytes")]

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from dsinspect.defaults import open_catalog
 from dsinspect.errors import DsinspectError, UserError
-from dsinspect.loaders.address import NAME_PATTERN, parse_address
-from dsinspect.loaders.manifest import Manifest
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.state import LoaderState
+from dsinspect.loaders.store.address import NAME_PATTERN, parse_address
+from dsinspect.loaders.format.manifest import Manifest
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.state import LoaderState
 from fuzz_helpers import mutate_bytes, mutate_json, run_inputs
 
 GOAL = 10_000  # inputs per parser (the figure)

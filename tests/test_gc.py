@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.derive import derive_version
-from dsinspect.loaders.gc import find_garbage, remove_garbage
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.derive import derive_version
+from dsinspect.loaders.store.gc import find_garbage, remove_garbage
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.source import SourceSpec
-from dsinspect.loaders.verify import verify_version
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.store.verify import verify_version
+from dsinspect.loaders.store.writer import WriteOptions
 from ingest_helpers import OPENER, write_jsonl_source
 from test_cli import assert_one_line_error, run
 
@@ -29,7 +29,7 @@ def _age(path: Path, seconds: float) -> None:
 
 
 def _fields():
-    from dsinspect.loaders.manifest import Field
+    from dsinspect.loaders.format.manifest import Field
     return [Field.from_json({"name": "id", "type": "int64", "role": "scalar", "nullable": True, "options": {}}),
             Field.from_json({"name": "text", "type": "string", "role": "text", "nullable": True, "options": {}})]
 

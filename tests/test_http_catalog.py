@@ -14,9 +14,9 @@ import pytest
 from dsinspect.defaults import BUNDLED
 from dsinspect.errors import StorageError
 from dsinspect.loaders import Catalog, Loader, RunSpec
-from dsinspect.loaders.cache import ShardCache
-from dsinspect.loaders.describe import catalog_listing
-from dsinspect.loaders.replay import replay
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.store.describe import catalog_listing
+from dsinspect.loaders.audit.replay import replay
 from http_range_server import RangeHandler, serving
 
 
@@ -100,7 +100,7 @@ def test_writes_to_an_http_catalog_are_refused_in_one_line(served, tmp_path, arg
 
 
 def test_the_write_boundary_refuses_http_whatever_calls_it(served):
-    from dsinspect.loaders.storage import publish_file, write_atomic
+    from dsinspect.loaders.store.storage import publish_file, write_atomic
 
     url, counts = served
     fs = Catalog(url).fs

@@ -4,7 +4,7 @@ still forces either, and the engine never changes the version id."""
 
 import pytest
 
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine_choice import POOL_MIN_BYTES, choose_engine
 from ingest_helpers import write_jsonl_source

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine import fixed_chunks, staging_dir
 from dsinspect.loaders.ingest.source import SourceSpec
-from dsinspect.loaders.verify import verify_version
-from dsinspect.loaders.verify_parts import shard_ranges, verify_parallel
+from dsinspect.loaders.store.verify import verify_version
+from dsinspect.loaders.store.verify_parts import shard_ranges, verify_parallel
 from ingest_helpers import OPENER, attempts, write_jsonl_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def test_pool_gives_the_same_version_id_as_inline(source, reference, tmp_path):
 
 
 def test_different_write_options_give_a_different_id_and_same_rows(source, reference, tmp_path):
-    from dsinspect.loaders.writer import WriteOptions
+    from dsinspect.loaders.store.writer import WriteOptions
 
     catalog = Catalog(str(tmp_path / "catalog"))
     v = run_ingest(catalog, str(source), "text", engine="inline", key="id", write=WriteOptions(shard_rows=300)).version

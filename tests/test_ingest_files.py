@@ -13,7 +13,7 @@ import fsspec
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.ingest.sources import detect_source

@@ -9,7 +9,7 @@ import pytest
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.infer import describe_fields, infer_fields, role_for_extension, sniff_media
-from dsinspect.loaders.roles import Role
+from dsinspect.loaders.format.roles import Role
 from ingest_fixtures import image_bytes, mp4_bytes, webm_bytes
 
 TOKENIZER = {"kind": "huggingface", "blob": "ab" * 32}

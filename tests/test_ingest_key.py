@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.diff import diff
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.diff.compare import diff
 from dsinspect.loaders.ingest import ingest
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import pytest
 
 from dsinspect.inspect import open_address, tiktoken_encoding
 from dsinspect.inspect.vocab import tiktoken_document
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import ingest
 from dsinspect.loaders.ingest.export import export_version
-from dsinspect.loaders.verify import verify_version
+from dsinspect.loaders.store.verify import verify_version
 
 REPO = Path(__file__).resolve().parents[1]
 TEXTS = ["Hello, world!", "héllo wörld — 日本語のテキスト 🙂", "def f(x):\n    return x * 2\n<|endoftext|>"]

@@ -13,7 +13,7 @@ from PIL import Image
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.inspect import ErrorView, FrameView, ImageView, VideoView, image_view, video_view
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from dsinspect.defaults import BUNDLED
 from dsinspect.demo.tokenizer import load_tokenizer, tokenizer_bytes
 from dsinspect.inspect import Severity, encode_text, huggingface_vocab, tiktoken_encoding, tiktoken_vocab, tokens_view
 from dsinspect.inspect.vocab import _bundled_constructor, byte_level_decode
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 
 
 @pytest.fixture(scope="module")

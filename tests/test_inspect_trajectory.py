@@ -7,7 +7,7 @@ import pytest
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.inspect import TrajectoryView, trajectory_view
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.manifest import Field
-from dsinspect.loaders.order import batch_indices, steps_in_epoch
-from dsinspect.loaders.runlog import batch_fingerprint, read_fingerprints, read_specs, spec_for_step
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.state import LoaderState
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.order.plan import batch_indices, steps_in_epoch
+from dsinspect.loaders.records.runlog import batch_fingerprint, read_fingerprints, read_specs, spec_for_step
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
 
 
@@ -159,7 +159,7 @@ def wide_rows(n, seed=0):
 def test_fast_gathers_equal_arrows_take(tmp_path, shuffle):
     """Dense (numpy) and list gathers, across shards and with ragged, empty and null rows, give the
     rows, Arrow table and numpy arrays that Arrow's generic take of the stored table gives."""
-    from dsinspect.loaders.loader import _column_to_numpy
+    from dsinspect.loaders.read.loader import _column_to_numpy
     c = Catalog(str(tmp_path / "cat"))
     rows = wide_rows(60)
     c.write_version("wide", rows, WIDE_FIELDS, key="id", options=WriteOptions(shard_rows=20, row_group_rows=8))

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.errors import IntegrityError, ManifestError
-from dsinspect.loaders.manifest import Field, Manifest, canonical_json
+from dsinspect.loaders.format.manifest import Field, Manifest, canonical_json
 from conftest import TOY_FIELDS, toy_rows
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dsinspect.loaders.order import epoch_order, mixture_counts, plan_batch
-from dsinspect.loaders.permute import Permutation, key_of, mix64, sample_seeds
-from dsinspect.loaders.spec import RunSpec, Source
-from dsinspect.loaders.state import LoaderState
+from dsinspect.loaders.order.plan import epoch_order, mixture_counts, plan_batch
+from dsinspect.loaders.order.permutation import Permutation, key_of, mix64, sample_seeds
+from dsinspect.loaders.order.spec import RunSpec, Source
+from dsinspect.loaders.order.state import LoaderState
 
 ONE = (Source("a", "a" * 64, (50, 0, 30, 20)),)
 MIX = (Source("a", "a" * 64, (60, 40), 2.0), Source("b", "b" * 64, (25,), 1.0))

@@ -19,16 +19,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders import order as order_module
-from dsinspect.loaders.manifest import HASH_COLUMN, Field
-from dsinspect.loaders.order import (batch_indices, epoch_order, locate_step, mixture_counts, plan_batch,
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.order import plan as order_module
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.order.plan import (batch_indices, epoch_order, locate_step, mixture_counts, plan_batch,
                                      samples_at, steps_in_epoch)
-from dsinspect.loaders.permute import Permutation, sample_seeds
-from dsinspect.loaders.spec import LastBatch, RunSpec, Shuffle, Source
-from dsinspect.loaders.state import LoaderState
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.order.permutation import Permutation, sample_seeds
+from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.store.writer import WriteOptions
 from state_harness import check_save_load
 
 # DSINSPECT_PROPERTY_SCALE=20 runs twenty times the examples (a deep search, not for every CI run)

@@ -7,16 +7,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.logcheck import check_log, parse_steps
-from dsinspect.loaders.order import batch_indices, plan_batch, steps_in_epoch
-from dsinspect.loaders.replay import load_specs, replay
-from dsinspect.loaders.replay_export import RECEIPT_FORMAT, export_replay
-from dsinspect.loaders.runlog import RunRecorder, read_fingerprints, read_specs
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.state import LoaderState
-from dsinspect.loaders.transforms import load_transform, transformed_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.audit.logcheck import check_log, parse_steps
+from dsinspect.loaders.order.plan import batch_indices, plan_batch, steps_in_epoch
+from dsinspect.loaders.audit.replay import load_specs, replay
+from dsinspect.loaders.audit.export import RECEIPT_FORMAT, export_replay
+from dsinspect.loaders.records.runlog import RunRecorder, read_fingerprints, read_specs
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from replay_diff_fixtures import make_catalog, rewrite_shard, run_job, seeded_jitter
 
 
@@ -289,7 +289,7 @@ def test_spec_sources_and_refusals(cat, tmp_path):
 def test_mixture_of_different_schemas_shows_common_fields(tmp_path):
     cat = make_catalog(tmp_path / "cat")
     import pyarrow as pa
-    from dsinspect.loaders.manifest import Field
+    from dsinspect.loaders.format.manifest import Field
     cat.write_version("names", [{"id": i, "name": f"n{i}"} for i in range(30)],
                       [Field("id", pa.int64(), "scalar", nullable=False), Field("name", pa.string(), "text")])
     spec = RunSpec.create(cat, {"toy": 1.0, "names": 1.0}, batch_size=6, mixture_block=8)

@@ -10,8 +10,8 @@ import pytest
 
 from dsinspect.defaults import BUNDLED, open_catalog
 from dsinspect.demo.build import DATASETS, write_sample_catalog
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.verify import verify_version
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.verify import verify_version
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import dsinspect
 from dsinspect.errors import DsinspectError, UserError
-from dsinspect.loaders.address import check_name, parse_address
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.spec import RunSpec
+from dsinspect.loaders.store.address import check_name, parse_address
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.order.spec import RunSpec
 
 PACKAGE = Path(dsinspect.__file__).parent
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}
@@ -91,7 +91,7 @@ HOOK = textwrap.dedent("""
         setattr(_pickle, n, spy(f"_pickle.{n}", getattr(_pickle, n)))
 
     from dsinspect.inspect.sample import open_sample
-    from dsinspect.loaders.cache import ShardCache
+    from dsinspect.loaders.read.cache import ShardCache
     catalog = dsinspect.open_catalog()
     views = rows = 0
     for name in catalog.datasets():
@@ -255,8 +255,8 @@ def test_every_content_address_place_refuses_a_hostile_name(text_catalog, name, 
     turns a content address into a path refuses anything but 64 lowercase hex digits, at parse time
     (a manifest naming it) and at the path-building boundary (code handing one in directly)."""
     from dsinspect.errors import ManifestError
-    from dsinspect.loaders.cache import ShardCache
-    from dsinspect.loaders.manifest import Field, Manifest, Shard
+    from dsinspect.loaders.read.cache import ShardCache
+    from dsinspect.loaders.format.manifest import Field, Manifest, Shard
 
     catalog, v1 = text_catalog, text_catalog.resolve("demo-text@v1")
     data = _manifest_json(v1)
@@ -425,7 +425,7 @@ def test_ingest_staging_names_from_a_task_payload_stay_in_the_staging_folder(tmp
 @pytest.mark.parametrize("name", PATH_NAMES)
 def test_run_record_names_from_a_link_are_looked_up_never_joined(tmp_path, name):
     """The web app's `?run=NAME` (and its `log=`) names a folder of the runs directory's listing."""
-    from dsinspect.loaders.runlog import RunRecorder
+    from dsinspect.loaders.records.runlog import RunRecorder
     from dsinspect.web.web_runs import run_path
 
     (tmp_path / "runs" / "ok" / "specs").mkdir(parents=True)
@@ -438,7 +438,7 @@ def test_run_record_names_from_a_link_are_looked_up_never_joined(tmp_path, name)
 @settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(st.text(st.sampled_from("af09._-/\\:%@~ \0\néаｄ"), max_size=140) | st.text(max_size=140))
 def test_any_accepted_relative_name_or_address_maps_strictly_under_its_directory(name):
-    from dsinspect.loaders.pathnames import check_component, check_ext, check_relative, check_sha256
+    from dsinspect.loaders.format.pathnames import check_component, check_ext, check_relative, check_sha256
     root = "/srv/catalog/x"
     for check in (check_relative, check_component):
         try:

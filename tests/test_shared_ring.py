@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dsinspect.loaders.shared_ring import (
+from dsinspect.loaders.pytorch.ring import (
     RingOverrun, RingReader, RingWriter, new_prefix, ring_slots, segment_name, sweep_orphans,
 )
 
@@ -186,7 +186,7 @@ def torch_catalog(tmp_path_factory):
 
 def torch_batches(cat, **options):
     from dsinspect.loaders import RunSpec
-    from dsinspect.loaders.pytorch import TorchBatches
+    from dsinspect.loaders.pytorch.adapter import TorchBatches
     spec = RunSpec.create(cat, "grow", shuffle="none", batch_size=8, **options)
     return TorchBatches(spec, cat)
 
@@ -208,7 +208,7 @@ def own_segments():
 @needs_dev_shm
 @pytest.mark.slow
 def test_torch_loader_batches_equal_zero_workers_while_the_ring_grows(torch_catalog):
-    from dsinspect.loaders.pytorch import TorchLoader
+    from dsinspect.loaders.pytorch.adapter import TorchLoader
     want = [tensors_exact(b) for b in TorchLoader(torch_batches(torch_catalog), num_workers=0)]
     got, generations = [], set()
     for batch in TorchLoader(torch_batches(torch_catalog), num_workers=2):
@@ -222,7 +222,7 @@ def test_torch_loader_batches_equal_zero_workers_while_the_ring_grows(torch_cata
 @needs_dev_shm
 @pytest.mark.slow
 def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
-    from dsinspect.loaders.pytorch import TorchLoader
+    from dsinspect.loaders.pytorch.adapter import TorchLoader
     loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
     for batch in loader:
         assert any("-w0-g" in name for name in own_segments())  # the workers' rings exist while the pass runs
@@ -240,7 +240,7 @@ def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
 @needs_dev_shm
 @pytest.mark.slow
 def test_a_killed_worker_leaves_no_segment_behind(torch_catalog):
-    from dsinspect.loaders.pytorch import TorchLoader
+    from dsinspect.loaders.pytorch.adapter import TorchLoader
     loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
     running = iter(loader)
     next(running)
@@ -261,7 +261,7 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
     receiving a descriptor and copying its slot (the DataLoader has already sent that worker its next
     task) lets the workers write every slot they may. With the bound's slots that is fine; with
     fewer, the overrun is a clear error."""
-    from dsinspect.loaders import pytorch
+    from dsinspect.loaders.pytorch import adapter as pytorch
     take = RingReader.take
 
     def slow_take(delay):
@@ -286,7 +286,7 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
 @needs_dev_shm
 @pytest.mark.slow
 def test_without_shared_memory_batches_still_arrive_through_the_pipe(torch_catalog, monkeypatch):
-    from dsinspect.loaders import pytorch
+    from dsinspect.loaders.pytorch import adapter as pytorch
 
     def refuse(self, tree):
         raise OSError(28, "No space left on device")
@@ -300,7 +300,7 @@ def test_without_shared_memory_batches_still_arrive_through_the_pipe(torch_catal
 def test_arrays_leave_the_ring_as_default_convert_makes_them():
     torch = pytest.importorskip("torch")
     from torch.utils.data import default_convert
-    from dsinspect.loaders.pytorch import _tensor_copy
+    from dsinspect.loaders.pytorch.adapter import _tensor_copy
     arrays = [np.arange(6, dtype=t).reshape(2, 3) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
                                                           np.int64, np.float16, np.float32, np.float64, np.complex64)]
     arrays += [np.array([True, False]), np.array(3, dtype=np.int64), np.array([b"ab", b"c"]), np.array(["x", "yz"])]

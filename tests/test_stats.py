@@ -4,12 +4,12 @@ import logging
 
 import pytest
 
-from dsinspect.loaders.cache import ShardCache
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.loader import Loader
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.stats import PeriodicLogger, ReadStats
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.read.stats import PeriodicLogger, ReadStats
+from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
 
 

@@ -172,7 +172,7 @@ async def test_a_broken_manifest_is_listed_as_broken_beside_the_intact_datasets(
     import shutil
 
     from dsinspect.defaults import BUNDLED
-    from dsinspect.loaders.catalog import Catalog
+    from dsinspect.loaders.store.catalog import Catalog
 
     shutil.copytree(BUNDLED, tmp_path / "catalog")
     vid = Catalog(str(tmp_path / "catalog")).resolve("demo-video@v1").id

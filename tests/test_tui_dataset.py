@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from textual.widgets import DataTable, TabbedContent
 
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.dataset_screen import DatasetScreen

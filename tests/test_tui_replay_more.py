@@ -9,8 +9,8 @@ import pytest
 from textual.widgets import DataTable, Input
 
 import dsinspect
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.transforms import transformed_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.records.transforms import transformed_fingerprint
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.replay_screen import ReplayScreen

@@ -10,8 +10,8 @@ import pytest
 from textual.widgets import OptionList
 
 import dsinspect
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 from dsinspect.term import sparkline
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp

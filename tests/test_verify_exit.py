@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dsinspect
-from dsinspect.loaders import verify
+from dsinspect.loaders.store import verify
 from dsinspect.loaders.ingest.export import export_version
 
 
@@ -46,7 +46,7 @@ def test_verify_in_parts_uses_the_same_arrow_owned_read(monkeypatch):
     kinds = []
     real = verify._check_rows
     monkeypatch.setattr(verify, "_check_rows", lambda v, s, data, rep: (kinds.append(type(data)), real(v, s, data, rep)))
-    from dsinspect.loaders.verify_parts import verify_shards_task
+    from dsinspect.loaders.store.verify_parts import verify_shards_task
     result = verify_shards_task({"catalog": version.catalog.url, "dataset": version.name, "version": version.id,
                                  "shards": [0, len(version.manifest.shards)]})
     assert all(s["problems"] == [] for s in result["shards"])
@@ -76,7 +76,7 @@ def test_row_reads_give_arrow_threads_no_python_file(monkeypatch, tmp_path):
     import shutil
 
     from dsinspect.defaults import BUNDLED
-    from dsinspect.loaders.catalog import Catalog
+    from dsinspect.loaders.store.catalog import Catalog
     sources, threads = [], []
     real_init, real_read = pq.ParquetFile.__init__, pq.ParquetFile.read_row_group
 

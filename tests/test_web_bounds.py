@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
 from dsinspect.web.web_model import STEP_CAP, TOKEN_CAP
 from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
@@ -100,7 +100,7 @@ def test_a_long_token_list_says_how_much_of_it_is_shown(big_catalog, monkeypatch
 
 def test_replays_beyond_the_bound_are_refused_whole(big_catalog):
     from dsinspect.errors import UserError
-    from dsinspect.loaders.spec import RunSpec
+    from dsinspect.loaders.order.spec import RunSpec
 
     def spec(batch: int, world: int) -> RunSpec:
         return RunSpec.create(Catalog(big_catalog), "small@v1", batch_size=batch, world_size=world, last_batch="pad")

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from dsinspect.loaders.replay import replay
-from dsinspect.loaders.runlog import RunRecorder
-from dsinspect.loaders.spec import RunSpec
+from dsinspect.loaders.audit.replay import replay
+from dsinspect.loaders.records.runlog import RunRecorder
+from dsinspect.loaders.order.spec import RunSpec
 from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 from web_server import running_web
 

@@ -11,8 +11,8 @@ from PIL import Image
 from streamlit.testing.v1 import AppTest
 
 import dsinspect
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.format.manifest import Field
 from dsinspect.web import web_diff
 from dsinspect.web.web_nav import PAGES, page_for
 from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, plain, png, run, texts

@@ -21,8 +21,8 @@ import sys
 import torch.distributed as dist
 
 from dsinspect.loaders import Catalog, Loader, RunSpec
-from dsinspect.loaders.cache import ShardCache
-from dsinspect.loaders.canonical import row_hashes
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.format.canonical import row_hashes
 
 
 def write_json(path, data):
@@ -61,7 +61,7 @@ def bounded(job, rank, world):
 
 
 def through_torch(job, rank):
-    from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
+    from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
 
     loader = TorchLoader(TorchBatches(RunSpec.from_json(job["spec"]), job["catalog"]),
                          num_workers=job["torch_workers"])

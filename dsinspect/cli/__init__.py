@@ -23,7 +23,7 @@ __all__ = ["main", "cli"]
               help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
 @click.option("--inject-faults", "inject_faults", metavar="SPEC", default=None,
               help="Debug: inject storage read faults, e.g. 'seed=7,error=0.05,truncate=0.02,flip=0.02,slow=0.01' "
-                   "(grammar in dsinspect/loaders/faults.py); a count of injected faults goes to stderr at exit.")
+                   "(grammar in dsinspect/loaders/store/faults.py); a count of injected faults goes to stderr at exit.")
 @click.version_option(package_name="dsinspect")
 @click.pass_context
 def cli(ctx: click.Context, catalog_url: str | None, inject_faults: str | None = None) -> None:
@@ -41,7 +41,7 @@ def _inject_faults(ctx: click.Context, text: str) -> None:
     filesystem; the environment variable also reaches subprocesses (the web app)."""
     import os
 
-    from dsinspect.loaders import faults
+    from dsinspect.loaders.store import faults
     faults.FaultSpec.parse(text)
     os.environ[faults.ENV] = text
     ctx.call_on_close(lambda: click.echo(f"dsinspect: {faults.GLOBAL_STATS.summary()}", err=True))

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, json_option, out, progress
-from dsinspect.loaders.describe import catalog_listing, version_info
+from dsinspect.loaders.store.describe import catalog_listing, version_info
 from dsinspect.term import human_bytes
 
 
@@ -110,7 +110,7 @@ def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_
 def verify(ctx: click.Context, address: str, engine: str, workers: int | None, catalog_url: str | None,
            as_json: bool) -> None:
     """Re-hash every shard (sha256) and every row; exit 1 naming each mismatch."""
-    from dsinspect.loaders.verify_parts import verify_parallel
+    from dsinspect.loaders.store.verify_parts import verify_parallel
 
     version = catalog_from(ctx, catalog_url).resolve(address)
     with progress(f"verify {version.address}", version.manifest.num_bytes, unit_bytes=True) as advance:
@@ -150,7 +150,7 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
 
     Lists them (all datasets, or the NAMEs); --apply removes them. Versions are never touched."""
     from dsinspect.errors import UserError
-    from dsinspect.loaders.gc import dataset_names, find_garbage, remove_garbage
+    from dsinspect.loaders.store.gc import dataset_names, find_garbage, remove_garbage
 
     catalog = catalog_from(ctx, catalog_url)
     if apply:

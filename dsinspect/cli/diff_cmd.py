@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
 from dsinspect.errors import UserError
-from dsinspect.loaders.diff import VersionDiff, diff, shard_changes
+from dsinspect.loaders.diff.compare import VersionDiff, diff, shard_changes
 
 @click.command("diff")
 @click.argument("a", metavar="ADDRESS")

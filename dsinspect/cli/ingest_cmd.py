@@ -13,7 +13,7 @@ from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, j
 from dsinspect.term import human_bytes
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.engine_choice import AUTO
-from dsinspect.loaders.ingest.tasks import ENGINES
+from dsinspect.loaders.compute.tasks import ENGINES
 
 __all__ = ["COMMANDS", "parse_roles"]
 

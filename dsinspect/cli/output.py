@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from dsinspect.defaults import open_catalog
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 
 # Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 132)

@@ -11,12 +11,12 @@ from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.logcheck import LogCheck, check_log, parse_steps
-from dsinspect.loaders.replay import Replay, load_specs, replay
-from dsinspect.loaders.replay_export import export_replay
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.audit.logcheck import LogCheck, check_log, parse_steps
+from dsinspect.loaders.audit.replay import Replay, load_specs, replay
+from dsinspect.loaders.audit.export import export_replay
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
 from dsinspect.term.preview import preview
 
 _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",

@@ -8,7 +8,7 @@ import click
 
 from dsinspect.cli.output import catalog_from, catalog_option
 from dsinspect.errors import UserError
-from dsinspect.loaders.address import parse_address
+from dsinspect.loaders.store.address import parse_address
 
 
 @click.command()

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.derive import derive_version
-from dsinspect.loaders.manifest import Field
-from dsinspect.loaders.storage import join, write_atomic
-from dsinspect.loaders.writer import WriteOptions
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.derive import derive_version
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.storage import join, write_atomic
+from dsinspect.loaders.store.writer import WriteOptions
 
 __all__ = ["GENERATOR_VERSION", "write_sample_catalog", "DATASETS"]
 

@@ -13,7 +13,7 @@ import numpy as np
 from dsinspect.inspect.hexdump import HexPage, hex_page
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, jsonable, no_json
-from dsinspect.loaders.nested import flatten
+from dsinspect.loaders.format.nested import flatten
 
 __all__ = ["JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "array_view", "sniff",
            "MAX_JSON_BYTES"]

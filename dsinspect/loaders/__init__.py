@@ -1,30 +1,37 @@
-"""The read engine: catalog, immutable versions of Parquet shards, the streaming loader, replay and
-diff (`dsinspect.loaders.replay.replay`, `dsinspect.loaders.diff.diff`; re-exported as
-`dsinspect.replay` and `dsinspect.diff`: re-exporting them here would shadow their modules).
+"""The engine: everything between a dataset on storage and a batch in a training job, with no UI.
 
-Imports no UI library. Public names are re-exported here; code lives in one module per concern.
+    format/   the stored format: manifests, canonical encoding, row hashes, roles, path-name rules
+    compute/  inline / process-pool / Ray task engines
+    store/    storage, catalog and its path layout, versions, writer, derive, verify, gc, addresses
+    order/    run spec, the order of every (step, rank) as arithmetic, loader state
+    records/  run records: run specs and fingerprint logs, a job's transform
+    read/     shard cache, column views, batch reader, `Loader`, `Batch`
+    pytorch/  TorchBatches / TorchLoader (the `torch` extra)
+    audit/    replay of any (step, rank), log check, export of a batch
+    diff/     diff of two versions down to the field
+    ingest/   sources (JSONL, Parquet, HF, WebDataset, MDS, files) into new versions
+
+Each layer imports only those listed below it (`[tool.importlinter]` in pyproject.toml checks it); the
+engine never imports a face (CLI, TUI, web), `dsinspect.inspect` or the package root, and takes its
+catalog explicitly. Re-exported here: what a training job or a script calls. `replay` and `diff` are
+`dsinspect.loaders.audit.replay` and `dsinspect.loaders.diff.diff` (also `dsinspect.replay`, `dsinspect.diff`).
 """
 
-from dsinspect.loaders.address import Address, parse_address
-from dsinspect.loaders.canonical import encode_column, field_hashes, row_hashes
-from dsinspect.loaders.catalog import LATEST, Catalog
-from dsinspect.loaders.derive import derive_version
-from dsinspect.loaders.loader import Batch, Loader
-from dsinspect.loaders.order import BatchPlan, batch_indices, epoch_order, locate_step, plan_batch, steps_in_epoch
-from dsinspect.loaders.runlog import RunRecorder, batch_fingerprint, read_fingerprints, read_specs, spec_for_step
-from dsinspect.loaders.spec import LastBatch, RunSpec, Shuffle, Source, Start
-from dsinspect.loaders.state import LoaderState
-from dsinspect.loaders.manifest import HASH_COLUMN, Field, Manifest, Shard
-from dsinspect.loaders.roles import Role
-from dsinspect.loaders.verify import ShardReport, VerifyReport, verify_version
-from dsinspect.loaders.version import DatasetVersion
-from dsinspect.loaders.writer import VersionWriter, WriteOptions
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
+from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
+from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.loader import Batch, Loader
+from dsinspect.loaders.store.address import parse_address
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.derive import derive_version
+from dsinspect.loaders.store.verify import verify_version
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import WriteOptions
 
 __all__ = [
-    "Address", "parse_address", "encode_column", "field_hashes", "row_hashes", "LATEST", "Catalog",
-    "derive_version", "HASH_COLUMN", "Field", "Manifest", "Shard", "Role", "ShardReport", "VerifyReport",
-    "verify_version", "DatasetVersion", "VersionWriter", "WriteOptions",
-    "Batch", "Loader", "BatchPlan", "batch_indices", "epoch_order", "locate_step", "plan_batch", "steps_in_epoch",
-    "RunRecorder", "batch_fingerprint", "read_fingerprints", "read_specs", "spec_for_step",
-    "LastBatch", "RunSpec", "Shuffle", "Source", "Start", "LoaderState",
+    "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
+    "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
+    "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch",
 ]

@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.cells import cell_len
 
-from dsinspect.loaders.manifest import Field
-from dsinspect.loaders.roles import Role
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.format.roles import Role
 
 __all__ = ["preview", "sniff_format", "size_text"]
 

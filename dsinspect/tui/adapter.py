@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 
 from dsinspect.defaults import open_catalog
 from dsinspect.inspect import Sample, open_sample
-from dsinspect.loaders.address import Address, parse_address
-from dsinspect.loaders.describe import catalog_listing, version_info
-from dsinspect.loaders.transforms import guarded, load_job_transform
-from dsinspect.loaders.version import DatasetVersion
+from dsinspect.loaders.store.address import Address, parse_address
+from dsinspect.loaders.store.describe import catalog_listing, version_info
+from dsinspect.loaders.records.transforms import guarded, load_job_transform
+from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["DataSource", "RowPage", "CELL_WIDTH"]
 
@@ -92,7 +92,7 @@ class DataSource:
 
     def diff(self, a: str, b: str, limit: int = 500) -> Any:
         """What changed from version `a` to version `b` (a VersionDiff); indexes in the addresses are ignored."""
-        from dsinspect.loaders.diff import diff
+        from dsinspect.loaders.diff.compare import diff
 
         return diff(self.version(a), self.version(b), self.catalog, limit=limit)
 
@@ -100,7 +100,7 @@ class DataSource:
         """The batch of (step, rank) of the run in `spec` (a spec file or run record directory);
         `rank` is an integer or "all". With `transform` (package.module:function) each rank's batch
         also carries `.transformed`, the job's transform re-run seeded as in the job."""
-        from dsinspect.loaders.replay import replay
+        from dsinspect.loaders.audit.replay import replay
 
         fn = _transform(transform)
         return guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
@@ -108,7 +108,7 @@ class DataSource:
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
         """The fingerprint log `log` (a file or run record directory) checked at `step` against
         replay: a LogCheck (`.ok`, `.checked`, `.divergence`)."""
-        from dsinspect.loaders.logcheck import check_log
+        from dsinspect.loaders.audit.logcheck import check_log
 
         fn = _transform(transform)
         return guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,

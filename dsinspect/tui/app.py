@@ -6,7 +6,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from dsinspect.errors import DsinspectError
-from dsinspect.loaders.address import parse_address
+from dsinspect.loaders.store.address import parse_address
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.catalog_screen import CatalogScreen
 from dsinspect.tui.commands import DsinspectCommands

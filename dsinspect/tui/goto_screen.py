@@ -10,7 +10,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.address import parse_address
+from dsinspect.loaders.store.address import parse_address
 
 __all__ = ["GoToScreen"]
 

@@ -243,7 +243,7 @@ class ReplayScreen(Screen):
 def _fed(transformed: Any) -> Fed:
     """The transform's output as a table when it is one (see transforms.as_table), else its repr."""
     from dsinspect.errors import UserError
-    from dsinspect.loaders.transforms import as_table
+    from dsinspect.loaders.records.transforms import as_table
 
     try:
         return Fed(table=as_table(transformed))

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from dsinspect.loaders.address import Address, parse_address
+from dsinspect.loaders.store.address import Address, parse_address
 from dsinspect.tui.field_view import FieldView, Prepared, prepare, raw_renderable
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed

@@ -6,7 +6,7 @@ from typing import Any
 
 import streamlit as st
 
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web import web_model
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
@@ -59,7 +59,7 @@ def run_names(catalog_url: str) -> list[str]:
 
 def _specs(catalog_url: str, spec_text: str, run: str) -> Any:
     """The spec the page names: a run record of the runs directory by name (all its segments), else `?spec=`."""
-    from dsinspect.loaders.replay import load_specs
+    from dsinspect.loaders.audit.replay import load_specs
     from dsinspect.web import web_runs
 
     if run:

@@ -17,10 +17,10 @@ import numpy as np
 from PIL import Image
 
 from dsinspect.inspect.images import SAFE_FORMATS
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.diff import diff
-from dsinspect.loaders.diff_images import pixel_delta
-from dsinspect.loaders.roles import Role
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.diff.compare import diff
+from dsinspect.loaders.diff.images import pixel_delta
+from dsinspect.loaders.format.roles import Role
 from dsinspect.web.web_model import cell
 
 __all__ = ["DIFF_LIMIT", "CHANGED_PAGE", "TEXT_CAP", "diff_model", "changed_rows", "image_png", "difference_png",

@@ -1,7 +1,7 @@
 """Plain, picklable data for the web pages, built from the catalog and the inspection core.
 
 No Streamlit here: pages cache these results (st.cache_data) and only lay them out. Every input
-that comes from a URL is an address, parsed by `dsinspect.loaders.address`; none is used as a path.
+that comes from a URL is an address, parsed by `dsinspect.loaders.store.address`; none is used as a path.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dsinspect.defaults import bundled_catalog_path
 from dsinspect.inspect import open_address
 from dsinspect.inspect.hexdump import hex_page
 from dsinspect.inspect.views import ErrorView, View
-from dsinspect.loaders.address import parse_address
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.describe import catalog_listing, version_info
+from dsinspect.loaders.store.address import parse_address
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.describe import catalog_listing, version_info
 
 __all__ = ["CATALOG_ENV", "configured_url", "catalog_rows", "catalog_broken", "dataset_model", "sample_table", "FieldModel",
            "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "cell", "TOKEN_CAP"]

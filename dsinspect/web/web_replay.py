@@ -16,13 +16,13 @@ from typing import Any, Callable
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.catalog import Catalog
-from dsinspect.loaders.logcheck import check_log, parse_steps
-from dsinspect.loaders.replay import Replay, load_specs, replay
-from dsinspect.loaders.runlog import spec_for_step
-from dsinspect.loaders.replay_export import provenance_table
-from dsinspect.loaders.spec import RunSpec
-from dsinspect.loaders.transforms import as_table, guarded, load_job_transform
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.audit.logcheck import check_log, parse_steps
+from dsinspect.loaders.audit.replay import Replay, load_specs, replay
+from dsinspect.loaders.records.runlog import spec_for_step
+from dsinspect.loaders.audit.export import provenance_table
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
 from dsinspect.web.web_model import cell
 
 __all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.storage import join, url_to_fs
+from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["RUNS_ENV", "runs_url", "run_names", "run_path"]
 

@@ -26,13 +26,13 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 
 from dsinspect.errors import ManifestError, UserError
-from dsinspect.loaders.catalog import Catalog
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
-from dsinspect.loaders.manifest import Field, Shard, canonical_json, sha256_hex
-from dsinspect.loaders.pathnames import check_component
-from dsinspect.loaders.storage import join, write_atomic
-from dsinspect.loaders.writer import VersionWriter, WriteOptions
+from dsinspect.loaders.format.manifest import Field, Shard, canonical_json, sha256_hex
+from dsinspect.loaders.format.pathnames import check_component
+from dsinspect.loaders.store.storage import join, write_atomic
+from dsinspect.loaders.store.writer import VersionWriter, WriteOptions
 
 __all__ = ["Job", "plan_job", "convert_part", "commit_job", "open_with", "fixed_chunks", "DEFAULT_OPENER", "CHUNK_ROWS"]
 

@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KEY
-from dsinspect.loaders.manifest import HASH_COLUMN, Field, sha256_hex
-from dsinspect.loaders.pathnames import check_ext, check_sha256
-from dsinspect.loaders.roles import Role
-from dsinspect.loaders.storage import join, refuse_read_only, url_to_fs, write_atomic
-from dsinspect.loaders.version import DatasetVersion
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, sha256_hex
+from dsinspect.loaders.format.pathnames import check_ext, check_sha256
+from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs, write_atomic
+from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["FORMATS", "export_version", "read_exported_blobs"]
 

@@ -22,8 +22,8 @@ from dsinspect.loaders.ingest.normalize import normalize_batch, normalize_schema
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import (BATCH_BYTES, BATCH_ROWS, SourceFile, list_files, open_file,
                                                    read_bytes)
-from dsinspect.loaders.pathnames import check_component, check_relative
-from dsinspect.loaders.storage import join, url_to_fs
+from dsinspect.loaders.format.pathnames import check_component, check_relative
+from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["HfSource", "MEDIA_ROLES"]
 

@@ -11,8 +11,8 @@ from typing import Any, Mapping
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.manifest import Field
-from dsinspect.loaders.roles import Role, check_role_type
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.format.roles import Role, check_role_type
 
 __all__ = ["infer_fields", "sniff_media", "role_for_extension", "ndarray_role", "describe_fields",
            "TEXT_NAMES", "JSON_NAMES", "TRAJECTORY_NAMES", "TOKEN_NAMES"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.arrow_types import type_to_json
+from dsinspect.loaders.format.arrow_types import type_to_json
 
 __all__ = ["normalize_type", "normalize_schema", "normalize_batch"]
 

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.arrow_types import type_from_json
-from dsinspect.loaders.storage import join, url_to_fs
+from dsinspect.loaders.format.arrow_types import type_from_json
+from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["SIDECAR", "SIDECAR_FORMAT", "SIDECAR_KEY", "find_sidecar", "restore_batches", "restore_batch"]
 

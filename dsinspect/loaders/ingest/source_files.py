@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import IO, Iterable, Iterator
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.storage import url_to_fs
+from dsinspect.loaders.store.storage import url_to_fs
 
 __all__ = ["SourceFile", "is_glob", "list_files", "open_file", "read_bytes", "BATCH_ROWS", "BATCH_BYTES"]
 

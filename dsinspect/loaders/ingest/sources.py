@@ -15,8 +15,8 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.infer import role_for_extension
 from dsinspect.loaders.ingest.source import Source, SourceSpec
 from dsinspect.loaders.ingest.source_files import is_glob
-from dsinspect.loaders.roles import Role
-from dsinspect.loaders.storage import url_to_fs
+from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.store.storage import url_to_fs
 
 __all__ = ["KINDS", "open_source", "detect_source"]
 

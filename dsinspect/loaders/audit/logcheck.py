@@ -1,0 +1,204 @@
+"""Check a training job's fingerprint log against replay: the proof that the data the job saw is the
+data the catalog holds now, or the first (step, rank) where it is not, and why.
+
+Each logged line is compared with the replayed batch on the side it recorded (`of`): `stored`
+fingerprints against the rows' bytes as they are now (re-hashed; `rehash=False` trusts the stored
+hash column and reads nothing else), `transformed` ones against the job's transform re-run. At the
+first mismatch the batch's rows and shards are verified to name the positions that differ. A log
+line may carry `row_hashes` (32-hex each, batch order); then positions are compared directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.order.plan import plan_batch
+from dsinspect.loaders.order.plan import BatchPlan
+from dsinspect.loaders.audit.replay import Sample, SpecSource, Transform, as_batch, load_specs, samples_of, stored_fingerprint
+from dsinspect.loaders.audit.rows import PlanRows, RowReader
+from dsinspect.loaders.records.runlog import read_fingerprints, spec_for_step
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
+from dsinspect.loaders.store.verify import verify_shard
+
+__all__ = ["Divergence", "LogCheck", "check_log", "parse_steps"]
+
+
+@dataclass
+class Divergence:
+    step: int
+    rank: int
+    epoch: int
+    of: str                   # the side the log recorded: "stored" or "transformed"
+    logged: str
+    replayed: str | None
+    positions: list[int]      # positions in the rank's batch that differ (empty: not attributable)
+    reason: str
+    samples: list[Sample] = field(default_factory=list)  # the samples at those positions
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "rank": self.rank, "epoch": self.epoch, "of": self.of, "logged": self.logged,
+                "replayed": self.replayed, "positions": self.positions, "reason": self.reason,
+                "samples": [s.to_json() for s in self.samples]}
+
+
+@dataclass
+class LogCheck:
+    checked: int = 0                           # log lines compared
+    steps: tuple[int, int] | None = None       # first and last step compared
+    sides: dict[str, int] = field(default_factory=dict)
+    divergence: Divergence | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked": self.checked, "steps": list(self.steps) if self.steps else None,
+                "sides": self.sides, "divergence": self.divergence.to_json() if self.divergence else None}
+
+
+def parse_steps(text: str | range | None) -> range | None:
+    """`A:B` (B excluded), `A:`, `:B` or `N` as a range of steps; None stays None (every step)."""
+    if text is None or isinstance(text, range):
+        return text
+    a, sep, b = str(text).partition(":")
+    try:
+        start = int(a) if a.strip() else 0
+        stop = (int(b) if b.strip() else 2**63 - 1) if sep else start + 1
+    except ValueError:
+        raise UserError(f"steps must look like A:B, A:, :B or N, not {text!r}") from None
+    if start < 0 or stop < start:
+        raise UserError(f"steps {text!r}: need 0 <= A <= B")
+    return range(start, stop)
+
+
+def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps: range | str | None = None,
+              catalog: Catalog | None = None, transform: Transform = None, *, ranks: Iterable[int] | None = None,
+              columns: Sequence[str] | None = None, rehash: bool = True,
+              on_step: Callable[[int], None] | None = None) -> LogCheck:
+    """Compare the log's lines (in `steps`, for `ranks`) with replay, step by step, up to the first
+    divergence. `log` is a fingerprint file, a run record directory, or parsed lines; `columns`
+    what the job's transform saw (as in its Loader)."""
+    if catalog is None:
+        from dsinspect.defaults import open_catalog
+        catalog = open_catalog()
+    segments = load_specs(specs)
+    fn = load_transform(transform) if isinstance(transform, str) else transform
+    by_step = _lines_by_step(log, parse_steps(steps), None if ranks is None else set(ranks))
+    result = LogCheck()
+    readers: dict[str, RowReader] = {}
+    for step in sorted(by_step):
+        spec = spec_for_step(segments, step)
+        reader = readers.get(spec.order_hash)
+        if reader is None:
+            reader = readers[spec.order_hash] = RowReader(catalog, spec, columns)
+        for line in by_step[step]:
+            divergence = _check_line(spec, reader, line, fn, rehash)
+            result.checked += 1
+            result.sides[line.get("of", "stored")] = result.sides.get(line.get("of", "stored"), 0) + 1
+            result.steps = (result.steps[0] if result.steps else step, step)
+            if divergence is not None:
+                result.divergence = divergence
+                return result
+        if on_step:
+            on_step(1)
+    return result
+
+
+def _lines_by_step(log: Any, steps: range | None, ranks: set[int] | None) -> dict[int, list[dict]]:
+    lines = read_fingerprints(os.fspath(log)) if isinstance(log, (str, os.PathLike)) else log
+    out: dict[int, list[dict]] = defaultdict(list)
+    for line in lines:
+        step, rank = int(line["step"]), int(line["rank"])
+        if (steps is None or step in steps) and (ranks is None or rank in ranks):
+            out[step].append(line)
+    for entries in out.values():
+        entries.sort(key=lambda e: int(e["rank"]))
+    return out
+
+
+def _check_line(spec: RunSpec, reader: RowReader, line: dict, fn: Callable | None, rehash: bool) -> Divergence | None:
+    step, rank, of = int(line["step"]), int(line["rank"]), line.get("of", "stored")
+    if of not in ("stored", "transformed"):
+        raise UserError(f"log line for step {step}, rank {rank}: unknown side of={of!r} (stored or transformed)")
+    if of == "transformed" and fn is None:
+        raise UserError(f"the log records transformed batches (of=transformed, step {step}, rank {rank}): "
+                        "pass the job's transform")
+    if not 0 <= rank < spec.world_size:
+        return Divergence(step, rank, -1, of, line["fingerprint"], None, [],
+                          f"the log has rank {rank}, but the run spec in force at step {step} has world size "
+                          f"{spec.world_size}")
+    plan = plan_batch(spec, step, rank)
+    transformed = of == "transformed"
+    rows = reader.read(plan, rehash=rehash or transformed)
+    if transformed:
+        batch = as_batch(plan, rows, tuple(s.name for s in spec.sources))
+        replayed = transformed_fingerprint(fn(batch))
+    else:
+        replayed = stored_fingerprint(rows)
+    logged_n = line.get("n")
+    epoch = line.get("epoch")
+    if replayed == line["fingerprint"] and (logged_n is None or int(logged_n) == len(plan.indices)) \
+            and (epoch is None or int(epoch) == plan.epoch):
+        return None
+    return _explain(spec, reader, plan, line, replayed, of)
+
+
+def _explain(spec: RunSpec, reader: RowReader, plan: BatchPlan, line: dict, replayed: str | None,
+             of: str) -> Divergence:
+    """Which positions differ, and the likeliest reason, from the log line and the data's own hashes."""
+    step, rank = plan.step, plan.rank
+    div = Divergence(step, rank, plan.epoch, of, line["fingerprint"], replayed, [], "")
+    rows = reader.read(plan, rehash=True)
+    samples = samples_of(spec, plan, rows)
+    n, logged_n = len(plan.indices), line.get("n")
+    if line.get("epoch") is not None and int(line["epoch"]) != plan.epoch:
+        div.reason = (f"the job logged epoch {line['epoch']} at step {step}, the run spec places it in epoch "
+                      f"{plan.epoch}: this is not the job's run spec (or its segments are missing)")
+    elif logged_n is not None and int(logged_n) != n:
+        div.reason = (f"the job logged {logged_n} rows at step {step}, the run spec gives {n}: this is not the "
+                      "job's run spec (batch size or last-batch policy differ)")
+    elif isinstance(line.get("row_hashes"), list) and of == "stored":
+        now = [h.hex() for h in (rows.rehashed or rows.stored)]
+        div.positions = [i for i, (a, b) in enumerate(zip(line["row_hashes"], now)) if a != b]
+        div.reason = "these rows differ from the ones the job logged"
+    else:
+        _attribute(div, reader, plan, rows)
+    div.samples = [samples[i] for i in div.positions]
+    return div
+
+
+def _attribute(div: Divergence, reader: RowReader, plan: BatchPlan, rows: PlanRows) -> None:
+    """Positions whose bytes no longer match their stored hash, else those in shards that fail
+    verification; else nothing in the data explains it."""
+    verified = rows.verified
+    changed = np.flatnonzero(~verified).tolist() if verified is not None else []
+    if changed:
+        div.positions = changed
+        div.reason = "these rows' bytes no longer hash to their stored row hash (the shard changed in place)"
+        return
+    bad: list[int] = []
+    problems: list[str] = []
+    for k, shard in sorted({(int(s), int(h)) for s, h in zip(plan.sources, rows.shards)}):
+        report = verify_shard(reader.versions[k], shard)
+        if not report.ok:
+            problems.append(f"shard {shard} of {reader.versions[k].address}: {report.problems[0]}")
+            bad += [i for i in range(len(plan.indices)) if plan.sources[i] == k and rows.shards[i] == shard]
+    if bad:
+        div.positions = sorted(bad)
+        div.reason = ("the rows at these positions come from shards that fail verification ("
+                      + "; ".join(problems) + "); the log cannot say which of their rows changed")
+    elif div.of == "transformed":
+        div.reason = ("the rows as stored are intact; the transform's output differs (is it the job's transform, "
+                      "and does it draw randomness only from batch.seeds?)")
+    else:
+        div.reason = ("every row matches its stored hash and its shard its sha256: the job read other rows "
+                      "(is this the job's run spec and catalog?)")

@@ -1,0 +1,129 @@
+"""Read the rows a BatchPlan names straight from the versions' row groups (no whole-shard download):
+what replay and the log check read, with each row's shard location and a re-check of its hash.
+
+Independent of the Loader's shard cache on purpose: replay proves what the catalog says now, by a
+second read path, and reads a few row groups of a remote version instead of whole shards.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.columns import int64_array
+from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.order.plan import BatchPlan
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.store.version import DatasetVersion
+
+__all__ = ["PlanRows", "RowReader"]
+
+_GROUPS_KEPT = 64  # row groups kept in memory: consecutive steps of a check often share them
+
+
+@dataclass
+class PlanRows:
+    """The rows of one plan in plan order: data columns, stored hashes, where each row lives, and
+    whether its bytes still hash to the stored hash (None when not re-checked)."""
+
+    table: pa.Table            # the data columns (no hash column)
+    stored: list[bytes]
+    shards: np.ndarray
+    shard_rows: np.ndarray
+    rehashed: list[bytes] | None
+
+    @property
+    def verified(self) -> np.ndarray | None:
+        if self.rehashed is None:
+            return None
+        return np.array([a == b for a, b in zip(self.stored, self.rehashed)], dtype=bool)
+
+
+class RowReader:
+    """Reads plans of one run spec's sources; keeps recently read row groups for the next plan.
+    `columns` default: the fields every source has with one type."""
+
+    def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None):
+        self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
+        for source, version in zip(spec.sources, self.versions):
+            if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
+                raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
+        first = self.versions[0].manifest.schema
+        if columns is None:  # every field all sources share with one type (a mixture may differ)
+            columns = [f.name for f in first if all(_type(v, f.name) == f.type for v in self.versions)]
+        self.columns = list(columns)
+        for version in self.versions:
+            missing = [c for c in self.columns if _type(version, c) is None]
+            if missing:
+                raise UserError(f"{version.address} has no field(s) {missing}")
+            if [c for c in self.columns if _type(version, c) != first.field(c).type]:
+                raise UserError(f"mixture sources disagree on the types of some of {self.columns}: pick common columns")
+        self.schema = pa.schema([first.field(c) for c in self.columns])
+        self._groups: OrderedDict[tuple[int, int, int], pa.Table] = OrderedDict()
+
+    def read(self, plan: BatchPlan, rehash: bool = True) -> PlanRows:
+        """The plan's rows; `rehash` recomputes each row's hash from its bytes (needs every field)."""
+        n = len(plan.indices)
+        parts, order = [], []
+        shards, shard_rows = np.empty(n, np.int64), np.empty(n, np.int64)
+        rehashed: list[bytes | None] = [None] * n
+        for k in np.unique(plan.sources):
+            k = int(k)
+            version = self.versions[k]
+            sel = np.flatnonzero(plan.sources == k)
+            indices = plan.indices[sel]
+            names = [f.name for f in version.fields]
+            wanted = list(dict.fromkeys([*self.columns, *(names if rehash else []), HASH_COLUMN]))
+            table = version.take(indices, wanted, read_group=lambda s, g, k=k, w=tuple(wanted): self._group(k, s, g, w))
+            s = np.searchsorted(version.shard_starts, indices, side="right") - 1
+            shards[sel], shard_rows[sel] = s, indices - version.shard_starts[s]
+            if rehash:
+                data = table.select(names).cast(version.manifest.schema)
+                for where, h in zip(sel.tolist(), row_hashes(data, names)):
+                    rehashed[where] = h
+            parts.append(table.select([*self.columns, HASH_COLUMN]))
+            order.append(sel)
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        if len(parts) > 1:  # back to plan order
+            inverse = np.empty(n, np.int64)
+            inverse[np.concatenate(order)] = np.arange(n)
+            table = table.take(int64_array(inverse))
+        stored = table.column(HASH_COLUMN).to_pylist()
+        data = table.drop_columns([HASH_COLUMN]).cast(self.schema)
+        return PlanRows(data, stored, shards, shard_rows, rehashed if rehash else None)  # type: ignore[arg-type]
+
+    def _group(self, k: int, shard: int, group: int, columns: tuple[str, ...]) -> pa.Table:
+        key = (k, shard, group)
+        cached = self._groups.get(key)
+        if cached is not None and all(c in cached.column_names for c in columns):
+            self._groups.move_to_end(key)
+            return cached.select(list(columns))
+        version = self.versions[k]
+        table = version.read_row_group(shard, group, columns)
+        want = _schema_of(version, columns)
+        if table.schema != want:  # a shard written by another writer (or edited): one schema for the gather
+            try:
+                table = table.select(list(columns)).cast(want)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError, ValueError) as e:
+                raise IntegrityError(f"shard {shard} of {version.address} does not match its manifest's schema "
+                                     f"({version.shard_url(shard)}): {e}") from None
+        self._groups[key] = table
+        if len(self._groups) > _GROUPS_KEPT:
+            self._groups.popitem(last=False)
+        return table
+
+
+def _type(version: DatasetVersion, name: str) -> pa.DataType | None:
+    return next((f.type for f in version.fields if f.name == name), None)
+
+
+def _schema_of(version: DatasetVersion, columns: Sequence[str]) -> pa.Schema:
+    schema = version.manifest.schema.append(pa.field(HASH_COLUMN, pa.binary(16), nullable=False))
+    return pa.schema([schema.field(c) for c in columns])

@@ -1,0 +1,239 @@
+"""Version manifests: parse and validate strictly, serialise canonically, derive the version id.
+
+The version id is the sha256 of the canonical JSON (sorted keys, no whitespace, UTF-8) of the
+manifest without its `meta` part, so equal content gives an equal id whoever wrote it and when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pyarrow as pa
+
+from dsinspect.errors import ManifestError
+from dsinspect.loaders.format.arrow_types import type_from_json, type_to_json
+from dsinspect.loaders.format.canonical import ENCODING
+from dsinspect.loaders.format.pathnames import check_sha256
+from dsinspect.loaders.format.roles import Role, check_role_type
+
+__all__ = ["FORMAT", "HASH_COLUMN", "Field", "Shard", "Manifest", "canonical_json", "sha256_hex"]
+
+FORMAT = "dsinspect.manifest/1"
+HASH_COLUMN = "__dsinspect_row_hash"
+HASH_SPEC = {"algorithm": "xxh3-128", "encoding": ENCODING, "column": HASH_COLUMN}
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_BLOB_KEYS = ("blob",)  # option keys naming a side file under blobs/: they become file names
+
+
+def canonical_json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: its Arrow type, its role for viewers, and role options (e.g. a tokenizer blob)."""
+
+    name: str
+    type: pa.DataType
+    role: Role
+    nullable: bool = True
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", _role(self.role, self.name))
+        if not isinstance(self.name, str) or not self.name or self.name.startswith("__dsinspect"):
+            raise ManifestError(f"bad field name {self.name!r} (empty, or uses the reserved __dsinspect prefix)")
+        type_to_json(self.type)  # refuses types the canonical encoding does not cover
+        reason = check_role_type(self.name, self.role, self.type)
+        if reason:
+            raise ManifestError(reason)
+        _check_options(self.options, f"field {self.name!r}: options")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": type_to_json(self.type), "role": self.role.value,
+                "nullable": self.nullable, "options": dict(self.options)}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "field") -> "Field":
+        """The inverse of `to_json`, checked as a manifest's fields are (ManifestError naming `where`)."""
+        return _parse_field(data, where)
+
+
+@dataclass(frozen=True)
+class Shard:
+    sha256: str
+    bytes: int
+    rows: int
+
+    def __post_init__(self) -> None:
+        check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
+
+    def to_json(self) -> dict:
+        return {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    fields: tuple[Field, ...]
+    shards: tuple[Shard, ...]
+    key: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ManifestError(f"duplicate field names in {names}")
+        if self.key is not None and self.key not in names:
+            raise ManifestError(f"key field {self.key!r} is not one of the fields {names}")
+
+    @property
+    def num_rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the data fields (without the row-hash column)."""
+        return pa.schema([pa.field(f.name, f.type, f.nullable) for f in self.fields])
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def content(self) -> dict:
+        """The manifest without `meta`: exactly what the version id hashes."""
+        return {
+            "format": FORMAT,
+            "schema": {"fields": [f.to_json() for f in self.fields]},
+            "key": self.key,
+            "hash": dict(HASH_SPEC),
+            "shards": [s.to_json() for s in self.shards],
+            "num_rows": self.num_rows,
+        }
+
+    @property
+    def id(self) -> str:
+        return sha256_hex(canonical_json(self.content()))
+
+    def to_json(self) -> dict:
+        return {**self.content(), "meta": dict(self.meta)}
+
+    def to_file_bytes(self) -> bytes:
+        """Pretty JSON for people; the id is computed from the canonical form, not these bytes."""
+        return (json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "manifest") -> "Manifest":
+        """Parse and validate; every problem is a ManifestError naming `where` and the bad part."""
+        return _parse(data, where)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str = "manifest") -> "Manifest":
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: a nesting bomb
+            raise ManifestError(f"{where}: not valid JSON ({e})") from None
+        return _parse(data, where)
+
+
+def _role(value: Any, name: str) -> Role:
+    try:
+        return Role(value)
+    except ValueError:
+        roles = ", ".join(r.value for r in Role)
+        raise ManifestError(f"field {name!r} has unknown role {value!r} (roles: {roles})") from None
+
+
+def _check_options(options: Any, where: str) -> None:
+    """Options are free-form JSON, except what becomes a path: a side file's name (`blob`) must be
+    a sha256, at any depth (`{"tokenizer": {"kind": ..., "blob": ...}}` and whatever comes next)."""
+    if not isinstance(options, Mapping):
+        raise ManifestError(f"{where} must be an object")
+    stack = [(options, where)]
+    while stack:
+        obj, at = stack.pop()
+        items = obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, list) else ()
+        for key, value in items:
+            here = f"{at}.{key}" if isinstance(key, str) else f"{at}[{key}]"
+            if key in _BLOB_KEYS:
+                check_sha256(value, here, ManifestError)
+            elif isinstance(value, (Mapping, list)):
+                stack.append((value, here))
+
+
+def _need(obj: Mapping, key: str, kind: type | tuple, where: str) -> Any:
+    if key not in obj:
+        raise ManifestError(f"{where}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ManifestError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _parse(data: Any, where: str) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where}: a manifest must be a JSON object")
+    fmt = _need(data, "format", str, where)
+    if fmt != FORMAT:
+        raise ManifestError(f"{where}: unsupported format {fmt!r} (this dsinspect reads {FORMAT!r})")
+    hash_spec = _need(data, "hash", dict, where)
+    if hash_spec != HASH_SPEC:
+        raise ManifestError(f"{where}: unsupported row hash {hash_spec!r} (expected {HASH_SPEC!r})")
+    schema = _need(data, "schema", dict, where)
+    fields = tuple(_parse_field(f, f"{where}: schema.fields[{i}]")
+                   for i, f in enumerate(_need(schema, "fields", list, f"{where}: schema")))
+    shards = tuple(_parse_shard(s, f"{where}: shards[{i}]")
+                   for i, s in enumerate(_need(data, "shards", list, where)))
+    key = data.get("key")
+    if key is not None and not isinstance(key, str):
+        raise ManifestError(f"{where}: 'key' must be a field name or null")
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ManifestError(f"{where}: 'meta' must be an object")
+    try:
+        manifest = Manifest(fields, shards, key, meta)
+    except ManifestError as e:
+        raise ManifestError(f"{where}: {e}") from None
+    if _need(data, "num_rows", int, where) != manifest.num_rows:
+        raise ManifestError(f"{where}: num_rows {data['num_rows']} is not the sum of shard rows {manifest.num_rows}")
+    return manifest
+
+
+def _parse_field(f: Any, where: str) -> Field:
+    if not isinstance(f, dict):
+        raise ManifestError(f"{where}: a field must be an object")
+    name = _need(f, "name", str, where)
+    options = f.get("options", {})
+    if not isinstance(options, dict):
+        raise ManifestError(f"{where}: 'options' must be an object")
+    try:
+        return Field(name, type_from_json(_need(f, "type", (str, dict), where), where),
+                     _need(f, "role", str, where), bool(_need(f, "nullable", bool, where)), options)
+    except ManifestError as e:
+        raise ManifestError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+
+
+def _parse_shard(s: Any, where: str) -> Shard:
+    if not isinstance(s, dict):
+        raise ManifestError(f"{where}: a shard must be an object")
+    sha = _need(s, "sha256", str, where)
+    if not _SHA256.match(sha):
+        raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
+    size, rows = _need(s, "bytes", int, where), _need(s, "rows", int, where)
+    if size < 0 or rows < 0:
+        raise ManifestError(f"{where}: bytes and rows must not be negative")
+    return Shard(sha, size, rows)

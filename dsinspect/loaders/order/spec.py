@@ -1,0 +1,210 @@
+"""The run spec: everything that fixes which sample a rank sees at a step, as a small JSON file.
+
+Its *order* part (sources, seed, shuffle, mixture) has its own hash, apart from world size and
+batch size, so a loader state can move to another number of ranks or another batch size.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.store.address import check_name
+from dsinspect.loaders.format.manifest import canonical_json, sha256_hex
+from dsinspect.loaders.format.pathnames import check_sha256
+
+if TYPE_CHECKING:
+    from dsinspect.loaders.store.catalog import Catalog
+
+__all__ = ["RunSpec", "Source", "Shuffle", "LastBatch", "Start", "SPEC_FORMAT"]
+
+SPEC_FORMAT = "dsinspect.runspec/1"
+
+
+class Shuffle(str, enum.Enum):
+    NONE = "none"      # stored order
+    GLOBAL = "global"  # a full permutation per epoch (random access: local or cached data)
+    WINDOW = "window"  # shuffle shards, then samples within windows of k shards (bounded cache)
+
+
+class LastBatch(str, enum.Enum):
+    DROP = "drop"  # an epoch ends at its last full global batch; the (shuffled) tail waits a turn
+    PAD = "pad"    # the last global batch is filled with repeats flagged as padding
+
+
+@dataclass(frozen=True)
+class Source:
+    """One dataset version in the run, with its shard sizes (the order needs them, not the data)."""
+
+    name: str
+    version: str
+    shard_rows: tuple[int, ...]
+    weight: float = 1.0
+
+    @cached_property
+    def rows(self) -> int:
+        return sum(self.shard_rows)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "version": self.version, "shard_rows": list(self.shard_rows), "weight": self.weight}
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where this spec's stretch of the run begins: a fresh run starts at (0, 0, 0); a resumed one
+    (perhaps with another world size) at the step, epoch and in-epoch position it resumed from."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    sources: tuple[Source, ...]
+    seed: int = 0
+    batch_size: int = 1
+    world_size: int = 1
+    shuffle: Shuffle = Shuffle.GLOBAL
+    window_shards: int = 4
+    last_batch: LastBatch = LastBatch.DROP
+    epoch_size: int | None = None
+    mixture_block: int = 1024
+    start: Start = field(default_factory=Start)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shuffle", _enum(Shuffle, self.shuffle, "shuffle"))
+        object.__setattr__(self, "last_batch", _enum(LastBatch, self.last_batch, "last_batch"))
+        object.__setattr__(self, "sources", tuple(self.sources))
+        _check(bool(self.sources), "a run needs at least one source")
+        for s in self.sources:
+            _check(s.rows > 0, f"source {s.name}@{s.version[:12]} has no rows")
+            _check(s.weight > 0 and s.weight != float("inf"), f"source {s.name} has weight {s.weight}; weights must be positive and finite")
+        for name in ("batch_size", "world_size", "window_shards", "mixture_block"):
+            _check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
+        _check(isinstance(self.seed, int) and self.seed >= 0, "seed must be a non-negative integer")
+        if self.epoch_size is not None:
+            _check(len(self.sources) > 1, "epoch_size applies to mixtures; one source's epoch is its row count")
+            _check(isinstance(self.epoch_size, int) and self.epoch_size >= 1, "epoch_size must be an integer >= 1")
+        _check(self.mixture_block >= len(self.sources), "mixture_block must be at least the number of sources")
+        if self.last_batch is LastBatch.DROP:
+            _check(self.global_batch <= self.epoch_length,
+                   f"a global batch of {self.global_batch} is larger than the epoch ({self.epoch_length} samples) "
+                   "with last_batch=drop: nothing would be read (use pad or a smaller batch)")
+        _check(min(self.start.step, self.start.epoch, self.start.position) >= 0
+               and self.start.position < self.epoch_length, "start must lie inside an epoch")
+
+    # -- derived sizes -------------------------------------------------------------------------
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    @cached_property
+    def epoch_length(self) -> int:
+        """Positions per epoch: the rows of a single source; for a mixture epoch_size or all rows."""
+        return self.epoch_size or sum(s.rows for s in self.sources)
+
+    @property
+    def is_mixture(self) -> bool:
+        return len(self.sources) > 1
+
+    # -- serialisation -------------------------------------------------------------------------
+
+    def order_json(self) -> dict[str, Any]:
+        """The part that fixes the order of samples, whatever the world size and batch size."""
+        return {"sources": [s.to_json() for s in self.sources], "seed": self.seed, "shuffle": self.shuffle.value,
+                "window_shards": self.window_shards, "epoch_size": self.epoch_size,
+                "mixture_block": self.mixture_block}
+
+    @property
+    def order_hash(self) -> str:
+        return sha256_hex(canonical_json(self.order_json()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SPEC_FORMAT, "order": self.order_json(), "order_hash": self.order_hash,
+                "batch_size": self.batch_size, "world_size": self.world_size, "last_batch": self.last_batch.value,
+                "start": {"step": self.start.step, "epoch": self.start.epoch, "position": self.start.position}}
+
+    @property
+    def hash(self) -> str:
+        return sha256_hex(canonical_json(self.to_json()))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "run spec") -> "RunSpec":
+        try:
+            if data.get("format") != SPEC_FORMAT:
+                raise UserError(f"{where}: not a dsinspect run spec (format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
+            order, start = data["order"], data.get("start", {})
+            spec = cls(sources=tuple(Source(*_source_names(s, i), tuple(int(r) for r in s["shard_rows"]),
+                                            float(s["weight"]))
+                                     for i, s in enumerate(order["sources"])),
+                       seed=order["seed"], batch_size=data["batch_size"], world_size=data["world_size"],
+                       shuffle=order["shuffle"], window_shards=order["window_shards"], last_batch=data["last_batch"],
+                       epoch_size=order["epoch_size"], mixture_block=order["mixture_block"],
+                       start=Start(int(start.get("step", 0)), int(start.get("epoch", 0)), int(start.get("position", 0))))
+        except UserError as e:
+            raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+            raise UserError(f"{where}: malformed run spec ({e.__class__.__name__}: {e})") from None
+        if data.get("order_hash", spec.order_hash) != spec.order_hash:
+            raise UserError(f"{where}: order_hash does not match the order it describes (edited by hand?)")
+        return spec
+
+    @classmethod
+    def loads(cls, text: str, where: str = "run spec") -> "RunSpec":
+        try:
+            return cls.from_json(json.loads(text), where)
+        except (json.JSONDecodeError, RecursionError) as e:  # RecursionError: a nesting bomb
+            raise UserError(f"{where}: not valid JSON ({e})") from None
+
+    # -- building ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, catalog: "Catalog", addresses: str | Sequence[str] | Mapping[str, float], **options: Any) -> "RunSpec":
+        """A spec over one address or a weighted mixture ({address: weight}); pins version ids."""
+        if isinstance(addresses, str):
+            addresses = {addresses: 1.0}
+        elif not isinstance(addresses, Mapping):
+            addresses = {a: 1.0 for a in addresses}
+        sources = []
+        for address, weight in addresses.items():
+            v = catalog.resolve(address)
+            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight)))
+        return cls(tuple(sources), **options)
+
+    def replace(self, **changes: Any) -> "RunSpec":
+        return replace(self, **changes)
+
+
+def _source_names(source: Mapping, i: int) -> tuple[str, str]:
+    """A source's dataset name and version id, refused unless each is a safe file name: a spec file
+    is user input, and both become catalog paths (datasets/NAME/versions/ID.json)."""
+    where = f"order.sources[{i}]"
+    return (check_name(_text(source["name"], "source name"), f"{where}.name (dataset name)"),
+            check_sha256(_text(source["version"], "source version"), f"{where}.version (version id)"))
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, not {value!r:.40}")
+    return value
+
+
+def _enum(kind: type[enum.Enum], value: Any, name: str):
+    try:
+        return kind(value)
+    except ValueError:
+        raise UserError(f"{name} must be one of {', '.join(k.value for k in kind)}, not {value!r}") from None
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)

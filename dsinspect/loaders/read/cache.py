@@ -1,0 +1,369 @@
+"""The node-local shard cache, shared by every process on the machine.
+
+A shard enters the cache once: downloaded to a temp file while hashing, its sha256 checked against
+the manifest, converted to an uncompressed Arrow IPC file (memory-mapped on read: no decode, no
+copy), and only then published by rename, with a hash of every 16 KiB block beside it. A process
+checks each block the first time it reads from it (a list column's offsets as a whole, when it
+first reads that column), so no cached byte is used unchecked, and a restart costs nothing up front.
+Once every block a column's rows can reach is checked, reads of that column skip the bookkeeping.
+
+Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
+shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
+it can lock exclusively, least recently used first.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.read.fetch import fetch_verified
+from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
+from dsinspect.loaders.read.stats import ReadStats
+from dsinspect.loaders.store.storage import cache_dir
+from dsinspect.loaders.read.columns import View, column_view
+from dsinspect.loaders.store.version import DatasetVersion
+
+__all__ = ["ShardCache", "CachedShard"]
+
+log = logging.getLogger("dsinspect.cache")
+_FORMAT = "dsinspect.cache/1"
+BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
+VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
+
+
+class CachedShard:
+    """A verified shard: one memory-mapped record batch, pinned against eviction until `release()`."""
+
+    def __init__(self, cache: "ShardCache", sha256: str, pin_fd: int, blocks: bytes):
+        self.cache, self.sha256, self._pin_fd = cache, sha256, pin_fd
+        self._buffer = pa.memory_map(str(cache._arrow(sha256))).read_buffer()
+        self._base = self._buffer.address
+        self._digests = np.frombuffer(blocks, dtype="<u8")  # the block hashes `_trusted` checked
+        self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
+        if len(self._checked) != len(self._digests):  # an older entry of this shard was replaced
+            self._checked = cache._checked[sha256] = np.zeros(len(self._digests), dtype=bool)
+        self._reads = 0
+        # The IPC header and footer are parsed before any column is read: check their blocks first.
+        self._verify(np.array([0, max(0, self._buffer.size - BLOCK)]), np.array([1, self._buffer.size]))
+        try:
+            reader = pa.ipc.open_file(self._buffer)
+            self.batch = (reader.get_batch(0) if reader.num_record_batches
+                          else pa.RecordBatch.from_pylist([], schema=reader.schema))
+        except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as e:
+            self._corrupt_unless_intact(e)
+            raise
+        self.num_rows = self.batch.num_rows
+        self.nbytes = self._buffer.size
+        self._views: dict[str, View] = {}
+        self._verified: set[str] = set()  # columns every block of which is checked: reads skip `check`
+        self._extents: dict[str, tuple[int, int] | None] = {}  # per column, the bytes its rows can reach
+        self._all_checked = bool(self._checked.all())  # e.g. a one-block shard, by its header check
+
+    def view(self, column: str) -> View:
+        """A zero-copy view of one column for gathers (built on first use). What the view itself
+        relies on (a list column's whole offsets buffer) is verified before it is handed out."""
+        view = self._views.get(column)
+        if view is None:
+            try:
+                view = column_view(self.batch.column(column), self._base)
+                self._verify(*self._inside(*view.always()))
+            except (IndexError, ValueError) as e:
+                self._corrupt_unless_intact(e)
+                raise
+            self._views[column] = view
+        return view
+
+    def check(self, rows: np.ndarray, columns: list[str]) -> None:
+        """Verify (once per process) the blocks that reading `rows` of `columns` touches."""
+        if self._all_checked or self._verified.issuperset(columns):  # the steady state: nothing to check
+            return
+        columns = [c for c in columns if c not in self._verified]
+        try:  # ranges of variable-size rows come from verified offsets; of other types maybe not
+            ranges = [self.view(c).touched(rows) for c in columns]
+            starts, ends = np.concatenate([lo for lo, _ in ranges]), np.concatenate([hi for _, hi in ranges])
+            keep = ends > starts  # empty rows touch nothing (an empty buffer may sit at address 0)
+            starts, ends = self._inside(starts[keep], ends[keep])
+        except (IndexError, ValueError) as e:
+            self._corrupt_unless_intact(e)
+            raise
+        self._verify(starts, ends)
+        self._reads += 1
+        for c in columns:
+            if self._column_checked(c):
+                self._verified.add(c)
+
+    def _column_checked(self, column: str) -> bool:
+        """Whether every block any row of `column` can touch is checked (then reads need no check)."""
+        extent = self._extents.get(column, False)
+        if extent is False:
+            extent = self._extents[column] = self._views[column].extent()
+        if extent is None:
+            return False
+        start, end = extent
+        if end <= start:
+            return True
+        if start < 0 or end > self._buffer.size:
+            return False  # never trusted wholesale; `check` refuses such reads
+        return bool(self._checked[start // BLOCK:(end - 1) // BLOCK + 1].all())
+
+    def _inside(self, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ranges, refused when they reach outside the file (nonsense ranges mean corruption)."""
+        if len(starts) and (starts.min() < 0 or ends.max() > self._buffer.size):
+            raise IndexError("a read range falls outside the cached file")
+        return starts, ends
+
+    def _corrupt_unless_intact(self, error: Exception) -> None:
+        """After a parse error: verify every block; a mismatch drops the entry (IntegrityError)."""
+        self._verify(np.array([0]), np.array([self._buffer.size]))
+
+    def _verify(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Hash every not-yet-checked block that [start, end) ranges touch; a mismatch is never read."""
+        keep = ends > starts
+        if not keep.all():
+            starts, ends = starts[keep], ends[keep]
+        first, last = starts // BLOCK, (ends - 1) // BLOCK
+        blocks = np.concatenate([first, last])
+        if (last - first > 1).any():  # ranges spanning 3+ blocks: take every block between
+            spans = [np.arange(f, l + 1) for f, l in zip(first, last) if l - f > 1]
+            blocks = np.concatenate([blocks, *spans])
+        todo = blocks[~self._checked[blocks]]  # the common case, all checked, costs no sort
+        if not len(todo):
+            return
+        if self._reads:  # after the first read (kept short: time to first batch), check whole
+            # aligned spans of blocks: the same bytes hashed in all, but a shard read at random is
+            # fully checked (and `check` free) after a fraction of an epoch
+            spans = np.unique(todo // VERIFY_SPAN)
+            todo = (spans[:, None] * VERIFY_SPAN + np.arange(VERIFY_SPAN)).ravel()
+            todo = todo[todo < len(self._checked)]
+            todo = todo[~self._checked[todo]]
+        else:
+            todo = np.unique(todo)
+        view = memoryview(self._buffer)
+        got = np.fromiter((xxhash.xxh3_64_intdigest(view[b * BLOCK:(b + 1) * BLOCK]) for b in todo.tolist()),
+                          np.uint64, len(todo))
+        bad = np.flatnonzero(got != self._digests[todo])
+        if len(bad):
+            b = int(todo[bad[0]])
+            self.cache._discard(self.sha256)
+            raise IntegrityError(f"cached shard {self.cache._arrow(self.sha256)}: bytes {b * BLOCK}..{(b + 1) * BLOCK} "
+                                 "do not match the hash taken when it was cached (it will be fetched again)")
+        self._checked[todo] = True
+
+    def release(self) -> None:
+        if self._pin_fd >= 0:
+            os.close(self._pin_fd)  # drops the shared pin lock
+            self._pin_fd = -1
+
+
+class ShardCache:
+    """Verified shards keyed by sha256 under `root` (default $DSINSPECT_CACHE/shards), at most
+    `max_bytes` of them when they are not in use."""
+
+    def __init__(self, root: str | os.PathLike | None = None, max_bytes: int | None = None,
+                 stats: ReadStats | None = None, retries: int = 4, backoff: float = 0.1):
+        self.root = Path(root) if root else cache_dir() / "shards"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_bytes, self.retries, self.backoff = max_bytes, retries, backoff
+        self.stats = stats or ReadStats()
+        self._checked: dict[str, np.ndarray] = {}  # per shard: which blocks this process has verified
+
+    # -- public --------------------------------------------------------------------------------
+
+    def open(self, version: DatasetVersion, shard: int) -> CachedShard:
+        """The shard, from the cache or fetched into it; pinned until the caller releases it."""
+        entry = version.manifest.shards[shard]
+        pin_fd = self._pin(entry.sha256)
+        try:
+            trusted = self._trusted_entry(entry.sha256)
+            if trusted is None:
+                with self._locked(self._path(entry.sha256, ".lock")):
+                    trusted = self._trusted_entry(entry.sha256)  # another process may have filled it meanwhile
+                    if trusted is None:
+                        self.stats.add("cache_misses")
+                        sidecar = self._fill(version, shard)
+                        trusted = sidecar, self._path(entry.sha256, ".blocks").read_bytes()  # just written
+                        self._evict_over_bound()
+                    else:
+                        self.stats.add("cache_hits")
+            else:
+                self.stats.add("cache_hits")
+            os.utime(self._path(entry.sha256, ".json"))  # recency, for eviction
+            return CachedShard(self, entry.sha256, pin_fd, trusted[1])
+        except BaseException:
+            os.close(pin_fd)
+            raise
+
+    def holds(self, sha256: str) -> bool:
+        """Whether the shard looks cached (its sidecar exists): a hint for read-ahead; `open` decides."""
+        return os.path.exists(self._path(sha256, ".json"))
+
+    def check_fits(self, need_bytes: int, what: str) -> None:
+        """Refuse at start a working set the bound cannot hold (rather than thrash or stall later)."""
+        if self.max_bytes is not None and need_bytes > self.max_bytes:
+            raise UserError(f"cache bound of {self.max_bytes:,} bytes is smaller than {what} ({need_bytes:,} bytes): "
+                            "raise the bound, or use shuffle='window' with fewer window_shards")
+
+    def cached_bytes(self) -> int:
+        return sum(meta["arrow_bytes"] for _, meta in self._entries())
+
+    # -- filling -------------------------------------------------------------------------------
+
+    def _fill(self, version: DatasetVersion, shard: int) -> dict:
+        entry = version.manifest.shards[shard]
+        url = version.shard_url(shard)
+        parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
+                                 str(self.root), self.stats, self.retries, self.backoff)
+        try:
+            arrow_tmp, rows = self._convert(parquet, url)
+        finally:
+            os.unlink(parquet)
+        try:
+            digests = _block_digests(arrow_tmp)
+            _write_durably(self._path(entry.sha256, ".blocks"), digests.tobytes())
+            os.replace(arrow_tmp, self._arrow(entry.sha256))
+        except BaseException:
+            if os.path.exists(arrow_tmp):
+                os.unlink(arrow_tmp)
+            raise
+        sidecar = {"format": _FORMAT, "sha256": entry.sha256, "rows": rows, "block_size": BLOCK,
+                   "arrow_bytes": self._arrow(entry.sha256).stat().st_size,
+                   "blocks_xxh3": xxhash.xxh3_64_hexdigest(digests.tobytes())}
+        _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
+        return sidecar
+
+    def _convert(self, parquet: str, url: str) -> tuple[str, int]:
+        """Parquet -> uncompressed Arrow IPC holding one record batch (contiguous columns, so a
+        batch of rows is one gather per column); (temp path, rows)."""
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
+        os.close(fd)
+        try:
+            table = pq.ParquetFile(parquet).read().combine_chunks()  # read_table would import pyarrow.dataset (and pandas)
+            rows = table.num_rows
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                for rb in table.to_batches():
+                    writer.write_batch(rb)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except (pa.ArrowException, OSError) as e:
+            os.unlink(tmp)
+            raise IntegrityError(f"shard {url} has the right sha256 but is not readable Parquet: {e}") from None
+        return tmp, rows
+
+    # -- trust, pins and eviction --------------------------------------------------------------
+
+    def _trusted(self, sha256: str) -> dict | None:
+        """The sidecar of a complete cache entry, or None (missing, partial or inconsistent)."""
+        trusted = self._trusted_entry(sha256)
+        return trusted[0] if trusted else None
+
+    def _trusted_entry(self, sha256: str) -> tuple[dict, bytes] | None:
+        """(sidecar, block hashes) of a complete cache entry, or None."""
+        try:
+            sidecar = json.loads(self._path(sha256, ".json").read_bytes())
+            blocks = self._path(sha256, ".blocks").read_bytes()
+            ok = (sidecar.get("format") == _FORMAT and sidecar.get("sha256") == sha256
+                  and sidecar.get("block_size") == BLOCK
+                  and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"]
+                  and xxhash.xxh3_64_hexdigest(blocks) == sidecar["blocks_xxh3"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return (sidecar, blocks) if ok else None
+
+    def _pin(self, sha256: str) -> int:
+        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while an evictor holds it exclusively
+        return fd
+
+    def _entries(self) -> Iterator[tuple[str, dict]]:
+        for p in self.root.glob("*.json"):
+            if not is_sha256(p.stem):
+                continue  # not an entry of ours
+            try:
+                yield p.stem, {**json.loads(p.read_bytes()), "mtime": p.stat().st_mtime}
+            except (OSError, ValueError):
+                continue
+
+    def _evict_over_bound(self) -> None:
+        if self.max_bytes is None:
+            return
+        entries = sorted(self._entries(), key=lambda e: e[1]["mtime"])
+        total = sum(meta["arrow_bytes"] for _, meta in entries)
+        for sha, meta in entries:
+            if total <= self.max_bytes:
+                return
+            if self._evict(sha):
+                total -= meta["arrow_bytes"]
+        if total > self.max_bytes:
+            log.warning("shard cache %s holds %d bytes over its bound of %d: every cached shard is in use",
+                        self.root, total - self.max_bytes, self.max_bytes)
+
+    def _evict(self, sha256: str) -> bool:
+        """Delete one entry if no process has it pinned."""
+        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            self._remove(sha256)
+            self.stats.add("evictions")
+            return True
+        finally:
+            os.close(fd)
+
+    def _discard(self, sha256: str) -> None:
+        """Forget a corrupt entry (the sidecar first, so nobody trusts what remains)."""
+        self._remove(sha256)
+        self._checked.pop(sha256, None)
+        self.stats.add("verify_failures")
+
+    def _remove(self, sha256: str) -> None:
+        for ext in (".json", ".arrow", ".blocks"):
+            try:
+                os.unlink(self._path(sha256, ext))
+            except FileNotFoundError:
+                pass
+
+    @contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _path(self, sha256: str, ext: str) -> Path:
+        return self.root / f"{check_sha256(sha256, 'cached shard sha256')}{ext}"  # never a path elsewhere
+
+    def _arrow(self, sha256: str) -> Path:
+        return self._path(sha256, ".arrow")
+
+
+def _block_digests(arrow_path: str) -> np.ndarray:
+    """XXH3-64 of every BLOCK-sized piece of the file (the last one may be shorter)."""
+    data = memoryview(pa.memory_map(arrow_path).read_buffer())
+    return np.array([xxhash.xxh3_64_intdigest(data[i:i + BLOCK]) for i in range(0, len(data), BLOCK)], dtype="<u8")
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sidecar-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

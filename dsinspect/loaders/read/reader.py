@@ -1,0 +1,219 @@
+"""Gather a planned batch from the run's versions through the shard cache, shard by shard, and warm
+the cache along the known future order."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.read.cache import CachedShard, ShardCache
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.read.columns import gather, is_numeric_dense
+from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.order.plan import BatchPlan
+from dsinspect.loaders.order.spec import RunSpec, Shuffle
+
+__all__ = ["BatchReader", "Layout"]
+
+Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]  # ((source, shard), rows in it, output positions)
+
+
+class BatchReader:
+    """Reads the rows a BatchPlan names, in plan order, with their stored row hashes."""
+
+    def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None,
+                 cache: ShardCache | None = None, fetch_threads: int = 2):
+        self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
+        for source, version in zip(spec.sources, self.versions):
+            if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
+                raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
+        self.columns = list(columns) if columns else [f.name for f in self.versions[0].fields]
+        self._check_columns()
+        self._read = [*self.columns, HASH_COLUMN]
+        first = self.versions[0].manifest.schema
+        self.schema = pa.schema([first.field(c) for c in self.columns])  # of the batches (row hashes apart)
+        self.numeric = frozenset(f.name for f in self.schema if is_numeric_dense(f.type))  # numpy as is
+        self.cache = cache or ShardCache()
+        # shards of all sources numbered in one sequence, for splitting a batch by shard in one sort
+        self._starts = [np.asarray(v.shard_starts, np.int64) for v in self.versions]
+        self._shard_base = np.cumsum([0] + [len(v.manifest.shards) for v in self.versions])[:-1].tolist()
+        self._flat_starts = np.concatenate([st[:len(v.manifest.shards)] for st, v in zip(self._starts, self.versions)])
+        self._shard_key = [(k, s) for k, v in enumerate(self.versions) for s in range(len(v.manifest.shards))]
+        self._sha256 = {(k, s): self.versions[k].manifest.shards[s].sha256 for k, s in self._shard_key}
+        self._max_open = self._plan_budget(spec)
+        self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
+        self._pending: dict[tuple[int, int], Future] = {}
+        self._lock = threading.Lock()
+        self._fetch_threads = fetch_threads
+        self._pool: ThreadPoolExecutor | None = None
+
+    def read(self, plan: BatchPlan, layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+        """The rows of `plan` in plan order: per requested column a dense numpy array or an Arrow
+        array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array.
+        `layout` is the plan's from `layouts` (computed here when not given)."""
+        if layout is None:
+            layout = self.layouts([plan])[0]
+        opened, read = self._open, self._read
+        parts = []
+        for key, rows, where in layout:
+            shard = opened.get(key)  # the common case, without the lock (one dict call is atomic)
+            if shard is None:
+                shard = self._shard(key)
+            else:
+                try:
+                    opened.move_to_end(key)  # recency, for which open shard to release first
+                except KeyError:  # released by a background load meanwhile: its map stays valid
+                    pass
+            shard.check(rows, read)
+            parts.append((shard, rows, where))
+        n = len(plan.indices)
+        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in read}
+        hashes = columns.pop(HASH_COLUMN)
+        if not isinstance(hashes, np.ndarray):  # a null-free binary(16) column is always dense
+            raise IntegrityError("a cached shard's row hashes are not 16-byte values")
+        return columns, hashes
+
+    def layouts(self, plans: Sequence[BatchPlan]) -> list[Layout]:
+        """Per plan, its rows split by shard: ((source, shard), rows in the shard, output positions
+        or None for all rows in order), for many plans in one vectorised pass (a loader plans
+        steps in chunks, so a batch's own read does no splitting)."""
+        if not plans:
+            return []
+        lengths = np.array([len(p.indices) for p in plans], np.int64)
+        firsts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        indices = np.concatenate([p.indices for p in plans]).astype(np.int64, copy=False)
+        total = len(indices)
+        if not total:
+            return [[] for _ in plans]
+        if len(self.versions) == 1:
+            shard = np.searchsorted(self._starts[0], indices, side="right") - 1
+        else:
+            sources = np.concatenate([p.sources for p in plans])
+            shard = np.empty(total, np.int64)
+            for k in np.unique(sources).tolist():
+                sel = sources == k
+                shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
+        plan_of = np.repeat(np.arange(len(plans), dtype=np.int64), lengths)
+        order = np.argsort(plan_of * len(self._shard_key) + shard, kind="stable")  # by plan, then shard
+        shard, plan_of = shard[order], plan_of[order]
+        rows = indices[order] - self._flat_starts[shard]
+        positions = order - firsts[plan_of]
+        cuts = np.flatnonzero((shard[1:] != shard[:-1]) | (plan_of[1:] != plan_of[:-1])) + 1
+        bounds = [0, *cuts.tolist(), total]
+        out: list[Layout] = [[] for _ in plans]
+        for a, b, p, g in zip(bounds[:-1], bounds[1:], plan_of[bounds[:-1]].tolist(), shard[bounds[:-1]].tolist()):
+            out[p].append((self._shard_key[g], rows[a:b], None if b - a == lengths[p] else positions[a:b]))
+        return out
+
+    def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
+        """Start fetching the shards these future batches need and the cache lacks, in the order
+        of the batches (at most half the open budget ahead)."""
+        if not plans:
+            return
+        if layouts is None:
+            layouts = self.layouts(plans)
+        wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
+        with self._lock:
+            budget = max(1, self._max_open // 2) - len(self._pending)
+            for key in wanted:
+                if budget <= 0:
+                    break
+                if key in self._open or key in self._pending or self.cache.holds(self._sha256[key]):
+                    continue  # a cached shard opens in well under a millisecond: a thread would cost more
+                self._pending[key] = self._executor().submit(self._load, key)
+                budget -= 1
+
+    def close(self) -> None:
+        if self._pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        with self._lock:
+            for shard in self._open.values():
+                shard.release()
+            self._open.clear()
+            self._pending.clear()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _shard(self, key: tuple[int, int]) -> CachedShard:
+        with self._lock:
+            cached = self._open.get(key)
+            if cached is not None:
+                self._open.move_to_end(key)
+                return cached
+            pending = self._pending.get(key)
+        if pending is not None and not pending.cancel():  # not started: open it here, no thread hand-off
+            pending.result()  # fetched in the background; _load has put it in _open
+            with self._lock:
+                if key in self._open:
+                    return self._open[key]
+        return self._load(key)
+
+    def _load(self, key: tuple[int, int]) -> CachedShard:
+        cached = self.cache.open(self.versions[key[0]], key[1])
+        try:
+            self._check_decoded(key[0], key[1], cached)
+        except UserError:
+            cached.release()
+            raise
+        with self._lock:
+            self._pending.pop(key, None)
+            if key in self._open:  # loaded twice (foreground and background): keep one pin
+                cached.release()
+                return self._open[key]
+            self._open[key] = cached
+            while len(self._open) > self._max_open:
+                _, old = self._open.popitem(last=False)
+                old.release()  # unpinned: evictable; its memory map stays valid for readers holding it
+        return cached
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._fetch_threads, thread_name_prefix="dsinspect-fetch")
+        return self._pool
+
+    def _plan_budget(self, spec: RunSpec) -> int:
+        """How many shards to keep open, and a clear error now if the cache bound cannot hold the
+        working set of this shuffle mode as stored (checked again, decoded, at the first fill)."""
+        shards = 0
+        self._need: list[tuple[int, str]] = []
+        for version in self.versions:
+            sizes = sorted((s.bytes for s in version.manifest.shards), reverse=True)
+            if spec.shuffle is Shuffle.GLOBAL:
+                take, what = len(sizes), "the whole version (global shuffle reads anywhere in it)"
+            elif spec.shuffle is Shuffle.WINDOW:
+                take, what = spec.window_shards, f"one shuffle window ({spec.window_shards} shards)"
+            else:
+                take, what = 1, "one shard"
+            self._need.append((sum(sizes[:take]), f"{what} of {version.address}"))
+            self.cache.check_fits(sum(n for n, _ in self._need), self._need[-1][1])
+            shards += min(2 * take, len(sizes)) if spec.shuffle is not Shuffle.GLOBAL else len(sizes)
+        self._decoded_checked = False
+        return max(2, shards)
+
+    def _check_decoded(self, k: int, shard: int, cached: CachedShard) -> None:
+        """The cache holds decoded Arrow, often larger than the stored Parquet: once the first
+        shard is in, scale the working set by what it really takes and refuse a bound too small."""
+        if self._decoded_checked or self.cache.max_bytes is None:
+            return
+        ratio = max(1.0, cached.nbytes / max(1, self.versions[k].manifest.shards[shard].bytes))
+        need = int(sum(n for n, _ in self._need) * ratio)
+        self.cache.check_fits(need, f"{self._need[k][1]} as cached ({ratio:.1f}x its stored size)")
+        self._decoded_checked = True  # only once passed: a refusal in a read-ahead thread repeats in the reader
+
+    def _check_columns(self) -> None:
+        first = {f.name: f.type for f in self.versions[0].fields}
+        for version in self.versions:
+            types = {f.name: f.type for f in version.fields}
+            missing = [c for c in self.columns if c not in types]
+            if missing:
+                raise UserError(f"{version.address} has no field(s) {missing}")
+            differ = [c for c in self.columns if types[c] != first[c]]
+            if differ:
+                raise UserError(f"mixture sources disagree on the type of {differ}: pick common columns with columns=[...]")

@@ -1,0 +1,293 @@
+"""The catalog: plain files on any fsspec URL holding datasets, immutable versions and tags.
+
+    <root>/datasets/<name>/versions/<version-id>.json   manifest, immutable
+    <root>/datasets/<name>/shards/<sha256>.parquet      content-addressed shards, shared by versions
+    <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
+    <root>/datasets/<name>/tags.json                    tag -> version id
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from typing import Any, Iterable
+
+from dsinspect.errors import DamagedError, IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
+from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
+from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
+from dsinspect.loaders.format.pathnames import check_ext, check_sha256
+from dsinspect.loaders.store.storage import join, locked, read_only, refuse_read_only, rewrite, url_to_fs, write_atomic
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import Rows, VersionWriter, WriteOptions
+
+__all__ = ["Catalog", "LATEST"]
+
+LATEST = "latest"
+_HEX = re.compile(r"^[0-9a-f]+$")
+_VERSION_FILE = re.compile(r"^([0-9a-f]{64})\.json$")
+_VERSION_ID = re.compile(r"[0-9a-f]{64}")
+_READ_TRIES = 4
+
+
+class Catalog:
+    """A catalog at `url`. Reads go straight to storage; nothing is held but small manifests."""
+
+    def __init__(self, url: str):
+        self.url = str(url)
+        try:
+            self.fs, self.root = url_to_fs(self.url)
+        except UserError as e:  # an unknown protocol, a client package missing: say it is the catalog
+            raise UserError(f"catalog {e}") from None
+        self._manifests: dict[tuple[str, str], Manifest] = {}
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.url!r})"
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def dataset_dir(self, name: str) -> str:
+        return join(self.root, "datasets", check_name(name))
+
+    def shard_dir(self, name: str) -> str:
+        return join(self.dataset_dir(name), "shards")
+
+    def shard_path(self, name: str, sha256: str) -> str:
+        return join(self.shard_dir(name), f"{check_sha256(sha256, 'shard sha256')}.parquet")
+
+    def manifest_path(self, name: str, version_id: str) -> str:
+        return join(self.dataset_dir(name), "versions", f"{check_sha256(version_id, 'version id')}.json")
+
+    def blob_path(self, name: str, sha256: str, ext: str) -> str:
+        blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")
+        return join(self.dataset_dir(name), "blobs", blob)
+
+    def tags_path(self, name: str) -> str:
+        return join(self.dataset_dir(name), "tags.json")
+
+    def display(self, path: str) -> str:
+        """A path as a URL a person can paste (the protocol kept for remote stores)."""
+        return self.fs.unstrip_protocol(path) if not path.startswith("/") else path
+
+    # -- listing -------------------------------------------------------------------------------
+
+    def check_exists(self) -> None:
+        """NotFoundError unless the catalog's root directory exists: reading a catalog that is not
+        there is a mistake (a typo'd path would otherwise list as empty). Writing creates it."""
+        try:
+            if self.fs.isdir(self.root):
+                return
+        except OSError as e:  # a server that does not answer, refused permissions: say which catalog
+            raise StorageError(f"cannot read catalog {self.url}: {reason_of(e)}") from None
+        if read_only(self.fs):
+            raise NotFoundError(f"catalog {self.url} lists nothing: the server gives no index page for it "
+                                "(python -m http.server and nginx autoindex do), or it does not exist")
+        raise NotFoundError(f"catalog {self.url} does not exist")
+
+    def datasets(self) -> list[str]:
+        base = join(self.root, "datasets")
+        if not self.fs.isdir(base):
+            return []
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(base, detail=False)]
+        return sorted(n for n in names if self.fs.isdir(join(base, n, "versions")))
+
+    def version_ids(self, name: str) -> list[str]:
+        directory = join(self.dataset_dir(name), "versions")
+        if not self.fs.isdir(directory):
+            try:
+                self.check_exists()
+            except NotFoundError as e:  # the dataset named, and why nothing is there
+                raise NotFoundError(f"no dataset {name!r}: {e}") from None
+            raise NotFoundError(f"no dataset {name!r} in catalog {self.url}")
+        files = (p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(directory, detail=False))
+        return sorted(m[1] for m in map(_VERSION_FILE.match, files) if m)
+
+    def versions(self, name: str) -> list[DatasetVersion]:
+        """Every version of `name`, oldest first."""
+        versions = [self.version(name, v) for v in self.version_ids(name)]
+        return sorted(versions, key=lambda v: (str(v.manifest.meta.get("created_at", "")), v.id))
+
+    def tags(self, name: str) -> dict[str, str]:
+        path = self.tags_path(name)
+        if not self.fs.exists(path):
+            return {}
+        return self._parse_tags(name, self._read(path))
+
+    def _parse_tags(self, name: str, data: bytes) -> dict[str, str]:
+        where = self.display(self.tags_path(name))
+        try:
+            tags = json.loads(data)
+        except RecursionError:
+            raise DamagedError(f"{where}: nested too deeply") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DamagedError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) and _VERSION_ID.fullmatch(v)
+                                                 for k, v in tags.items()):
+            raise DamagedError(f"{where}: tags must map names to 64-hex version ids")
+        return tags
+
+    # -- resolving -----------------------------------------------------------------------------
+
+    def resolve(self, address: str | Address) -> DatasetVersion:
+        """The version an address names (`NAME[@REF][:INDEX]`; the index is ignored here)."""
+        addr = parse_address(address) if isinstance(address, str) else address
+        return self.version(addr.name, self.resolve_ref(addr.name, addr.ref))
+
+    def resolve_ref(self, name: str, ref: str) -> str:
+        """A tag, or a unique version-id prefix of at least 8 hex digits, as a full version id."""
+        tags = self.tags(name)
+        if ref in tags:
+            return tags[ref]
+        if _VERSION_ID.fullmatch(ref) and self.fs.exists(self.manifest_path(name, ref)):
+            return ref  # a whole id needs no listing (an http catalog may have no index pages)
+        ids = self.version_ids(name)
+        if len(ref) >= HEX_PREFIX_MIN and _HEX.match(ref):
+            matches = [v for v in ids if v.startswith(ref)]
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise UserError(f"version prefix {ref!r} of {name!r} is ambiguous: "
+                                + ", ".join(m[:16] for m in matches))
+            raise NotFoundError(f"no version of {name!r} starts with {ref!r}")
+        hint = f"tags: {', '.join(sorted(tags))}" if tags else "it has no tags"
+        raise NotFoundError(f"{name!r} has no tag {ref!r} ({hint}; or give >= {HEX_PREFIX_MIN} hex digits of a version id)")
+
+    def version(self, name: str, version_id: str) -> DatasetVersion:
+        return DatasetVersion(self, name, version_id, self.manifest(name, version_id))
+
+    def manifest(self, name: str, version_id: str) -> Manifest:
+        """The manifest of a version, checked against its id (content addressing is verified on read)."""
+        cached = self._manifests.get((name, version_id))
+        if cached is not None:
+            return cached
+        path = self.manifest_path(name, version_id)
+        where = self.display(path)
+        if not self.fs.exists(path):
+            raise NotFoundError(f"version {version_id} of {name!r} is missing: {where}")
+        for second_read in (False, True):  # damaged in transit, or at rest: a second read tells them apart
+            try:
+                manifest = Manifest.from_bytes(self._read(path), where)
+            except ManifestError as e:
+                if second_read:  # a stored object failing its check (exit 1), not a user's bad file
+                    raise DamagedError(str(e)) from None
+                continue
+            if manifest.id == version_id:
+                break
+            if second_read:
+                raise IntegrityError(f"{where}: content hashes to {manifest.id}, not the version id in its name")
+        self._manifests[(name, version_id)] = manifest
+        return manifest
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def writer(self, name: str, fields: Iterable[Field], *, key: str | None = None, parent: str | None = LATEST,
+               message: str = "", tags: Iterable[str] = (), options: WriteOptions = WriteOptions(),
+               created_at: str | None = None, on_rows=None) -> VersionWriter:
+        """A writer for a new version of `name` (created if new); parent defaults to its `latest`."""
+        check_name(name)
+        for tag in tags:
+            check_name(tag, "tag")
+        self.check_writable()
+        parent_id = self._parent_id(name, parent)
+        return VersionWriter(self, name, fields, key=key, parent=parent_id, message=message, tags=tags,
+                             options=options, created_at=created_at, on_rows=on_rows)
+
+    def write_version(self, name: str, data: Rows, fields: Iterable[Field], **kwargs: Any) -> DatasetVersion:
+        """Write `data` as a new version of `name` in one call; see `writer` for the options."""
+        with self.writer(name, fields, **kwargs) as w:
+            w.write(data)
+        assert w.version is not None
+        return w.version
+
+    def check_writable(self) -> None:
+        """StorageError (exit 2) for a catalog on a read-only store (http, https), before any work."""
+        refuse_read_only(self.fs, self.root)
+
+    def set_tag(self, name: str, tag: str, version_id: str) -> None:
+        check_name(tag, "tag")
+        self.check_writable()
+        self.manifest(name, version_id)  # a tag never points at a missing version
+        with locked(self.fs, self.tags_path(name)):  # concurrent taggers must not lose an update
+            self._move_tags(name, (tag,), version_id)
+
+    def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
+        """Store a side file (e.g. a tokenizer.json) by content; its sha256."""
+        self.check_writable()
+        sha = sha256_hex(data)
+        path = self.blob_path(name, sha, ext)
+        if not self.fs.exists(path):
+            write_atomic(self.fs, path, data)
+        return sha
+
+    def read_blob(self, name: str, sha256: str, ext: str = "") -> bytes:
+        path = self.blob_path(name, sha256, ext)
+        if not self.fs.exists(path):
+            raise NotFoundError(f"blob {sha256} of {name!r} is missing: {self.display(path)}")
+        data = self._read(path)
+        if sha256_hex(data) != sha256:
+            data = self._read(path)
+        if sha256_hex(data) != sha256:
+            raise IntegrityError(f"{self.display(path)}: content hashes to {sha256_hex(data)}, expected {sha256}")
+        return data
+
+    def _read(self, path: str) -> bytes:
+        """A small metadata file, retrying what storage clients raise for transient trouble."""
+        for attempt in range(_READ_TRIES):
+            try:
+                return self.fs.cat_file(path)
+            except (FileNotFoundError, PermissionError):
+                raise
+            except Exception as e:  # noqa: BLE001 - network and server hiccups of any client
+                if attempt + 1 == _READ_TRIES:
+                    raise StorageError(f"cannot read {self.display(path)} after {_READ_TRIES} tries: "
+                                       + reason_of(e)) from None
+                time.sleep(0.05 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    def _parent_id(self, name: str, parent: str | None) -> str | None:
+        if parent is None:
+            return None
+        if parent == LATEST and LATEST not in (self.tags(name) if self._exists(name) else {}):
+            return None
+        return self.resolve_ref(name, parent)
+
+    def _exists(self, name: str) -> bool:
+        return self.fs.isdir(join(self.dataset_dir(name), "versions"))
+
+    def _publish(self, name: str, manifest: Manifest, tags: Iterable[str]) -> DatasetVersion:
+        """Write the manifest unless that content exists; point the given tags (and `latest`, when
+        the version is new) at it. All or nothing: if the tags cannot be written, a manifest this
+        call wrote is removed again, so no version appears that the tags do not know."""
+        version_id = manifest.id
+        path = self.manifest_path(name, version_id)
+        with locked(self.fs, self.tags_path(name)):
+            moved = tuple(tags)
+            created = not self.fs.exists(path)
+            if created:
+                write_atomic(self.fs, path, manifest.to_file_bytes())
+                moved = (LATEST, *moved)
+            # else: equal content, equal id; nothing is written and `latest` stays where it is
+            if moved:
+                try:
+                    self._move_tags(name, moved, version_id)
+                except BaseException:
+                    if created:
+                        with contextlib.suppress(OSError):
+                            self.fs.rm_file(path)
+                    raise
+        return self.version(name, version_id)
+
+    def _move_tags(self, name: str, tags: Iterable[str], version_id: str) -> None:
+        """Point `tags` at `version_id` in one read-modify-write of tags.json that no concurrent
+        writer's update is lost to (a lock on local disks, a conditional put on S3)."""
+        def change(current: bytes | None) -> bytes:
+            known = self._parse_tags(name, current) if current is not None else {}
+            return _tags_bytes({**known, **{t: version_id for t in tags}})
+
+        rewrite(self.fs, self.tags_path(name), change)
+
+
+def _tags_bytes(tags: dict[str, str]) -> bytes:
+    return (json.dumps(tags, sort_keys=True, indent=2) + "\n").encode("utf-8")
+

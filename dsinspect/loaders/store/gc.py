@@ -1,0 +1,159 @@
+"""What an interrupted write leaves in a catalog, found and removed; versions are never touched.
+
+Garbage is, per dataset:
+- `shard`: a shard file no manifest references (a writer or ingest killed before it published);
+- `staging`: an ingest job's staging directory (`ingest/<job-id>/`) nobody has resumed;
+- `temp`: a temp file of an interrupted atomic write or spool (`.tmp-*`).
+
+Only what is older than a grace period counts: a live writer publishes its shards before its
+manifest, so a young unreferenced shard may be referenced a moment later, and shards named by a
+young staging record belong to an ingest that may resume. Manifests are listed again just before
+anything is removed, so a version published meanwhile keeps its shards. A writer that re-publishes
+a shard which already exists refreshes its mtime on local disks (storage.publish_file); on object
+stores that cannot be done without rewriting it, so run gc there when no writer runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable
+
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.storage import join, write_errors
+
+__all__ = ["Garbage", "find_garbage", "remove_garbage", "dataset_names", "DEFAULT_GRACE_HOURS"]
+
+DEFAULT_GRACE_HOURS = 24.0
+TEMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class Garbage:
+    dataset: str
+    kind: str  # "shard" | "staging" | "temp"
+    path: str
+    bytes: int
+    age_hours: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "age_hours": round(self.age_hours, 2)}
+
+
+def find_garbage(catalog: Catalog, names: Iterable[str] | None = None, *, grace_hours: float = DEFAULT_GRACE_HOURS,
+                 now: float | None = None) -> list[Garbage]:
+    """Every item of garbage older than `grace_hours` in the named datasets (default: all)."""
+    now = time.time() if now is None else now
+    found: list[Garbage] = []
+    for name in names if names is not None else dataset_names(catalog):
+        found += _dataset_garbage(catalog, name, grace_hours * 3600.0, now)
+    return found
+
+
+def dataset_names(catalog: Catalog) -> list[str]:
+    """Every dataset directory, with or without versions (an ingest into a new dataset that was
+    killed before its first manifest leaves one without)."""
+    base = join(catalog.root, "datasets")
+    if not catalog.fs.isdir(base):
+        return []
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in catalog.fs.ls(base, detail=False) if catalog.fs.isdir(p))
+
+
+def remove_garbage(catalog: Catalog, items: list[Garbage]) -> list[Garbage]:
+    """Remove `items` (from find_garbage) except shards a manifest references by now; the removed."""
+    referenced = {name: _referenced(catalog, name) for name in {g.dataset for g in items}}
+    removed = []
+    for g in items:
+        if g.kind == "shard" and _sha256_of(g.path) in referenced[g.dataset]:
+            continue  # a version published since the listing uses it
+        with write_errors(catalog.fs, g.path):
+            if catalog.fs.exists(g.path):
+                catalog.fs.rm(g.path, recursive=g.kind == "staging")
+        removed.append(g)
+    return removed
+
+
+def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) -> list[Garbage]:
+    base = catalog.dataset_dir(name)
+    referenced = _referenced(catalog, name)
+    found, kept_by_staging = [], set()
+    for job_dir, files in _staging_jobs(catalog, join(base, "ingest")).items():
+        age = now - max((_mtime(info) or now for info in files.values()), default=now)
+        if age < grace_s:
+            kept_by_staging |= _shards_named_by(catalog, files)
+        else:
+            found.append(Garbage(name, "staging", job_dir, sum(int(i.get("size") or 0) for i in files.values()),
+                                 age / 3600.0))
+    for path, info in _files(catalog, base).items():
+        age = now - (_mtime(info) or now)  # an unknown mtime counts as new: kept
+        if age < grace_s or "/ingest/" in path[len(base):]:
+            continue
+        kind = _kind(posixpath.basename(path), posixpath.basename(posixpath.dirname(path)), referenced, kept_by_staging)
+        if kind:
+            found.append(Garbage(name, kind, path, int(info.get("size") or 0), age / 3600.0))
+    return found
+
+
+def _kind(basename: str, parent: str, referenced: set[str], kept: set[str]) -> str | None:
+    if basename.startswith(TEMP_PREFIX):
+        return "temp"
+    if parent == "shards" and basename.endswith(".parquet"):
+        sha = basename[: -len(".parquet")]
+        return None if sha in referenced or sha in kept else "shard"
+    return None
+
+
+def _referenced(catalog: Catalog, name: str) -> set[str]:
+    if not catalog.fs.isdir(join(catalog.dataset_dir(name), "versions")):
+        return set()
+    return {s.sha256 for vid in catalog.version_ids(name) for s in catalog.manifest(name, vid).shards}
+
+
+def _sha256_of(path: str) -> str:
+    return posixpath.basename(path)[: -len(".parquet")]
+
+
+def _staging_jobs(catalog: Catalog, ingest_dir: str) -> dict[str, dict[str, dict]]:
+    """Each job directory under `ingest/` with its files' infos."""
+    jobs: dict[str, dict[str, dict]] = {}
+    for path, info in _files(catalog, ingest_dir).items():
+        job = join(ingest_dir, path[len(ingest_dir):].strip("/").split("/")[0])
+        jobs.setdefault(job, {})[path] = info
+    return jobs
+
+
+def _shards_named_by(catalog: Catalog, files: dict[str, dict]) -> set[str]:
+    named: set[str] = set()
+    for path in files:
+        if path.endswith(".json") and not posixpath.basename(path).startswith(TEMP_PREFIX):
+            try:
+                named |= {s["sha256"] for s in json.loads(catalog.fs.cat_file(path)).get("shards", [])}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # an unreadable record protects nothing; its job restarts anyway
+    return named
+
+
+def _files(catalog: Catalog, directory: str) -> dict[str, dict]:
+    try:
+        return catalog.fs.find(directory, detail=True) if catalog.fs.exists(directory) else {}
+    except FileNotFoundError:
+        return {}
+
+
+def _mtime(info: dict) -> float | None:
+    """Seconds since the epoch of a file's last change, from what each store reports."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, dt.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None

@@ -1,0 +1,283 @@
+"""Stream rows into a new version: row groups of bounded size, content-addressed Parquet shards.
+
+Memory holds at most one row group of pending rows, whatever the size of the version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard
+from dsinspect.loaders.store.storage import publish_file, spool_dir, write_errors
+
+if TYPE_CHECKING:
+    from dsinspect.loaders.store.catalog import Catalog
+    from dsinspect.loaders.store.version import DatasetVersion
+
+__all__ = ["WriteOptions", "VersionWriter", "Rows"]
+
+Rows = pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch] | Iterable[Mapping[str, Any]]
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How rows are cut into row groups and shards; none of it changes a row's hash."""
+
+    shard_bytes: int = 64 * MiB
+    shard_rows: int | None = None
+    row_group_rows: int = 1024
+    row_group_bytes: int = 16 * MiB
+    compression_level: int = 3
+    # One contiguous chunk per row group: Parquet's dictionary fallback (so the shard bytes) can
+    # depend on how a group's rows were chunked; ingest sets it so bytes depend on the rows alone.
+    contiguous_groups: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("shard_bytes", "row_group_rows", "row_group_bytes"):
+            if getattr(self, name) < 1:
+                raise UserError(f"write option {name} must be at least 1")
+        if self.shard_rows is not None and self.shard_rows < 1:
+            raise UserError("write option shard_rows must be at least 1")
+
+
+class _ShardFile:
+    """One Parquet shard being written to a local spool file."""
+
+    def __init__(self, directory: str, schema: pa.Schema, options: WriteOptions):
+        fd, self.path = tempfile.mkstemp(dir=directory, prefix=".tmp-shard-", suffix=".parquet")
+        self.file = os.fdopen(fd, "wb")
+        self.writer = pq.ParquetWriter(self.file, schema, compression="zstd",
+                                       compression_level=options.compression_level)
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(table, row_group_size=table.num_rows)
+        self.rows += table.num_rows
+
+    @property
+    def size(self) -> int:
+        return self.file.tell()
+
+    def finish(self) -> tuple[str, int]:
+        """Close the file; its sha256 and byte size."""
+        self.writer.close()
+        self.file.close()
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as f:
+            for chunk in iter(lambda: f.read(4 * MiB), b""):
+                digest.update(chunk)
+        return digest.hexdigest(), os.path.getsize(self.path)
+
+    def discard(self) -> None:
+        """Close and delete the spool file, also when closing fails (a full disk fails the flush)."""
+        with contextlib.suppress(OSError, pa.ArrowException):
+            self.writer.close()
+        with contextlib.suppress(OSError):
+            self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class VersionWriter:
+    """Write one new version of dataset `name`; `commit()` publishes it (use it as a context manager)."""
+
+    def __init__(self, catalog: "Catalog", name: str, fields: Iterable[Field], *, key: str | None = None,
+                 parent: str | None = None, message: str = "", tags: Iterable[str] = (),
+                 options: WriteOptions = WriteOptions(), created_at: str | None = None,
+                 on_rows: Callable[[int], None] | None = None):
+        self.catalog, self.name, self.options = catalog, name, options
+        self.fields = tuple(fields)
+        self._template = Manifest(self.fields, (), key)  # validates names, roles and the key now
+        self.data_schema = self._template.schema
+        self._file_schema = self.data_schema.append(pa.field(HASH_COLUMN, pa.binary(16), nullable=False))
+        self._names = [f.name for f in self.fields]
+        self._name_set = set(self._names)
+        self._meta = {"dataset": name, "parent": parent, "message": message,
+                      "created_at": created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds"),
+                      "writer": _writer_versions()}
+        self._tags = tuple(tags)
+        self._on_rows = on_rows
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = self._pending_bytes = 0
+        self._shard: _ShardFile | None = None
+        self._shards: list[Shard] = []
+        self._spool = spool_dir(catalog.fs, catalog.shard_dir(name))
+        self.version: "DatasetVersion | None" = None
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def write(self, data: Rows) -> None:
+        """Append rows: a Table, a RecordBatch, an iterable of RecordBatches or of row dicts."""
+        if isinstance(data, pa.Table):
+            for batch in data.to_batches():
+                self.write_batch(batch)
+        elif isinstance(data, pa.RecordBatch):
+            self.write_batch(data)
+        else:
+            for chunk in _chunks(iter(data), self.options.row_group_rows):
+                if isinstance(chunk[0], pa.RecordBatch):
+                    for batch in chunk:
+                        self.write_batch(batch)
+                else:
+                    self.write_rows(chunk)
+
+    def write_rows(self, rows: list[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        for row in rows:  # from_pylist would quietly turn a missing (e.g. misspelt) key into a null
+            if row.keys() != self._name_set:
+                self._check_columns(set(row.keys()))
+        try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=self.data_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+            for f in self.fields:  # name the usual culprit plainly
+                if not f.nullable and any(r[f.name] is None for r in rows):
+                    raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls") from None
+            raise UserError(f"dataset {self.name!r}: rows do not fit the schema: {e}") from None
+        self.write_batch(batch)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        batch = self._conform(batch)
+        if batch.num_rows == 0:
+            return
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        self._pending_bytes += batch.nbytes
+        while self._pending_rows >= self.options.row_group_rows or self._pending_bytes >= self.options.row_group_bytes:
+            self._flush_group()
+
+    def add_shard(self, shard: Shard) -> None:
+        """Append an existing shard of this dataset as is (copy-on-write derivation)."""
+        self.close_shard()
+        self._shards.append(shard)
+
+    def close_shard(self) -> None:
+        """Write out pending rows and end the current shard: later rows start a new one."""
+        while self._pending_rows:
+            self._flush_group()
+        self._end_shard()
+
+    def _end_shard(self) -> None:
+        if self._shard is not None:
+            shard, self._shard = self._shard, None
+            if shard.rows == 0:
+                shard.discard()
+                return
+            try:
+                with write_errors(self.catalog.fs, shard.path):
+                    sha, size = shard.finish()
+            except BaseException:
+                shard.discard()
+                raise
+            publish_file(self.catalog.fs, shard.path, self.catalog.shard_path(self.name, sha))
+            self._shards.append(Shard(sha, size, shard.rows))
+
+    # -- output --------------------------------------------------------------------------------
+
+    def end_row_group(self) -> None:
+        """Write out pending rows now (one row group when they fit the options' bounds), keeping the
+        shard open: lets a re-ingest reproduce an exported shard's row groups exactly."""
+        while self._pending_rows:
+            self._flush_group()
+
+    def finish_shards(self) -> list[Shard]:
+        """Write out pending rows and return the published shards, without a manifest: one part of
+        a parallel ingest, assembled into a version later by a writer given them via `add_shard`."""
+        self.close_shard()
+        return list(self._shards)
+
+    def commit(self) -> "DatasetVersion":
+        """Publish the manifest (a no-op returning the existing version when the content exists)."""
+        self.close_shard()
+        manifest = Manifest(self.fields, tuple(self._shards), self._template.key, self._meta)
+        self.version = self.catalog._publish(self.name, manifest, self._tags)
+        return self.version
+
+    def abort(self) -> None:
+        if self._shard is not None:
+            self._shard.discard()
+            self._shard = None
+        self._pending.clear()
+        self._pending_rows = self._pending_bytes = 0
+
+    def __enter__(self) -> "VersionWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _check_columns(self, have: set[str]) -> None:
+        missing = [n for n in self._names if n not in have]
+        extra = sorted(have - self._name_set)
+        if missing or extra:
+            raise UserError(f"dataset {self.name!r}: columns do not match the schema "
+                            f"(missing {missing}, unexpected {extra})")
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        self._check_columns(set(batch.schema.names))
+        for f in self.fields:
+            if not f.nullable and batch.column(f.name).null_count:
+                raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls")
+        try:
+            table = pa.Table.from_batches([batch]).select(self._names).cast(self.data_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as e:
+            raise UserError(f"dataset {self.name!r}: cannot convert rows to the schema: {e}") from None
+        return table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
+
+    def _flush_group(self) -> None:
+        """Write the first row group's worth of pending rows to the current shard."""
+        table = pa.Table.from_batches(self._pending)
+        n = min(self._pending_rows, self.options.row_group_rows)
+        if self._pending_bytes >= self.options.row_group_bytes:
+            per_row = max(1, self._pending_bytes // max(1, self._pending_rows))
+            n = min(n, max(1, self.options.row_group_bytes // per_row))
+        if self.options.shard_rows is not None:
+            n = min(n, self.options.shard_rows - (self._shard.rows if self._shard else 0))
+        group, rest = table.slice(0, n), table.slice(n)
+        if self.options.contiguous_groups:
+            group = group.combine_chunks()
+        self._pending = rest.to_batches() if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+        self._pending_bytes = rest.nbytes
+        hashes = pa.array(row_hashes(group, self._names), pa.binary(16))
+        with write_errors(self.catalog.fs, self._shard.path if self._shard else self._spool):
+            if self._shard is None:
+                self._shard = _ShardFile(self._spool, self._file_schema, self.options)
+            self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
+        if self._on_rows:
+            self._on_rows(n)
+        full_rows = self.options.shard_rows is not None and self._shard.rows >= self.options.shard_rows
+        if full_rows or self._shard.size >= self.options.shard_bytes:
+            self._end_shard()
+
+
+def _chunks(it: Iterator, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in it:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _writer_versions() -> dict[str, str]:
+    from dsinspect import __version__
+    return {"dsinspect": __version__, "pyarrow": pa.__version__}
