@@ -60,7 +60,7 @@ def run_tasks(engine: str, task: str, payloads: list[dict], *, workers: int | No
     if engine == "pool":
         from dsinspect.loaders.compute.pool import run_pool
         return run_pool(task, payloads, workers=workers, retries=retries, on_done=on_done)
-    from dsinspect.loaders.compute.ray import run_ray
+    from dsinspect.loaders.compute.ray_tasks import run_ray
     return run_ray(task, payloads, workers=workers, retries=retries, on_done=on_done)
 
 
