@@ -434,7 +434,7 @@ class DsinspectReader(Reader):
     def setup(self):
         from dsinspect.loaders import Catalog, Loader, RunSpec  # noqa: F401
         if self.nw > 0 or self.variant == "torch":
-            import dsinspect.loaders.pytorch.adapter  # noqa: F401
+            import dsinspect.loaders.pytorch  # noqa: F401
         self.ids = json.loads((self.p["catalog"] / "bench.json").read_text())
 
     def _spec(self):
@@ -452,7 +452,7 @@ class DsinspectReader(Reader):
             options = {"prefetch": 2} if self.variant == "prefetch2" else {}  # else the library's default
             loader = Loader(spec, 0, cat, columns=[self._column()], transform=transform, **options)
         else:
-            from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
+            from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
             if self.workload == "images":
                 ds = TorchBatches(spec, cat, columns=["image"], transform=_torch_decode_transform)
             else:

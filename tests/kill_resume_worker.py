@@ -33,7 +33,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.loaders import LoaderState, RunSpec
 from dsinspect.loaders.order.plan import epoch_start_step
-from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
+from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
 from dsinspect.loaders.store.storage import write_atomic
 
 MAX_RANKS = 8

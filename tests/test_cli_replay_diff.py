@@ -81,7 +81,8 @@ def test_replay_human_output_shows_provenance_previews_and_fingerprint(cli):
     assert code == 0 and "step 10000000" in out and "fingerprint (stored)" in out
     code, out, _ = cli("replay", "--address", "demo-text@v1", "--batch-size", 3, "--step", 4)
     assert "tokens [" in out and "shard:row" in out
-    expected = replay(RunSpec.create(Catalog(str(BUNDLED)), "demo-text@v1", batch_size=3), 4, 0).fingerprints[0]
+    bundled = Catalog(str(BUNDLED))
+    expected = replay(RunSpec.create(bundled, "demo-text@v1", batch_size=3), 4, 0, bundled).fingerprints[0]
     assert expected in out
     code, out, _ = cli("replay", "--address", "demo-images@v1", "--batch-size", 3, "--step", 1)
     assert "PNG" in out or "JPEG" in out

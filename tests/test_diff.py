@@ -11,6 +11,7 @@ from PIL import Image
 from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
+from dsinspect.errors import UserError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.diff.compare import diff
@@ -101,6 +102,14 @@ def test_sample_details_name_the_token_and_pixel_changes():
 @pytest.fixture
 def cat(tmp_path):
     return Catalog(str(tmp_path / "cat"))
+
+
+def test_addresses_need_a_catalog_versions_do_not(cat, monkeypatch):
+    monkeypatch.setenv("DSINSPECT_CATALOG", cat.url)  # the faces' default, never the engine's
+    a = cat.write_version("toy", toy_rows(10), TOY_FIELDS)
+    with pytest.raises(UserError, match="^diff of addresses needs a catalog"):
+        diff("toy@" + a.id, a)
+    assert diff(a, a).empty and diff("toy@" + a.id, a, cat).empty
 
 
 def test_without_a_key_rows_match_by_hash_and_changes_show_as_removed_plus_added(cat):

@@ -9,7 +9,8 @@ import pytest
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.tokenizer import load_tokenizer, tokenizer_bytes
 from dsinspect.inspect import Severity, encode_text, huggingface_vocab, tiktoken_encoding, tiktoken_vocab, tokens_view
-from dsinspect.inspect.vocab import _bundled_constructor, byte_level_decode
+from dsinspect.inspect.vocab import byte_level_decode
+from dsinspect.loaders.format.tokenizer_docs import bundled_encoding
 from dsinspect.loaders.store.catalog import Catalog
 
 
@@ -134,7 +135,7 @@ def test_bundled_tables_agree_with_the_package():
     from bpe_openai import registry
 
     for name in ("cl100k_base", "o200k_base"):
-        ours, theirs = _bundled_constructor(name), getattr(registry, name)()
+        ours, theirs = bundled_encoding(name), getattr(registry, name)()
         assert ours["pat_str"] == theirs["pat_str"] and ours["special_tokens"] == theirs["special_tokens"]
         assert len(ours["mergeable_ranks"]) == len(theirs["mergeable_ranks"])
 

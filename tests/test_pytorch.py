@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices, steps_in_epoch  # noqa: E402
-from dsinspect.loaders.pytorch.adapter import (  # noqa: E402
-    TorchBatches, TorchLoader, batch_to_torch, elastic_state, split_ragged, unpack,
-)
+from dsinspect.loaders.pytorch import TorchBatches, TorchLoader, batch_to_torch  # noqa: E402
+from dsinspect.loaders.pytorch.conversion import split_ragged, unpack  # noqa: E402
+from dsinspect.loaders.pytorch.dataset import elastic_state  # noqa: E402
 from state_harness import check_save_load  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -119,6 +119,8 @@ def test_dense_columns_and_name_checks(catalog):
     clash = catalog.write_version("clash", [{"step": 1}], [Field("step", pa.int64(), "scalar")])
     with pytest.raises(UserError, match="clash with batch metadata"):
         TorchBatches(RunSpec.create(catalog, f"clash@{clash.id[:12]}"), catalog)
+    with pytest.raises(UserError, match="^TorchBatches needs a catalog"):  # never a default one
+        TorchBatches(spec, None)
 
 
 def test_torch_loader_resumes_across_worker_counts(catalog):

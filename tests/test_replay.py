@@ -286,6 +286,18 @@ def test_spec_sources_and_refusals(cat, tmp_path):
         replay(forged, 0, 0, cat)
 
 
+def test_the_engine_takes_its_catalog_explicitly(cat, monkeypatch):
+    """No default catalog below the faces: $DSINSPECT_CATALOG is the CLI's, never the engine's."""
+    monkeypatch.setenv("DSINSPECT_CATALOG", cat.url)
+    spec = RunSpec.create(cat, "toy", batch_size=4)
+    with pytest.raises(UserError, match=r"^Loader needs a catalog: Loader\(spec, rank, catalog=Catalog\(url\)\)$"):
+        Loader(spec)
+    with pytest.raises(UserError, match="^replay needs a catalog"):
+        replay(spec, 0)
+    with pytest.raises(UserError, match="^check_log needs a catalog"):
+        check_log(spec, [])
+
+
 def test_mixture_of_different_schemas_shows_common_fields(tmp_path):
     cat = make_catalog(tmp_path / "cat")
     import pyarrow as pa

@@ -186,7 +186,7 @@ def torch_catalog(tmp_path_factory):
 
 def torch_batches(cat, **options):
     from dsinspect.loaders import RunSpec
-    from dsinspect.loaders.pytorch.adapter import TorchBatches
+    from dsinspect.loaders.pytorch import TorchBatches
     spec = RunSpec.create(cat, "grow", shuffle="none", batch_size=8, **options)
     return TorchBatches(spec, cat)
 
@@ -208,7 +208,7 @@ def own_segments():
 @needs_dev_shm
 @pytest.mark.slow
 def test_torch_loader_batches_equal_zero_workers_while_the_ring_grows(torch_catalog):
-    from dsinspect.loaders.pytorch.adapter import TorchLoader
+    from dsinspect.loaders.pytorch import TorchLoader
     want = [tensors_exact(b) for b in TorchLoader(torch_batches(torch_catalog), num_workers=0)]
     got, generations = [], set()
     for batch in TorchLoader(torch_batches(torch_catalog), num_workers=2):
@@ -222,7 +222,7 @@ def test_torch_loader_batches_equal_zero_workers_while_the_ring_grows(torch_cata
 @needs_dev_shm
 @pytest.mark.slow
 def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
-    from dsinspect.loaders.pytorch.adapter import TorchLoader
+    from dsinspect.loaders.pytorch import TorchLoader
     loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
     for batch in loader:
         assert any("-w0-g" in name for name in own_segments())  # the workers' rings exist while the pass runs
@@ -240,7 +240,7 @@ def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
 @needs_dev_shm
 @pytest.mark.slow
 def test_a_killed_worker_leaves_no_segment_behind(torch_catalog):
-    from dsinspect.loaders.pytorch.adapter import TorchLoader
+    from dsinspect.loaders.pytorch import TorchLoader
     loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
     running = iter(loader)
     next(running)
@@ -261,7 +261,7 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
     receiving a descriptor and copying its slot (the DataLoader has already sent that worker its next
     task) lets the workers write every slot they may. With the bound's slots that is fine; with
     fewer, the overrun is a clear error."""
-    from dsinspect.loaders.pytorch import adapter as pytorch
+    from dsinspect.loaders.pytorch import loader as torch_loader  # the module that sizes the rings
     take = RingReader.take
 
     def slow_take(delay):
@@ -271,12 +271,12 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
         return late
 
     def one_per_item():  # one batch per DataLoader item: 20 items, 10 per worker
-        return pytorch.TorchLoader(torch_batches(torch_catalog), num_workers=2, batches_per_transfer=1)
+        return torch_loader.TorchLoader(torch_batches(torch_catalog), num_workers=2, batches_per_transfer=1)
 
     monkeypatch.setattr(RingReader, "take", slow_take(0.05))
     assert [int(b["step"]) for b in one_per_item()] == list(range(20))
     monkeypatch.setattr(RingReader, "take", slow_take(0.3))
-    monkeypatch.setattr(pytorch, "ring_slots", lambda prefetch, workers: 2)
+    monkeypatch.setattr(torch_loader, "ring_slots", lambda prefetch, workers: 2)
     with pytest.raises(RingOverrun, match="rewrote it before the main process copied it out"):
         for _ in one_per_item():
             pass
@@ -286,21 +286,21 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
 @needs_dev_shm
 @pytest.mark.slow
 def test_without_shared_memory_batches_still_arrive_through_the_pipe(torch_catalog, monkeypatch):
-    from dsinspect.loaders.pytorch import adapter as pytorch
+    from dsinspect.loaders.pytorch import TorchLoader, transfer  # transfer: the module that writes the rings
 
     def refuse(self, tree):
         raise OSError(28, "No space left on device")
 
-    want = [tensors_exact(b) for b in pytorch.TorchLoader(torch_batches(torch_catalog), num_workers=0)]
-    monkeypatch.setattr(pytorch.RingWriter, "put", refuse)
-    got = [tensors_exact(b) for b in pytorch.TorchLoader(torch_batches(torch_catalog), num_workers=2)]
+    want = [tensors_exact(b) for b in TorchLoader(torch_batches(torch_catalog), num_workers=0)]
+    monkeypatch.setattr(transfer.RingWriter, "put", refuse)
+    got = [tensors_exact(b) for b in TorchLoader(torch_batches(torch_catalog), num_workers=2)]
     assert got == want
 
 
 def test_arrays_leave_the_ring_as_default_convert_makes_them():
     torch = pytest.importorskip("torch")
     from torch.utils.data import default_convert
-    from dsinspect.loaders.pytorch.adapter import _tensor_copy
+    from dsinspect.loaders.pytorch.transfer import _tensor_copy
     arrays = [np.arange(6, dtype=t).reshape(2, 3) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
                                                           np.int64, np.float16, np.float32, np.float64, np.complex64)]
     arrays += [np.array([True, False]), np.array(3, dtype=np.int64), np.array([b"ab", b"c"]), np.array(["x", "yz"])]

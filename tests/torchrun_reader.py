@@ -17,7 +17,7 @@ import warnings
 import torch.distributed as dist
 
 from dsinspect.loaders import RunSpec
-from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
+from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
 
 
 def write_json(path, data):

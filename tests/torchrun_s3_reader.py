@@ -61,7 +61,7 @@ def bounded(job, rank, world):
 
 
 def through_torch(job, rank):
-    from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader
+    from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
 
     loader = TorchLoader(TorchBatches(RunSpec.from_json(job["spec"]), job["catalog"]),
                          num_workers=job["torch_workers"])

@@ -11,12 +11,11 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, no_json, reason_of
+from dsinspect.loaders.format.image_formats import SAFE_FORMATS
 
 __all__ = ["ImageView", "image_view", "fit_pixels", "to_rgb", "png_bytes", "MAX_PIXELS", "SAFE_FORMATS"]
 
 MAX_PIXELS = 50_000_000
-# Formats decoded in-process by Pillow's own code; EPS and friends (which start Ghostscript) are left out.
-SAFE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP", "BMP", "TIFF", "ICO", "PPM", "TGA", "QOI", "AVIF", "JPEG2000")
 _ORIENTATION_TAG = 0x0112
 _ORIENTATIONS = {1: "upright", 2: "mirrored", 3: "rotated 180°", 4: "flipped", 5: "mirrored and rotated 90° CW",
                  6: "rotated 90° CW", 7: "mirrored and rotated 90° CCW", 8: "rotated 90° CCW"}

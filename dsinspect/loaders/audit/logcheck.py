@@ -88,8 +88,7 @@ def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps:
     divergence. `log` is a fingerprint file, a run record directory, or parsed lines; `columns`
     what the job's transform saw (as in its Loader)."""
     if catalog is None:
-        from dsinspect.defaults import open_catalog
-        catalog = open_catalog()
+        raise UserError("check_log needs a catalog: check_log(specs, log, steps, catalog=Catalog(url))")
     segments = load_specs(specs)
     fn = load_transform(transform) if isinstance(transform, str) else transform
     by_step = _lines_by_step(log, parse_steps(steps), None if ranks is None else set(ranks))

@@ -141,8 +141,7 @@ def replay(spec: SpecSource, step: int, rank: int | str = 0, catalog: Catalog | 
     `columns` as the job's Loader had them (default: the fields all sources share); `verify`
     re-hashes each row's bytes against its stored row hash (fingerprints never depend on columns)."""
     if catalog is None:
-        from dsinspect.defaults import open_catalog
-        catalog = open_catalog()
+        raise UserError("replay needs a catalog: replay(spec, step, rank, catalog=Catalog(url))")
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
         raise UserError(f"step must be an integer, not {step!r}")
     if step < 0:

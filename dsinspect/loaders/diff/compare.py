@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dsinspect.errors import UserError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.diff.counts import field_changes
 from dsinspect.loaders.diff.fields import field_detail
@@ -97,8 +98,7 @@ def diff(a: str | DatasetVersion, b: str | DatasetVersion, catalog: Catalog | No
     details are computed for the listed changed rows.
     `on_rows(n)` is told as the key and hash columns of n more rows are read."""
     if catalog is None and (isinstance(a, str) or isinstance(b, str)):
-        from dsinspect.defaults import open_catalog
-        catalog = open_catalog()
+        raise UserError("diff of addresses needs a catalog: diff(a, b, catalog=Catalog(url)), or pass two versions")
     va = a if isinstance(a, DatasetVersion) else catalog.resolve(a)  # type: ignore[union-attr]
     vb = b if isinstance(b, DatasetVersion) else catalog.resolve(b)  # type: ignore[union-attr]
     shards, pairs, only_a, only_b = shard_changes(va.manifest, vb.manifest)

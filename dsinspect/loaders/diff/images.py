@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from dsinspect.loaders.format.image_formats import SAFE_FORMATS
+
 __all__ = ["image_detail", "pixel_delta", "bit_depth", "MAX_PIXELS"]
 
 MAX_PIXELS = 64 << 20  # larger images get size and mode only (no pixel comparison)
@@ -41,10 +43,8 @@ def image_detail(a: bytes, b: bytes) -> dict[str, Any]:
     differ, and for 16/32-bit images each one's value range."""
     from PIL import Image
 
-    from dsinspect.inspect.images import SAFE_FORMATS  # Pillow's own decoders only (never Ghostscript)
-
     try:
-        x, y = (Image.open(io.BytesIO(data), formats=SAFE_FORMATS) for data in (a, b))
+        x, y = (Image.open(io.BytesIO(data), formats=SAFE_FORMATS) for data in (a, b))  # never Ghostscript
         small = all(img.size[0] * img.size[1] <= MAX_PIXELS for img in (x, y))
         if small:  # the header's size is checked before any pixel is decoded
             x.load()

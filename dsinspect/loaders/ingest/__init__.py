@@ -209,7 +209,7 @@ def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict |
 def _tokenizer_option(catalog: Catalog, name: str, tokenizer: str) -> dict:
     """The field option for `--tokenizer`: an OpenAI encoding by name (cl100k_base, o200k_base) or a
     tokenizer.json path or URL, either stored in the catalog as a blob named by its sha256."""
-    from dsinspect.inspect.vocab import TIKTOKEN_ENCODINGS, tiktoken_document
+    from dsinspect.loaders.format.tokenizer_docs import TIKTOKEN_ENCODINGS, tiktoken_document
 
     if tokenizer in TIKTOKEN_ENCODINGS:
         try:

@@ -1,10 +1,15 @@
 """The PyTorch adapter: one rank's batches as dicts of tensors for any number of DataLoader workers,
 handed over through shared-memory rings, with a global state that restores into any worker or rank
-count. Needs the `torch` extra.
+count. Needs the `torch` extra; the only subpackage that imports torch, and `import dsinspect` never
+loads it.
 
-May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
+Modules: `dataset` (TorchBatches and the producers its workers run), `conversion` (Arrow and numpy
+columns -> tensors), `loader` (TorchLoader), `transfer` (worker -> main process), `ring` (the
+shared-memory ring). May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
-from dsinspect.loaders.pytorch.adapter import TorchBatches, TorchLoader, batch_to_torch
+from dsinspect.loaders.pytorch.conversion import batch_to_torch
+from dsinspect.loaders.pytorch.dataset import TorchBatches
+from dsinspect.loaders.pytorch.loader import TorchLoader
 
 __all__ = ["TorchBatches", "TorchLoader", "batch_to_torch"]

@@ -128,8 +128,7 @@ class Loader:
                  cache: ShardCache | None = None, stats_interval: float | None = None,
                  transform: Callable[[Batch], Any] | None = None, fingerprint_of: str = "stored"):
         if catalog is None:
-            from dsinspect.defaults import open_catalog
-            catalog = open_catalog()
+            raise UserError("Loader needs a catalog: Loader(spec, rank, catalog=Catalog(url))")
         if not 0 <= rank < spec.world_size:  # now, not at the first batch (plan_batch's words)
             raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
         self.spec, self.rank, self.catalog, self.transform = spec, rank, catalog, transform

@@ -1,0 +1,234 @@
+"""TorchBatches: one rank's batches as a torch IterableDataset, the same for any number of DataLoader
+workers, with a global state that restores into any number of workers or ranks.
+
+Worker w of W makes exactly the steps first + w, first + w + W, ... of a pass; torch fetches from
+workers round-robin in order, so the consumer sees first, first + 1, ... whatever W is. Under a
+TorchLoader, workers make runs of consecutive steps instead (run c = steps first + cK ... first +
+cK + K - 1, worker w makes runs w, w + W, ...) and send each run as one DataLoader item (transfer.py).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Sequence
+
+import torch.distributed as dist
+from torch.utils.data import IterableDataset, get_worker_info
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.order.plan import epoch_end, epoch_start_step, locate_step
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.pytorch.conversion import batch_arrays, batch_to_torch, check_columns
+from dsinspect.loaders.pytorch.ring import RingBatch
+from dsinspect.loaders.pytorch.transfer import ChunkSender, Transfer, WorkerChunk, tensors_to_numpy
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.store.catalog import Catalog
+
+__all__ = ["TorchBatches", "elastic_state"]
+
+PRODUCER_FORMAT = "dsinspect.torch-producer/1"
+
+
+class TorchBatches(IterableDataset):
+    """One rank's batches for a torch DataLoader (use batch_size=None): each pass yields the rest of
+    the current epoch. Workers open their own catalog and Loader; only the URL and the spec JSON
+    cross (a memory:// catalog reaches forked workers only). Worker copies cannot report progress to
+    the parent: wrap it in TorchLoader, or call set_epoch(e) before each epoch as with a sampler."""
+
+    def __init__(self, spec: RunSpec, catalog: str | Catalog, columns: Sequence[str] | None = None,
+                 rank: int | None = None, *, dense: Sequence[str] = (), transform=None,
+                 cache_bytes: int | None = None):
+        if catalog is None:
+            raise UserError("TorchBatches needs a catalog: TorchBatches(spec, Catalog(url) or its URL)")
+        self.spec, self.rank = _placement(spec, rank)
+        self.catalog_url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
+        self.columns = list(columns) if columns else None
+        self.dense = tuple(dense)
+        self.transform = transform  # runs in the worker; its output arrives as batch["transformed"]
+        self.cache_bytes = cache_bytes  # bound of the node-local shard cache this process reads through
+        self._base = self.spec.start.step  # where the next pass starts, for every worker
+        self._loader: Loader | None = None
+        self._loader_pid = 0
+        self._transfer: Transfer | None = None  # set by TorchLoader for its workers: how they send batches
+        self._sender: ChunkSender | None = None  # this worker's side of the transfer, made at its first run
+        source = self.spec.sources[0]
+        fields = self._reader().catalog.version(source.name, source.version).fields
+        check_columns({f.name: f.type for f in fields}, self.columns, self.dense)
+
+    @property
+    def step(self) -> int:
+        """The step the next pass starts at."""
+        return self._base
+
+    @property
+    def epoch(self) -> int:
+        return locate_step(self.spec, self._base)[0]
+
+    def __iter__(self) -> "_Producer | _ChunkProducer":
+        worker, workers = _worker()
+        end = epoch_end(self.spec, self._base)
+        transfer = getattr(self, "_transfer", None)
+        if transfer is not None and get_worker_info() is not None:
+            return _ChunkProducer(self, self._base, end, workers, worker, transfer.chunk)
+        return _Producer(self, self._base + worker, end, workers, worker)
+
+    def batch_at(self, step: int) -> dict[str, Any]:
+        """The batch of any step as tensors, read now."""
+        return batch_to_torch(self._reader().batch_at(step), self.dense)
+
+    def _produce_chunk(self, steps: range) -> RingBatch | WorkerChunk:
+        """A TorchLoader worker's batches of `steps` as numpy arrays (the TorchLoader makes the same
+        tensors of them), written into this worker's shared-memory ring, or, should that fail,
+        sent through the pipe."""
+        chunk = []
+        for step in steps:
+            batch = self._reader().batch_at(step)
+            arrays = batch_arrays(batch, self.dense, own=False)  # the ring (or pickling) copies them
+            if batch.transformed is not None:
+                arrays["transformed"] = tensors_to_numpy(batch.transformed)
+            chunk.append(arrays)
+        if self._sender is None:
+            self._sender = ChunkSender(self._transfer, _worker()[0])
+        return self._sender.send(chunk)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass read `epoch` (from its start), unless the position already lies in it."""
+        if self.epoch != epoch:
+            self._seek(epoch_start_step(self.spec, epoch))
+
+    # -- state: a LoaderState, global and world-size free --------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next pass starts, as a loader state (workers: the start of their pass)."""
+        return LoaderState.at(self.spec, self._base, self.rank).to_json()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Start the next pass where `state` stood; the state may come from any world size."""
+        self.spec = LoaderState.from_json(state).resume_spec(self.spec)
+        self.close()
+        self._seek(self.spec.start.step)
+
+    def close(self) -> None:
+        """Release this process's Loader (its shard pins); the next read opens a new one."""
+        if self._loader is not None and self._loader_pid == os.getpid():
+            self._loader.close()
+        self._loader = None
+
+    def _seek(self, step: int) -> None:
+        self._base = step
+
+    def _reader(self) -> Loader:
+        """This process's own Loader: a forked worker must not share the parent's open files."""
+        if self._loader is None or self._loader_pid != os.getpid():
+            self._loader = Loader(self.spec, self.rank, Catalog(self.catalog_url), columns=self.columns, prefetch=0,
+                                  transform=self.transform, cache=ShardCache(max_bytes=self.cache_bytes))
+            self._loader_pid = os.getpid()
+        return self._loader
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_sender": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, spec=RunSpec.from_json(state["spec"]))
+
+
+class _Producer:
+    """The steps one process makes in one pass: next, next + stride, ... before `end`. torchdata's
+    StatefulDataLoader saves and restores it in each worker."""
+
+    def __init__(self, dataset: TorchBatches, next_step: int, end: int, stride: int, worker: int):
+        self.dataset, self.next, self.end, self.stride, self.worker = dataset, next_step, end, stride, worker
+        self._made = 0
+
+    def __iter__(self) -> "_Producer":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self.next >= self.end:
+            self.dataset._seek(self.end)  # the pass is over: the next one reads the next epoch
+            raise StopIteration
+        step = self.next
+        if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
+            self.dataset._reader().set_stride(self.stride)
+        batch = self.dataset.batch_at(step)
+        self._made += 1
+        self.next = step + self.stride
+        if self.stride == 1:
+            self.dataset._seek(self.next)  # one producer: a new pass continues right here
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {"format": PRODUCER_FORMAT, "next": LoaderState.at(ds.spec, self.next, ds.rank).to_json(),
+                "end": self.end, "stride": self.stride, "worker": self.worker}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != PRODUCER_FORMAT:
+            raise UserError(f"not a dsinspect producer state (expected format {PRODUCER_FORMAT!r})")
+        if (state["stride"], state["worker"]) != (self.stride, self.worker):
+            raise UserError(f"state of worker {state['worker']} of {state['stride']} cannot restore into worker "
+                            f"{self.worker} of {self.stride}: keep num_workers, or restore elastic_state(...)")
+        saved = LoaderState.from_json(state["next"])
+        if saved.order_hash != self.dataset.spec.order_hash:
+            raise UserError("producer state belongs to another data order")
+        self.next, self.end = saved.step, int(state["end"])
+
+
+class _ChunkProducer:
+    """A TorchLoader worker's steps in runs of `chunk`: of the pass's runs first + c*chunk, ...,
+    worker w of W makes runs w, w + W, ... Each run crosses to the main process as one transfer
+    (torch's per-item cost, paid once per run); torch fetches from workers round-robin, so the
+    TorchLoader unpacks the runs in step order."""
+
+    def __init__(self, dataset: TorchBatches, first: int, end: int, workers: int, worker: int, chunk: int):
+        self.dataset, self.first, self.end, self.workers, self.chunk = dataset, first, end, workers, chunk
+        self.run = worker  # index of the next run this worker makes
+        dataset._reader().set_stride(1)  # runs of consecutive steps: plan ahead along all of them
+
+    def __iter__(self) -> "_ChunkProducer":
+        return self
+
+    def __next__(self) -> RingBatch | WorkerChunk:
+        start = self.first + self.run * self.chunk
+        if start >= self.end:
+            self.dataset._seek(self.end)
+            raise StopIteration
+        self.run += self.workers
+        return self.dataset._produce_chunk(range(start, min(start + self.chunk, self.end)))
+
+
+def _placement(spec: RunSpec, rank: int | None) -> tuple[RunSpec, int]:
+    """(spec, rank): an explicit rank, else torch.distributed's (adopting its world size), else 0."""
+    if rank is not None or not (dist.is_available() and dist.is_initialized()):
+        return spec, rank or 0
+    world = dist.get_world_size()
+    if world != spec.world_size:
+        warnings.warn(f"run spec has world_size {spec.world_size} but torch.distributed has {world}: using "
+                      f"{world} (the sample order does not depend on the world size)", stacklevel=3)
+        spec = spec.replace(world_size=world)
+    return spec, dist.get_rank()
+
+
+def _worker() -> tuple[int, int]:
+    """(worker id, number of workers) in a DataLoader worker, else (0, 1)."""
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
+def elastic_state(dataloader_state: dict[str, Any]) -> dict[str, Any]:
+    """The global loader state inside a torchdata StatefulDataLoader state, which restores into
+    another number of workers (`TorchBatches.load_state_dict`) or ranks."""
+    if "_snapshot" in dataloader_state:
+        if dataloader_state.get("_steps_since_snapshot"):
+            raise UserError("the StatefulDataLoader state lags its last snapshot: use snapshot_every_n_steps=1")
+        workers = list(dataloader_state["_snapshot"]["_worker_snapshots"].values())
+    else:
+        workers = [dataloader_state]
+    nexts = [w["fetcher_state"]["dataset_iter_state"]["next"] for w in workers
+             if (w.get("fetcher_state") or {}).get("dataset_iter_state")]
+    if not nexts:
+        raise UserError("no dsinspect producer state in this StatefulDataLoader state")
+    return min(nexts, key=lambda s: s["step"])
