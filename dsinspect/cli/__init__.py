@@ -13,7 +13,7 @@ from dsinspect.cli import web_cmd
 from dsinspect.cli import tui_cmd
 from dsinspect.cli import ingest_cmd
 from dsinspect.cli.output import fail
-from dsinspect.errors import DsinspectError
+from dsinspect.errors import DsinspectError, StorageError, reason_of
 
 __all__ = ["main", "cli"]
 
@@ -62,7 +62,8 @@ for command in ingest_cmd.COMMANDS:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; a user mistake ends in one line on stderr and exit 2, a failed check in exit 1."""
+    """Run the CLI; every error ends in one line on stderr and its `exit_code` (dsinspect.errors): 2 for a
+    user mistake or a storage refusal, 1 for a failed check or a read that failed on every try."""
     try:
         cli.main(args=argv, prog_name="dsinspect", standalone_mode=False)
     except click.exceptions.Exit as e:
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except DsinspectError as e:
         fail(str(e), e.exit_code)
-    except (OSError, PermissionError) as e:
-        fail(f"{e.__class__.__name__}: {e}", 2)
+    except OSError as e:  # a storage failure no layer put into words: exit as its StorageError would
+        fail(reason_of(e), StorageError.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -20,6 +20,7 @@ from dsinspect.inspect.views import ErrorView, Finding, NullView, Severity, View
 from dsinspect.inspect.vocab import (TIKTOKEN_ENCODINGS, Vocab, cached_vocab, huggingface_vocab, tiktoken_document_vocab,
                                      tiktoken_vocab)
 from dsinspect.loaders.store.address import Address, parse_address
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE
 from dsinspect.loaders.format.canonical import combine_row_hash, encode_column, field_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.format.roles import Role
@@ -110,7 +111,7 @@ class Sample(View):
         self.field(name)
         try:
             return self.table.column(name)[0].as_py()
-        except (UnicodeDecodeError, pa.ArrowException, ValueError):
+        except NOT_CONVERTIBLE:  # not valid UTF-8, or a value Arrow cannot turn into Python
             return self.raw(name).decode("utf-8", "replace")
 
     def view(self, name: str, tokenizer: str | None = None) -> View:

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.read.columns import int64_array
@@ -111,9 +112,9 @@ class RowReader:
         if table.schema != want:  # a shard written by another writer (or edited): one schema for the gather
             try:
                 table = table.select(list(columns)).cast(want)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError, ValueError) as e:
-                raise IntegrityError(f"shard {shard} of {version.address} does not match its manifest's schema "
-                                     f"({version.shard_url(shard)}): {e}") from None
+            except (*NOT_CONVERTIBLE, KeyError) as e:
+                raise arrow_error(e, f"shard {shard} of {version.address} does not match its manifest's schema "
+                                     f"({version.shard_url(shard)})", IntegrityError) from None
         self._groups[key] = table
         if len(self._groups) > _GROUPS_KEPT:
             self._groups.popitem(last=False)

@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from dsinspect.errors import ManifestError, UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 
 __all__ = ["type_to_json", "type_from_json"]
 
@@ -66,8 +67,8 @@ def type_from_json(j: Any, where: str = "manifest") -> pa.DataType:
         if j["type"] not in _PARAMETRIC:
             raise ManifestError(f"{where}: unknown type {j['type']!r}") from None
         raise ManifestError(f"{where}: type {j['type']!r} is missing key {e}") from None
-    except (TypeError, ValueError, pa.ArrowInvalid) as e:
-        raise ManifestError(f"{where}: bad {j['type']!r} type: {e}") from None
+    except NOT_CONVERTIBLE as e:
+        raise arrow_error(e, f"{where}: bad {j['type']!r} type", ManifestError) from None
 
 
 def _struct(j: dict, where: str) -> pa.DataType:

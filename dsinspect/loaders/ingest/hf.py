@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.ingest.normalize import normalize_batch, normalize_schema
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import (BATCH_BYTES, BATCH_ROWS, SourceFile, list_files, open_file,
@@ -145,8 +146,8 @@ def _reader(f, url: str):
             return pa.ipc.open_file(f)
         f.seek(0)
         return pa.ipc.open_stream(f)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"cannot read {url} as Arrow IPC: {e}") from None
+    except UNREADABLE as e:
+        raise arrow_error(e, f"cannot read {url} as Arrow IPC") from None
 
 
 def _batches(reader, url: str) -> Iterator[pa.RecordBatch]:
@@ -156,8 +157,8 @@ def _batches(reader, url: str) -> Iterator[pa.RecordBatch]:
                 yield reader.get_batch(i)
         else:
             yield from reader
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"cannot read {url} as Arrow IPC: {e}") from None
+    except UNREADABLE as e:
+        raise arrow_error(e, f"cannot read {url} as Arrow IPC") from None
 
 
 def _bounded(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.arrow_types import type_to_json
 
 __all__ = ["normalize_type", "normalize_schema", "normalize_batch"]
@@ -64,8 +65,8 @@ def normalize_batch(batch: pa.RecordBatch, schema: pa.Schema, where: str) -> pa.
         if column.type != f.type:
             try:
                 column = column.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                raise UserError(f"{where}: field {f.name!r} of type {column.type} does not match "
-                                f"the source's {f.type}: {e}") from None
+            except NOT_CONVERTIBLE as e:
+                raise arrow_error(e, f"{where}: field {f.name!r} of type {column.type} does not match "
+                                     f"the source's {f.type}") from None
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.ingest.normalize import normalize_batch, normalize_schema
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
@@ -57,8 +58,8 @@ class ParquetSource:
         with open_file(part.url) as f:
             try:
                 pf = pq.ParquetFile(f)
-            except (pa.ArrowInvalid, OSError) as e:
-                raise UserError(f"cannot read {part.url} as Parquet: {e}") from None
+            except UNREADABLE as e:
+                raise arrow_error(e, f"cannot read {part.url} as Parquet") from None
             schema = normalize_schema(pf.schema_arrow, part.url)
             if schema.names != self._schema.names:
                 raise UserError(f"{part.url}: columns {schema.names} differ from {self.files[0].url}'s "
@@ -76,8 +77,8 @@ def _metadata(url: str) -> pq.FileMetaData:
     with open_file(url) as f:
         try:
             return pq.ParquetFile(f).metadata
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UserError(f"cannot read {url} as Parquet: {e}") from None
+        except UNREADABLE as e:
+            raise arrow_error(e, f"cannot read {url} as Parquet") from None
 
 
 def _group_ranges(meta: pq.FileMetaData, part_bytes: int) -> list[tuple[int, int, int]]:

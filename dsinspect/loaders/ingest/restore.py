@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.arrow_types import type_from_json
 from dsinspect.loaders.store.storage import join, url_to_fs
 
@@ -73,8 +74,8 @@ def _restore(array: pa.Array, target: pa.DataType, encoding: str | None, where: 
         if encoding == "utf-8" and not pa.types.is_string(array.type):
             return pa.array([None if v is None else _text(v) for v in array.to_pylist()], target)
         return _cast(array, target)
-    except (binascii.Error, ValueError, pa.ArrowException) as e:
-        raise UserError(f"{where}: cannot restore the exported values: {e}") from None
+    except (binascii.Error, *NOT_CONVERTIBLE) as e:
+        raise arrow_error(e, f"{where}: cannot restore the exported values") from None
 
 
 def _cast(array: pa.Array, target: pa.DataType) -> pa.Array:

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.read.fetch import fetch_verified
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
 from dsinspect.loaders.read.stats import ReadStats
@@ -62,7 +63,7 @@ class CachedShard:
             reader = pa.ipc.open_file(self._buffer)
             self.batch = (reader.get_batch(0) if reader.num_record_batches
                           else pa.RecordBatch.from_pylist([], schema=reader.schema))
-        except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as e:
+        except UNREADABLE as e:
             self._corrupt_unless_intact(e)
             raise
         self.num_rows = self.batch.num_rows
@@ -257,9 +258,10 @@ class ShardCache:
                     writer.write_batch(rb)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
-        except (pa.ArrowException, OSError) as e:
+        except UNREADABLE as e:
             os.unlink(tmp)
-            raise IntegrityError(f"shard {url} has the right sha256 but is not readable Parquet: {e}") from None
+            raise arrow_error(e, f"shard {url} has the right sha256 but is not readable Parquet",
+                              IntegrityError) from None
         return tmp, rows
 
     # -- trust, pins and eviction --------------------------------------------------------------

@@ -8,54 +8,74 @@ import os
 import random
 import tempfile
 import time
+from typing import NoReturn
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dsinspect.errors import IntegrityError, NotFoundError, StorageError, UserError
+from dsinspect.errors import DsinspectError, IntegrityError, NotFoundError, RetriesExhausted, StorageError, reason_of
 from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.storage import write_errors
+from dsinspect.loaders.store.transient import is_transient
 
-__all__ = ["fetch_verified", "TRANSIENT"]
+__all__ = ["fetch_verified"]
 
 _CHUNK = 4 << 20
-# Errors worth another try: anything the storage client raises (network and server hiccups, a
-# checksum the client itself rejects), except a missing file or a refused permission.
-TRANSIENT: tuple[type[BaseException], ...] = (Exception,)
 
 
 def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: str, size: int, directory: str,
                    stats: ReadStats, retries: int = 4, backoff: float = 0.1) -> str:
-    """A local temp file in `directory` holding exactly the bytes whose sha256 is `sha256`."""
+    """A local temp file in `directory` holding exactly the bytes whose sha256 is `sha256`.
+
+    Transient errors (`is_transient`) are retried `retries` times with backoff, then RetriesExhausted;
+    a download whose bytes do not match (our sha256 or the client's own checksum) is fetched once
+    more, then IntegrityError; anything else fails at once (see `_fail_at_once`)."""
     mismatches = 0
     attempt = 0
     while True:
         started = time.monotonic()
         try:
             tmp, got, nbytes = _download(fs, path, directory)
-        except FileNotFoundError:
-            raise NotFoundError(f"shard {url} is missing from storage") from None
-        except PermissionError as e:
-            raise UserError(f"shard {url}: permission denied ({e})") from None
-        except StorageError:
-            raise  # the local cache cannot be written: retrying the download would not help
-        except TRANSIENT as e:
-            if attempt >= retries:
-                raise IntegrityError(f"shard {url}: fetch failed after {attempt + 1} tries: "
-                                     f"{e.__class__.__name__}: {e}") from None
-            attempt += 1
-            stats.add("retries")
-            time.sleep(backoff * (2 ** (attempt - 1)) * (1 + random.random()))
-            continue
-        if got == sha256 and nbytes == size:
-            stats.fetched(nbytes, time.monotonic() - started)
-            return tmp
-        os.unlink(tmp)
+        except Exception as e:  # noqa: BLE001 - sorted here: damaged in transit, transient, or final
+            if _rejected_checksum(e):
+                mismatch = f"the storage client's checksum check failed ({reason_of(e)})"
+            elif not is_transient(e):
+                _fail_at_once(e, url)
+            elif attempt < retries:
+                attempt += 1
+                stats.add("retries")
+                time.sleep(backoff * (2 ** (attempt - 1)) * (1 + random.random()))
+                continue
+            else:
+                raise RetriesExhausted(f"shard {url}: fetch failed after {attempt + 1} tries: "
+                                       f"{e.__class__.__name__}: {e}") from None
+        else:
+            if got == sha256 and nbytes == size:
+                stats.fetched(nbytes, time.monotonic() - started)
+                return tmp
+            os.unlink(tmp)
+            mismatch = f"sha256 {got} ({nbytes} bytes) does not match the manifest's {sha256} ({size} bytes)"
         stats.add("verify_failures")
         mismatches += 1
         if mismatches > 1:
-            raise IntegrityError(f"shard {url}: sha256 {got} ({nbytes} bytes) does not match the manifest's "
-                                 f"{sha256} ({size} bytes), also after a re-fetch; refusing to read it")
+            raise IntegrityError(f"shard {url}: {mismatch}, also after a re-fetch; refusing to read it")
+
+
+def _fail_at_once(e: Exception, url: str) -> NoReturn:
+    """Raise what a final (not transient) failure surfaces as: a missing shard is a NotFoundError; an
+    OSError or a storage client's own exception a StorageError naming the shard; our own errors (a
+    cache disk that refused the write, say) and Python's built-in errors (a bug) as they are."""
+    if isinstance(e, FileNotFoundError):
+        raise NotFoundError(f"shard {url} is missing from storage") from None
+    if isinstance(e, DsinspectError) or (type(e).__module__ == "builtins" and not isinstance(e, OSError)):
+        raise e
+    raise StorageError(f"shard {url}: cannot read: {reason_of(e)}") from e
+
+
+def _rejected_checksum(e: BaseException) -> bool:
+    """A download the storage client refused because its own checksum disagreed (botocore's
+    FlexibleChecksumError): damage in transit, handled like a sha256 mismatch of ours."""
+    return any("Checksum" in cls.__name__ for cls in type(e).__mro__)
 
 
 def _download(fs: fsspec.AbstractFileSystem, path: str, directory: str) -> tuple[str, str, int]:

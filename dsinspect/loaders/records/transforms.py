@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import DsinspectError, UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.records.runlog import batch_fingerprint
 
@@ -80,8 +81,8 @@ def as_table(result: Any) -> pa.Table:
             return pa.table({str(k): _column(v) for k, v in result.items()})
         if isinstance(result, list) and all(isinstance(r, dict) for r in result):
             return pa.Table.from_pylist(result)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-        raise UserError(f"cannot take the transform's output as a table: {e}") from None
+    except NOT_CONVERTIBLE as e:
+        raise arrow_error(e, "cannot take the transform's output as a table") from None
     raise UserError(f"cannot fingerprint a transform result of type {type(result).__name__}: return an Arrow "
                     "table, a dict of equal-length columns or a list of row dicts")
 

@@ -14,11 +14,13 @@ import re
 import time
 from typing import Any, Iterable
 
-from dsinspect.errors import DamagedError, IntegrityError, ManifestError, NotFoundError, StorageError, UserError, reason_of
+from dsinspect.errors import (DamagedError, IntegrityError, ManifestError, NotFoundError, RetriesExhausted,
+                             StorageError, UserError, reason_of)
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.format.pathnames import check_ext, check_sha256
 from dsinspect.loaders.store.storage import join, locked, read_only, refuse_read_only, rewrite, url_to_fs, write_atomic
+from dsinspect.loaders.store.transient import is_transient
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import Rows, VersionWriter, WriteOptions
 
@@ -238,10 +240,14 @@ class Catalog:
                 return self.fs.cat_file(path)
             except (FileNotFoundError, PermissionError):
                 raise
-            except Exception as e:  # noqa: BLE001 - network and server hiccups of any client
+            except Exception as e:  # noqa: BLE001 - a client's errors: only transient ones are tried again
+                if not is_transient(e):
+                    if isinstance(e, OSError):
+                        raise StorageError(f"cannot read {self.display(path)}: {reason_of(e)}") from e
+                    raise
                 if attempt + 1 == _READ_TRIES:
-                    raise StorageError(f"cannot read {self.display(path)} after {_READ_TRIES} tries: "
-                                       + reason_of(e)) from None
+                    raise RetriesExhausted(f"cannot read {self.display(path)} after {_READ_TRIES} tries: "
+                                           + reason_of(e)) from None
                 time.sleep(0.05 * 2 ** attempt)
         raise AssertionError("unreachable")
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 
 from dsinspect.errors import NotFoundError, UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import Rows, WriteOptions
 
@@ -70,8 +71,8 @@ def _apply(table: pa.Table, hits: list[tuple[int, Any]], update: Mapping, key: s
                 raise UserError(f"an update may not change the key of row {name!r} (use remove + add)")
             try:
                 pieces.append(pa.Table.from_pylist([row], schema=schema))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
-                raise UserError(f"update of row {name!r} does not fit the schema: {e}") from None
+            except NOT_CONVERTIBLE as e:
+                raise arrow_error(e, f"update of row {name!r} does not fit the schema") from None
     pieces.append(table.slice(prev))
     return pa.concat_tables([p.cast(schema) for p in pieces])
 

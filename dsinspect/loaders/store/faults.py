@@ -18,6 +18,7 @@ Spec grammar (the `--inject-faults` option and $DSINSPECT_INJECT_FAULTS), comma-
     match=GLOB        only paths matching this fnmatch pattern are faulted (default `*`)
 
 Rates are probabilities per operation in [0, 1] and sum to at most 1 (one fault per operation).
+Every error injected (`error`, `timeout`) is one `transient.is_transient` retries, as a network hiccup is.
 """
 
 from __future__ import annotations

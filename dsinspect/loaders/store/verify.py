@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import DsinspectError, reason_of
+from dsinspect.loaders.format.arrow_errors import UNREADABLE
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.version import DatasetVersion
@@ -90,7 +91,7 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
         rep.problems.append(f"size mismatch: manifest says {entry.bytes} bytes, file has {len(data)}")
     try:
         _check_rows(version, shard, data, rep)
-    except (pa.ArrowException, OSError, ValueError, DsinspectError) as e:
+    except (*UNREADABLE, DsinspectError) as e:
         rep.problems.append(f"rows not readable: {reason_of(e)}")
     return rep
 

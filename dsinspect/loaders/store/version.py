@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.read.columns import int64_array
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["DatasetVersion", "RowLocation"]
 
 _OPEN_SHARDS = 8  # open Parquet footers kept per version (an LRU: random access jumps between shards)
-# What pyarrow raises on a damaged file besides ArrowException/OSError: a garbled footer can fail to
-# decode a column name (UnicodeDecodeError) or rename a column asked for by name (KeyError).
-_DAMAGED = (pa.ArrowException, OSError, ValueError, LookupError)
 
 
 class RowLocation(tuple):
@@ -101,9 +99,9 @@ class DatasetVersion:
                 pf = pq.ParquetFile(self._open_file(path))
             except FileNotFoundError:
                 raise NotFoundError(f"shard {shard} of {self.address} is missing: {self.shard_url(shard)}") from None
-            except _DAMAGED as e:
-                raise IntegrityError(f"shard {shard} of {self.address} is not readable Parquet "
-                                     f"({self.shard_url(shard)}): {e}") from None
+            except UNREADABLE as e:
+                raise arrow_error(e, f"shard {shard} of {self.address} is not readable Parquet "
+                                     f"({self.shard_url(shard)})", IntegrityError) from None
             self._files[shard] = pf
             if len(self._files) > _OPEN_SHARDS:
                 self._files.popitem(last=False)
@@ -131,18 +129,18 @@ class DatasetVersion:
         try:
             return self.parquet(shard).read_row_group(group, columns=list(columns) if columns else None,
                                                       use_threads=self._threads)
-        except _DAMAGED as e:
-            raise IntegrityError(f"row group {group} of shard {shard} of {self.address} is not readable "
-                                 f"({self.shard_url(shard)}): {e}") from None
+        except UNREADABLE as e:
+            raise arrow_error(e, f"row group {group} of shard {shard} of {self.address} is not readable "
+                                 f"({self.shard_url(shard)})", IntegrityError) from None
 
     def read_row_groups(self, shard: int, groups: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
         """Row groups `groups` of a shard (in that order) in one read."""
         try:
             return self.parquet(shard).read_row_groups(list(groups), columns=list(columns) if columns else None,
                                                        use_threads=self._threads)
-        except _DAMAGED as e:
-            raise IntegrityError(f"row groups of shard {shard} of {self.address} are not readable "
-                                 f"({self.shard_url(shard)}): {e}") from None
+        except UNREADABLE as e:
+            raise arrow_error(e, f"row groups of shard {shard} of {self.address} are not readable "
+                                 f"({self.shard_url(shard)})", IntegrityError) from None
 
     def row_group_rows(self, shard: int) -> list[int]:
         """Rows of each row group of a shard, from its footer."""
@@ -152,8 +150,9 @@ class DatasetVersion:
     def read_shard(self, shard: int, columns: Sequence[str] | None = None) -> pa.Table:
         try:
             return self.parquet(shard).read(columns=list(columns) if columns else None, use_threads=self._threads)
-        except _DAMAGED as e:
-            raise IntegrityError(f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)}): {e}") from None
+        except UNREADABLE as e:
+            raise arrow_error(e, f"shard {shard} of {self.address} is not readable ({self.shard_url(shard)})",
+                              IntegrityError) from None
 
     def row_table(self, index: int, columns: Sequence[str] | None = None, *, verify: bool = True) -> pa.Table:
         """One row as a one-row table with its stored row hash; reads a single row group.

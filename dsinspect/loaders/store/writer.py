@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard
 from dsinspect.loaders.store.storage import publish_file, spool_dir, write_errors
@@ -140,11 +141,11 @@ class VersionWriter:
                 self._check_columns(set(row.keys()))
         try:
             batch = pa.RecordBatch.from_pylist(rows, schema=self.data_schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+        except NOT_CONVERTIBLE as e:
             for f in self.fields:  # name the usual culprit plainly
                 if not f.nullable and any(r[f.name] is None for r in rows):
                     raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls") from None
-            raise UserError(f"dataset {self.name!r}: rows do not fit the schema: {e}") from None
+            raise arrow_error(e, f"dataset {self.name!r}: rows do not fit the schema") from None
         self.write_batch(batch)
 
     def write_batch(self, batch: pa.RecordBatch) -> None:
@@ -236,8 +237,8 @@ class VersionWriter:
                 raise UserError(f"dataset {self.name!r}: field {f.name!r} is not nullable but has nulls")
         try:
             table = pa.Table.from_batches([batch]).select(self._names).cast(self.data_schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as e:
-            raise UserError(f"dataset {self.name!r}: cannot convert rows to the schema: {e}") from None
+        except NOT_CONVERTIBLE as e:
+            raise arrow_error(e, f"dataset {self.name!r}: cannot convert rows to the schema") from None
         return table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
 
     def _flush_group(self) -> None:
