@@ -15,8 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from dsinspect import errors
-from dsinspect.errors import (DamagedError, DsinspectError, IntegrityError, ManifestError, NotFoundError,
-                              RetriesExhausted, StorageError, UserError)
+from dsinspect.errors import (
+    DamagedError,
+    DsinspectError,
+    IntegrityError,
+    ManifestError,
+    NotFoundError,
+    RetriesExhausted,
+    StorageError,
+    UserError,
+)
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, UNREADABLE, arrow_error
 from dsinspect.loaders.format.arrow_types import type_from_json
 from dsinspect.loaders.format.manifest import Field
@@ -42,15 +50,16 @@ def test_each_kind_of_failure_has_its_branch_and_exit_code():
     assert issubclass(DamagedError, ManifestError) and issubclass(DamagedError, IntegrityError)
     for cls in (UserError, NotFoundError, ManifestError, StorageError, RetriesExhausted, IntegrityError, DamagedError):
         assert issubclass(cls, DsinspectError) and cls.__name__ in errors.__all__
-        assert f"exit {cls.exit_code}" in " ".join(cls.__doc__.split()), f"{cls.__name__}'s docstring names its exit"
+        doc = " ".join(cls.__doc__.split())
+        assert f"exit {cls.exit_code}" in doc, f"{cls.__name__}'s docstring names its exit code"
 
 
 # -- which errors are transient ----------------------------------------------------------------------
 
 def _botocore_error(code: str, status: int):
     botocore = pytest.importorskip("botocore.exceptions")
-    return botocore.ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
-                                "GetObject")
+    response = {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    return botocore.ClientError(response, "GetObject")
 
 
 def _as_s3fs_raises(error: Exception) -> Exception:
@@ -228,7 +237,8 @@ def test_the_two_kinds_catch_what_pyarrow_raises():
 
 def test_a_type_too_large_for_arrow_is_a_manifest_error_not_a_crash():
     """The old code caught ArrowInvalid/ValueError/TypeError here; an OverflowError escaped as a traceback."""
-    for j in ({"type": "fixed_size_binary", "width": 2 ** 70}, {"type": "fixed_size_list", "item": "int64", "size": 2 ** 70}):
+    for j in ({"type": "fixed_size_binary", "width": 2 ** 70},
+              {"type": "fixed_size_list", "item": "int64", "size": 2 ** 70}):
         with pytest.raises(ManifestError, match=f"manifest: bad '{j['type']}' type: "):
             type_from_json(j)
 
@@ -242,7 +252,8 @@ def test_a_site_keeps_its_words(tmp_path):
 # -- the CLI ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raised, code, line", [
-    ("ConnectionResetError(104, 'reset\\nby peer')", 2, "dsinspect: error: ConnectionResetError: [Errno 104] reset by peer"),
+    ("ConnectionResetError(104, 'reset\\nby peer')", 2,
+     "dsinspect: error: ConnectionResetError: [Errno 104] reset by peer"),
     ("__import__('dsinspect.errors').errors.RetriesExhausted('shard s3://b/s: fetch failed after 5 tries')", 1,
      "dsinspect: error: shard s3://b/s: fetch failed after 5 tries"),
     ("__import__('dsinspect.errors').errors.StorageError('cannot write /x: Permission denied (EACCES)')", 2,

@@ -92,7 +92,8 @@ class FaultSpec:
     def to_text(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
 
-    def decide(self, op: str, path: str, offset: int, count: int, allowed: tuple[str, ...] = KINDS) -> tuple[str | None, int]:
+    def decide(self, op: str, path: str, offset: int, count: int,
+               allowed: tuple[str, ...] = KINDS) -> tuple[str | None, int]:
         """(fault kind or None, a 64-bit number to derive the fault's details from)."""
         digest = hashlib.blake2b(f"{self.seed}\0{op}\0{path}\0{offset}\0{count}".encode(), digest_size=16).digest()
         u = int.from_bytes(digest[:8], "little") / 2.0 ** 64
