@@ -3,10 +3,9 @@
 from click.testing import CliRunner
 
 from dsinspect.cli import cli
-from dsinspect.cli import web_cmd
-from dsinspect.cli.web_cmd import APP, app_environment, streamlit_command
-from dsinspect.web.web_replay import TRANSFORM_ENV, TYPED_TRANSFORMS_ENV
-from dsinspect.web.web_runs import RUNS_ENV
+from dsinspect.cli.web_cmd import APP, streamlit_command
+from dsinspect.web import settings, web_model, web_runs
+from dsinspect.web.settings import RUNS_ENV, TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, app_environment
 
 
 def test_streamlit_line_is_loopback_without_usage_stats():
@@ -28,7 +27,24 @@ def test_runs_and_transform_reach_the_app_by_the_names_it_reads():
     assert app_environment("/c") == {"DSINSPECT_CATALOG": "/c", TYPED_TRANSFORMS_ENV: "0"}  # typing code: off
     env = app_environment("/c", "/runs", "job.data:augment", typed_transforms=True)
     assert env[RUNS_ENV] == "/runs" and env[TRANSFORM_ENV] == "job.data:augment" and env[TYPED_TRANSFORMS_ENV] == "1"
-    # the CLI writes the names the app reads
-    assert (web_cmd.TYPED_TRANSFORMS_ENV, web_cmd.TRANSFORM_ENV) == (TYPED_TRANSFORMS_ENV, TRANSFORM_ENV)
     done = CliRunner().invoke(cli, ["web", "--help"])
     assert "--runs" in done.output and "--transform" in done.output and "--allow-typed-transforms" in done.output
+
+
+def test_the_app_reads_back_what_the_cli_writes(monkeypatch):
+    for name in (settings.CATALOG_ENV, RUNS_ENV, TRANSFORM_ENV, TYPED_TRANSFORMS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert (settings.runs_url(), settings.preset_transform(), settings.typed_transforms_allowed()) == (None, "", False)
+    for name, value in app_environment("/c", "/runs", "job.data:augment", typed_transforms=True).items():
+        monkeypatch.setenv(name, value)
+    assert web_model.configured_url() == "/c" and web_runs.runs_url("/c") == "/runs"
+    assert settings.preset_transform() == "job.data:augment" and settings.typed_transforms_allowed()
+
+
+def test_the_cli_imports_the_contract_without_streamlit():
+    import subprocess
+    import sys
+
+    code = "import sys, dsinspect.cli, dsinspect.web.settings; print('streamlit' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

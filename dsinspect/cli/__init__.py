@@ -14,12 +14,13 @@ from dsinspect.cli import tui_cmd
 from dsinspect.cli import ingest_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError, StorageError, reason_of
+from dsinspect.web.settings import CATALOG_ENV
 
 __all__ = ["main", "cli"]
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--catalog", "catalog_url", metavar="URL", envvar="DSINSPECT_CATALOG",
+@click.option("--catalog", "catalog_url", metavar="URL", envvar=CATALOG_ENV,
               help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
 @click.option("--inject-faults", "inject_faults", metavar="SPEC", default=None,
               help="Debug: inject storage read faults, e.g. 'seed=7,error=0.05,truncate=0.02,flip=0.02,slow=0.01' "

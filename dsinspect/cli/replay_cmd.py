@@ -11,9 +11,10 @@ from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
 from dsinspect.errors import UserError
+from dsinspect.inspect.cells import repr_line
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.audit.logcheck import LogCheck, check_log, parse_steps
-from dsinspect.loaders.audit.replay import Replay, load_specs, replay
+from dsinspect.loaders.audit.replay import Replay, load_specs, parse_rank, replay
 from dsinspect.loaders.audit.export import export_replay
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
@@ -113,7 +114,7 @@ def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, s
     if step is not None and steps:
         raise UserError("give --step or --steps, not both")
     wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
-    ranks = None if rank in (None, "all") else [_rank(rank)]
+    ranks = None if rank in (None, "all") else parse_rank(rank)  # a filter: any rank the log may hold
     with progress("checking log", None) as advance:
         result = guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
                                             rehash=rehash, on_step=advance), transform)
@@ -126,13 +127,6 @@ def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, s
     if not result.ok:
         d = result.divergence
         fail(f"first divergence at step {d.step}, rank {d.rank}", 1)
-
-
-def _rank(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"rank must be an integer or 'all', not {text!r}") from None
 
 
 def _print_check(result: LogCheck) -> None:
@@ -173,7 +167,7 @@ def _transformed_previews(result: Replay) -> dict[str, Any]:
             rows = [{c: preview(table.column(c)[i].as_py()) for c in table.column_names} for i in range(table.num_rows)]
             data[str(batch.rank)] = {"rows": rows}
         except UserError:
-            data[str(batch.rank)] = {"repr": _short_repr(batch.transformed)}
+            data[str(batch.rank)] = {"repr": repr_line(batch.transformed)}
     return {"fingerprints": {str(r): fp for r, fp in result.transformed_fingerprints.items()},
             "error": result.transform_error, "ranks": data}
 
@@ -182,11 +176,6 @@ def _export_json(receipt: dict | None) -> dict | None:
     if receipt is None:
         return None
     return {"directory": receipt["directory"], "parquet": receipt["parquet"], "receipt": receipt["receipt_file"]}
-
-
-def _short_repr(value: Any, width: int = 200) -> str:
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _print_replay(result: Replay, transformed: bool) -> None:
@@ -265,7 +254,7 @@ def _print_transformed(result: Replay, many: bool) -> None:
         try:
             table = as_table(batch.transformed)
         except UserError:
-            out.print(f"as transformed (rank {batch.rank}): {_short_repr(batch.transformed)}", markup=False)
+            out.print(f"as transformed (rank {batch.rank}): {repr_line(batch.transformed)}", markup=False)
             continue
         rows = [([str(i)], [preview(table.column(c)[i].as_py()) for c in table.column_names])
                 for i in range(table.num_rows)]

@@ -13,14 +13,11 @@ from pathlib import Path
 import click
 
 from dsinspect.cli.output import catalog_from, catalog_option
+from dsinspect.web.settings import app_environment  # the app reads what it writes through the same module
 
-__all__ = ["web", "streamlit_command", "app_environment", "COMMANDS"]
+__all__ = ["web", "streamlit_command", "COMMANDS"]
 
 APP = Path(__file__).resolve().parent.parent / "web" / "app.py"
-CATALOG_ENV = "DSINSPECT_CATALOG"  # the app reads only this catalog (dsinspect.web.web_model.configured_url)
-RUNS_ENV = "DSINSPECT_RUNS"  # run records the Replay page may open by name (dsinspect.web.web_runs)
-TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # the Replay page may import a typed module:function
-TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the Replay page's preset transform (dsinspect.web.web_replay)
 
 
 MAX_UPLOAD_MB = 32  # a run spec or fingerprint log uploaded to the Replay page (Streamlit holds it in memory)
@@ -34,18 +31,6 @@ def streamlit_command(port: int) -> list[str]:
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--global.developmentMode", "false", "--client.toolbarMode", "viewer",
             "--server.maxUploadSize", str(MAX_UPLOAD_MB)]
-
-
-def app_environment(catalog_url: str, runs_url: str | None = None, transform: str | None = None,
-                    typed_transforms: bool = False) -> dict[str, str]:
-    """What the app is told through its environment: the one catalog, the runs folder, a preset
-    transform, and whether the page may import a transform typed into it."""
-    env = {CATALOG_ENV: catalog_url, TYPED_TRANSFORMS_ENV: "1" if typed_transforms else "0"}
-    if runs_url:
-        env[RUNS_ENV] = runs_url
-    if transform:
-        env[TRANSFORM_ENV] = transform
-    return env
 
 
 @click.command()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -18,6 +17,7 @@ import numpy as np
 from dsinspect.loaders.format.tokenizer_docs import (
     TIKTOKEN_ENCODINGS, bundled_encoding, read_tiktoken_document, tiktoken_document,
 )
+from dsinspect.lru import LRU
 
 __all__ = ["Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "tiktoken_document",
            "tiktoken_document_vocab", "TIKTOKEN_ENCODINGS", "cached_vocab", "byte_level_decode"]
@@ -170,19 +170,17 @@ def tiktoken_vocab(name: str) -> Vocab:
     return tiktoken_document_vocab(tiktoken_document(name))
 
 
-_cache: OrderedDict[tuple, Vocab] = OrderedDict()
+_cache: LRU[tuple, Vocab] = LRU(_CACHE_SIZE)
 _lock = threading.Lock()
 
 
 def cached_vocab(key: tuple, build: Callable[[], Vocab]) -> Vocab:
     """A small LRU of vocabularies by content key (blob sha256, or encoding name)."""
     with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+        cached = _cache.get(key)
+    if cached is not None:
+        return cached
     vocab = build()
     with _lock:
-        _cache[key] = vocab
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+        _cache.put(key, vocab)
     return vocab

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.cells import cell_len
 
+from dsinspect.inspect.cells import clip
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.format.roles import Role
 
@@ -125,15 +126,7 @@ def _short(value: Any) -> str:
 
 
 def _truncate(text: str, width: int, chars: int | None = None) -> str:
-    """`text` cut to `width` terminal cells (wide CJK characters count two)."""
-    text = text.replace("\n", "\\n")
-    if cell_len(text) <= width:
-        return text
+    """`text` on one line, cut to `width` terminal cells (wide CJK characters count two), keeping at least
+    8 cells of it; `chars`, the value's length, is then named."""
     suffix = f" … ({chars} chars)" if chars is not None else "…"
-    room, kept = max(8, width - len(suffix)), []
-    for ch in text:
-        room -= cell_len(ch)
-        if room < 0:
-            break
-        kept.append(ch)
-    return "".join(kept) + suffix
+    return clip(text.replace("\n", "\\n"), width, suffix=suffix, measure=cell_len, min_room=8)

@@ -5,24 +5,23 @@ Methods block (they may read remote shards); screens call them from thread worke
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from threading import Lock
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dsinspect.defaults import open_catalog
 from dsinspect.inspect import Sample, open_sample
+from dsinspect.inspect.cells import NARROW, column_cells
+from dsinspect.loaders.records.transforms import guarded, load_job_transform
 from dsinspect.loaders.store.address import Address, parse_address
 from dsinspect.loaders.store.describe import catalog_listing, version_info
-from dsinspect.loaders.records.transforms import guarded, load_job_transform
 from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.lru import LRU
 
-__all__ = ["DataSource", "RowPage", "CELL_WIDTH"]
+__all__ = ["DataSource", "RowPage"]
 
-CELL_WIDTH = 24
 _GROUP_CACHE = 16  # row groups kept in memory for the sample table
 
 
@@ -40,7 +39,7 @@ class DataSource:
     def __init__(self, catalog_url: str | None = None, catalog: Any = None):
         self.catalog = catalog if catalog is not None else open_catalog(catalog_url)
         self._versions: dict[tuple[str, str], DatasetVersion] = {}
-        self._groups: OrderedDict[tuple[str, int, int], pa.Table] = OrderedDict()
+        self._groups: LRU[tuple[str, int, int], pa.Table] = LRU(_GROUP_CACHE)
         self._lock = Lock()
 
     @property
@@ -82,7 +81,7 @@ class DataSource:
             return RowPage(start, [])
         names = self.columns(version)
         table = version.take(range(start, stop), names, read_group=lambda s, g: self._group(version, s, g, names))
-        columns = [_cells(table.column(n)) for n in names]
+        columns = [column_cells(table.column(n), NARROW) for n in names]
         return RowPage(start, [[str(start + i), *(col[i] for col in columns)] for i in range(stop - start)])
 
     def sample(self, address: str | Address) -> Sample:
@@ -118,14 +117,10 @@ class DataSource:
         key = (version.id, shard, group)
         with self._lock:
             table = self._groups.get(key)
-            if table is not None:
-                self._groups.move_to_end(key)
-                return table
-        table = version.read_row_group(shard, group, names)
-        with self._lock:
-            self._groups[key] = table
-            while len(self._groups) > _GROUP_CACHE:
-                self._groups.popitem(last=False)
+        if table is None:
+            table = version.read_row_group(shard, group, names)
+            with self._lock:
+                self._groups.put(key, table)
         return table
 
 
@@ -135,38 +130,3 @@ def _transform(name: str | None) -> Any:
     """The job's transform by name (its modules import from the current directory), or None."""
     return load_job_transform(name) if name else None
 
-
-# -- cells ----------------------------------------------------------------------------------------
-
-def _cells(col: pa.ChunkedArray) -> list[str]:
-    """Short one-line strings for a column: sizes for binary, lengths and heads for lists."""
-    t = col.type
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        sizes = pc.binary_length(col).to_pylist() if not pa.types.is_fixed_size_binary(t) else [t.byte_width] * len(col)
-        return ["null" if n is None else f"<{n:,} bytes>" for n in sizes]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_list_cell(v) for v in col.to_pylist()]
-    if pa.types.is_struct(t):
-        return [_struct_cell(v) for v in col.to_pylist()]
-    return [_short(v) for v in col.to_pylist()]
-
-
-def _short(value: Any) -> str:
-    if value is None:
-        return "null"
-    text = " ".join(str(value).split())
-    return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
-
-
-def _list_cell(value: list | None) -> str:
-    if value is None:
-        return "null"
-    head = " ".join(str(v) for v in value[:6])
-    return _short(f"[{len(value)}] {head}")
-
-
-def _struct_cell(value: dict | None) -> str:
-    if value is None:
-        return "null"
-    sizes = [f"{k}:{len(v)}" if isinstance(v, list) else k for k, v in value.items()]
-    return _short("{" + " ".join(sizes) + "}")

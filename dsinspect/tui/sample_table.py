@@ -3,8 +3,6 @@ so a million-row version scrolls as fast as a ten-row one."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
@@ -15,6 +13,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from dsinspect.lru import LRU
 
 __all__ = ["SampleTable", "PAGE_ROWS"]
 
@@ -57,7 +57,7 @@ class SampleTable(ScrollView, can_focus=True):
         super().__init__(id=id)
         self.columns = ["#", *columns]
         self.num_rows = num_rows
-        self._pages: OrderedDict[int, list[list[str]]] = OrderedDict()
+        self._pages: LRU[int, list[list[str]]] = LRU(_KEEP_PAGES)
         self._pending: set[int] = set()
         self._widths = [max(len(str(max(num_rows - 1, 0))), 1) + 1, *(max(8, min(len(c) + 2, 26)) for c in columns)]
         self.virtual_size = Size(sum(self._widths) + len(self._widths), num_rows + 1)
@@ -67,10 +67,7 @@ class SampleTable(ScrollView, can_focus=True):
     def add_page(self, page: int, cells: list[list[str]]) -> None:
         """Store a fetched page and redraw; keeps at most _KEEP_PAGES pages."""
         self._pending.discard(page)
-        self._pages[page] = cells
-        self._pages.move_to_end(page)
-        while len(self._pages) > _KEEP_PAGES:
-            self._pages.popitem(last=False)
+        self._pages.put(page, cells)
         for row in cells:
             for i, cell in enumerate(row):
                 if len(cell) + 1 > self._widths[i] and self._widths[i] < 26:
@@ -81,7 +78,7 @@ class SampleTable(ScrollView, can_focus=True):
         self._pending.discard(page)
 
     def row_cells(self, index: int) -> list[str] | None:
-        page = self._pages.get(index // PAGE_ROWS)
+        page = self._pages.peek(index // PAGE_ROWS)  # pages leave in the order they arrived
         return None if page is None else page[index % PAGE_ROWS]
 
     # -- drawing ------------------------------------------------------------------------------

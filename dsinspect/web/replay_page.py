@@ -9,16 +9,15 @@ importable function. It is typed into the page by the person looking (or preset 
 `dsinspect web --transform`), as they would type it on the command line.
 """
 
-import os
 import re
 
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
-from dsinspect.web import web_cache
+from dsinspect.web import settings, web_cache
 from dsinspect.web.web_nav import page_file
 from dsinspect.web.web_page import md, mono, or_stop, stop_with
-from dsinspect.web.web_replay import TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, build_spec, decode_spec, encode_spec, marked_rows, verdict
+from dsinspect.web.web_replay import build_spec, decode_spec, encode_spec, marked_rows, verdict
 
 url = web_cache.url()
 st.title("Replay")
@@ -70,13 +69,13 @@ try:
 except (DsinspectError, ValueError) as e:
     stop_with("That run spec cannot be used.", e)
 
-with st.expander("Transform and fingerprint log", expanded=bool(params.get("log") or os.environ.get(TRANSFORM_ENV))):
+with st.expander("Transform and fingerprint log", expanded=bool(params.get("log") or settings.preset_transform())):
     left, right = st.columns(2)
     # A transform is code: it comes from the operator (`dsinspect web --transform`), or is typed here
     # when the operator allowed it (`--allow-typed-transforms`): anyone who reaches the port could type one.
-    typed = os.environ.get(TYPED_TRANSFORMS_ENV) == "1"
+    typed = settings.typed_transforms_allowed()
     transform = left.text_input("The job's transform (package.module:function)", key="rp_transform",
-                                value=os.environ.get(TRANSFORM_ENV, ""), placeholder="myjob.data:augment",
+                                value=settings.preset_transform(), placeholder="myjob.data:augment",
                                 disabled=not typed).strip()
     left.caption("A link never names a transform, so opening one cannot run code. "
                  + ("Code runs only when typed here or preset by `dsinspect web --transform`." if typed else

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from dsinspect.inspect.cells import cell
 from dsinspect.inspect.images import SAFE_FORMATS
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.diff.compare import diff
 from dsinspect.loaders.diff.images import pixel_delta
 from dsinspect.loaders.format.roles import Role
-from dsinspect.web.web_model import cell
+from dsinspect.loaders.store.catalog import Catalog
 
 __all__ = ["DIFF_LIMIT", "CHANGED_PAGE", "TEXT_CAP", "diff_model", "changed_rows", "image_png", "difference_png",
            "value_text"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,16 +17,17 @@ from PIL import Image
 
 from dsinspect.defaults import bundled_catalog_path
 from dsinspect.inspect import open_address
+from dsinspect.inspect.cells import cell
 from dsinspect.inspect.hexdump import hex_page
 from dsinspect.inspect.views import ErrorView, View
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.describe import catalog_listing, version_info
+from dsinspect.web import settings
 
-__all__ = ["CATALOG_ENV", "configured_url", "catalog_rows", "catalog_broken", "dataset_model", "sample_table", "FieldModel",
-           "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "cell", "TOKEN_CAP"]
+__all__ = ["configured_url", "catalog_rows", "catalog_broken", "dataset_model", "sample_table", "FieldModel",
+           "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "TOKEN_CAP"]
 
-CATALOG_ENV = "DSINSPECT_CATALOG"
 TABLE_PAGE = 20
 TOKEN_CAP = 4096        # token pieces prepared per field; the page shows them 256 at a time
 STEP_CAP = 1000         # trajectory steps listed per field (a page gets no 10^6-row table)
@@ -36,8 +36,8 @@ _COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f2f7")
 
 
 def configured_url() -> str:
-    """The one catalog this app reads: $DSINSPECT_CATALOG (set by `dsinspect web`), else the bundled one."""
-    return os.environ.get(CATALOG_ENV) or str(bundled_catalog_path())
+    """The one catalog this app reads: the one `dsinspect web` was given (see `settings`), else the bundled one."""
+    return settings.catalog_url() or str(bundled_catalog_path())
 
 
 def catalog_rows(catalog: Catalog) -> list[dict[str, Any]]:
@@ -86,21 +86,6 @@ def sample_table(catalog: Catalog, address: str, page: int, page_size: int = TAB
         row.update({n: cell(table.column(n)[i].as_py()) for n in names})
         rows.append(row)
     return {"page": page, "pages": pages, "rows": rows, "columns": ["index", *names, "address"]}
-
-
-def cell(value: Any, limit: int = 80) -> str:
-    """A short, plain-text rendering of any value for a table cell."""
-    if value is None:
-        return "null"
-    if isinstance(value, (bytes, bytearray)):
-        return f"<{len(value):,} bytes>"
-    if isinstance(value, list):
-        text = f"[{len(value)}] " + ", ".join(map(str, value[:8])) + (", …" if len(value) > 8 else "")
-    elif isinstance(value, dict):
-        text = "{" + ", ".join(f"{k}: [{len(v)}]" if isinstance(v, list) else f"{k}: {v}" for k, v in value.items()) + "}"
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 @dataclass

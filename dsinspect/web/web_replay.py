@@ -16,23 +16,21 @@ from typing import Any, Callable
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.audit.logcheck import check_log, parse_steps
-from dsinspect.loaders.audit.replay import Replay, load_specs, replay
-from dsinspect.loaders.records.runlog import spec_for_step
+from dsinspect.inspect.cells import cell, repr_line
 from dsinspect.loaders.audit.export import provenance_table
+from dsinspect.loaders.audit.logcheck import check_log, parse_steps
+from dsinspect.loaders.audit.replay import Replay, load_specs, parse_rank, replay
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.runlog import spec_for_step
 from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
-from dsinspect.web.web_model import cell
+from dsinspect.loaders.store.catalog import Catalog
 
 __all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
-           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "MAX_MIXTURE_BLOCK", "TRANSFORM_ENV", "TYPED_TRANSFORMS_ENV"]
+           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "MAX_MIXTURE_BLOCK"]
 
 MAX_SPEC_CHARS = 64_000
 MAX_REPLAY_SAMPLES = 1024  # samples one page replays (batch size × ranks shown): 10^7 would exhaust the server
 MAX_MIXTURE_BLOCK = 1 << 20  # a mixture's schedule is built a block at a time: 2×10^8 took 4 GB and 12 s
-TRANSFORM_ENV = "DSINSPECT_WEB_TRANSFORM"  # the operator's transform (`dsinspect web --transform`)
-TYPED_TRANSFORMS_ENV = "DSINSPECT_WEB_TYPED_TRANSFORMS"  # "1": `dsinspect web --allow-typed-transforms`
 
 
 def encode_spec(spec: RunSpec) -> str:
@@ -96,18 +94,13 @@ def _fed_cells(result: Replay) -> list[dict[str, str] | str]:
         try:
             table = as_table(b.transformed)
         except UserError:
-            out += [f"the transform returned {_short_repr(b.transformed)}, not a table"] * n
+            out += [f"the transform returned {repr_line(b.transformed)}, not a table"] * n
             continue
         if table.num_rows != n:
             out += [f"the transform made {table.num_rows} rows from {n} (columns {', '.join(table.column_names)})"] * n
             continue
         out += [{c: cell(table.column(c)[i].as_py()) for c in table.column_names} for i in range(n)]
     return out
-
-
-def _short_repr(value: Any, width: int = 200) -> str:
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def import_transform(name: str) -> Callable[[Any], Any]:
@@ -140,7 +133,7 @@ def log_check(catalog: Catalog, specs: str | list[RunSpec], log: str | list[dict
     fn = import_transform(transform) if transform else None
     source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
     check_size(source, rank)
-    ranks = None if rank.strip().lower() == "all" else [_rank(rank)]
+    ranks = None if rank.strip().lower() == "all" else parse_rank(rank)  # a filter: any rank the log may hold
     result = guarded(lambda: check_log(source, log, parse_steps(steps), catalog, fn, ranks=ranks), transform)
     return result.to_json()
 
@@ -159,13 +152,6 @@ def check_size(specs: list[RunSpec], rank: str) -> None:
             raise UserError(f"this batch holds {samples:,} samples ({spec.batch_size:,} per rank × {ranks:,} "
                             f"rank(s)); a page replays at most {MAX_REPLAY_SAMPLES:,}: pick one rank, or use "
                             "`dsinspect replay --spec RUN.json --step N --export DIR` for the whole batch")
-
-
-def _rank(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"rank must be an integer or 'all', not {text!r}") from None
 
 
 def verdict(check: dict[str, Any], what: str) -> tuple[str, str]:

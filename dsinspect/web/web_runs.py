@@ -2,23 +2,20 @@
 directory, chosen by name from its listing. A name from the URL (`?run=NAME`) is looked up in that
 listing, never joined to a path as given, so no query parameter reaches any other file.
 
-The runs directory is $DSINSPECT_RUNS (`dsinspect web --runs URL`), else `<catalog>/runs`.
+The runs directory is the one `dsinspect web --runs URL` names (see `settings`), else `<catalog>/runs`.
 """
 
 from __future__ import annotations
 
-import os
-
 from dsinspect.errors import UserError
 from dsinspect.loaders.store.storage import join, url_to_fs
+from dsinspect.web import settings
 
-__all__ = ["RUNS_ENV", "runs_url", "run_names", "run_path"]
-
-RUNS_ENV = "DSINSPECT_RUNS"
+__all__ = ["runs_url", "run_names", "run_path"]
 
 
 def runs_url(catalog_url: str) -> str:
-    return os.environ.get(RUNS_ENV) or join(str(catalog_url), "runs")
+    return settings.runs_url() or join(str(catalog_url), "runs")
 
 
 def run_names(runs: str) -> list[str]:

@@ -119,16 +119,17 @@ def load_specs(source: SpecSource) -> list[RunSpec]:
     return specs
 
 
-def parse_rank(rank: int | str, spec: RunSpec) -> list[int]:
-    """`rank` as the list of ranks it names ("all" is every rank of the spec's world)."""
+def parse_rank(rank: int | str, spec: RunSpec | None = None) -> list[int]:
+    """`rank` as the list of ranks it names ("all" is every rank of the spec's world). Without a spec,
+    one rank, not held to a world size (a filter of log lines, which may name any rank)."""
     if isinstance(rank, str):
-        if rank.strip().lower() == "all":
+        if spec is not None and rank.strip().lower() == "all":
             return list(range(spec.world_size))
         try:
             rank = int(rank)
         except ValueError:
             raise UserError(f"rank must be an integer or 'all', not {rank!r}") from None
-    if not 0 <= rank < spec.world_size:
+    if spec is not None and not 0 <= rank < spec.world_size:
         raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
     return [rank]
 

@@ -7,7 +7,6 @@ second read path, and reads a few row groups of a remote version instead of whol
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,6 +22,7 @@ from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.lru import LRU
 
 __all__ = ["PlanRows", "RowReader"]
 
@@ -67,7 +67,7 @@ class RowReader:
             if [c for c in self.columns if _type(version, c) != first.field(c).type]:
                 raise UserError(f"mixture sources disagree on the types of some of {self.columns}: pick common columns")
         self.schema = pa.schema([first.field(c) for c in self.columns])
-        self._groups: OrderedDict[tuple[int, int, int], pa.Table] = OrderedDict()
+        self._groups: LRU[tuple[int, int, int], pa.Table] = LRU(_GROUPS_KEPT)
 
     def read(self, plan: BatchPlan, rehash: bool = True) -> PlanRows:
         """The plan's rows; `rehash` recomputes each row's hash from its bytes (needs every field)."""
@@ -104,7 +104,6 @@ class RowReader:
         key = (k, shard, group)
         cached = self._groups.get(key)
         if cached is not None and all(c in cached.column_names for c in columns):
-            self._groups.move_to_end(key)
             return cached.select(list(columns))
         version = self.versions[k]
         table = version.read_row_group(shard, group, columns)
@@ -115,9 +114,7 @@ class RowReader:
             except (*NOT_CONVERTIBLE, KeyError) as e:
                 raise arrow_error(e, f"shard {shard} of {version.address} does not match its manifest's schema "
                                      f"({version.shard_url(shard)})", IntegrityError) from None
-        self._groups[key] = table
-        if len(self._groups) > _GROUPS_KEPT:
-            self._groups.popitem(last=False)
+        self._groups.put(key, table)
         return table
 
 

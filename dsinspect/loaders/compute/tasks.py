@@ -8,7 +8,7 @@ killed worker) is retried up to `retries` times.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,8 +34,7 @@ class TaskFailed(Exception):
 
 def call_task(task: str, payload: dict) -> dict:
     """Import and run one task; a user-facing error becomes a result instead of a retry."""
-    module, _, name = task.partition(":")
-    fn = getattr(importlib.import_module(module), name)
+    fn = pkgutil.resolve_name(task)
     try:
         return fn(payload)
     except DsinspectError as e:

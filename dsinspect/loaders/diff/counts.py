@@ -12,8 +12,6 @@ for numbers, bools, strings, binary and lists of numbers, and encoding by encodi
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +20,7 @@ from dsinspect.loaders.format.arrow_kinds import is_fixed_width, is_var_binary
 from dsinspect.loaders.format.canonical import _fixed_rows, encode_column  # the encoding's own bytes (NaNs made one)
 from dsinspect.loaders.read.columns import int64_array
 from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.lru import LRU
 
 __all__ = ["field_changes", "values_differ", "BUDGET"]
 
@@ -84,7 +83,7 @@ class _Groups:
 
     def __init__(self, version: DatasetVersion) -> None:
         self.version = version
-        self.kept: OrderedDict[tuple, pa.Table] = OrderedDict()
+        self.kept: LRU[tuple, pa.Table] = LRU(_KEPT_GROUPS)
 
     def rows(self, indices: np.ndarray, names: list[str]) -> dict[str, pa.Array]:
         """Columns `names` of rows `indices`, in that order."""
@@ -105,7 +104,7 @@ class _Groups:
         found: dict[int, pa.Table] = {}
         missing: dict[int, list[int]] = {}
         for key in keys:
-            kept = self.kept.get((key, tuple(names)))
+            kept = self.kept.peek((key, tuple(names)))
             if kept is not None:
                 found[key] = kept
             else:
@@ -118,10 +117,7 @@ class _Groups:
                 found[(shard << 32) | group] = table.slice(offset, sizes[group])
                 offset += sizes[group]
         for key in keys[-_KEPT_GROUPS:]:
-            self.kept[(key, tuple(names))] = found[key]
-            self.kept.move_to_end((key, tuple(names)))
-        while len(self.kept) > _KEPT_GROUPS:
-            self.kept.popitem(last=False)
+            self.kept.put((key, tuple(names)), found[key])
         return found
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import pkgutil
 from dataclasses import asdict, dataclass
 from contextvars import ContextVar
 from typing import Any, Callable, Iterable, Iterator
@@ -218,10 +219,10 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
 
 
 def open_with(name: str) -> Callable[[SourceSpec], Any]:
-    import importlib
-
-    module, _, attr = name.partition(":")
+    """The source opener `module:function` names."""
+    if ":" not in name:
+        raise UserError(f"cannot load the source reader {name!r}: expected module:function")
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+        return pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as e:
         raise UserError(f"cannot load the source reader {name!r}: {e}") from None

@@ -8,25 +8,25 @@ kind never imports another's dependencies.
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from typing import Any
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.ingest.infer import role_for_extension
 from dsinspect.loaders.ingest.source import Source, SourceSpec
 from dsinspect.loaders.ingest.source_files import is_glob
-from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.store.storage import url_to_fs
 
 __all__ = ["KINDS", "open_source", "detect_source"]
 
 KINDS = {
-    "jsonl": ("dsinspect.loaders.ingest.jsonl", "JsonlSource"),
-    "parquet": ("dsinspect.loaders.ingest.parquet", "ParquetSource"),
-    "hf": ("dsinspect.loaders.ingest.hf", "HfSource"),
-    "webdataset": ("dsinspect.loaders.ingest.webdataset", "WebDatasetSource"),
-    "mds": ("dsinspect.loaders.ingest.mds", "MdsSource"),
-    "files": ("dsinspect.loaders.ingest.files", "FilesSource"),
+    "jsonl": "dsinspect.loaders.ingest.jsonl:JsonlSource",
+    "parquet": "dsinspect.loaders.ingest.parquet:ParquetSource",
+    "hf": "dsinspect.loaders.ingest.hf:HfSource",
+    "webdataset": "dsinspect.loaders.ingest.webdataset:WebDatasetSource",
+    "mds": "dsinspect.loaders.ingest.mds:MdsSource",
+    "files": "dsinspect.loaders.ingest.files:FilesSource",
 }
 
 # Name endings that decide the kind on their own, longest first so `.jsonl.gz` beats `.gz`.
@@ -46,8 +46,7 @@ def open_source(spec: SourceSpec) -> Source:
     """The reader for `spec` (an unknown kind is a UserError listing the known ones)."""
     if spec.kind not in KINDS:
         raise UserError(f"unknown source kind {spec.kind!r} (known: {', '.join(KINDS)})")
-    module, name = KINDS[spec.kind]
-    return getattr(importlib.import_module(module), name)(spec)
+    return pkgutil.resolve_name(KINDS[spec.kind])(spec)
 
 
 def detect_source(url: str, kind: str | None = None, **options: Any) -> SourceSpec:

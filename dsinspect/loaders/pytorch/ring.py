@@ -28,11 +28,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import numpy as np
 
 from dsinspect.errors import DsinspectError
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: no owner locks, no sweeping
-    fcntl = None  # type: ignore[assignment]
+from dsinspect.loaders.store import locks
 
 __all__ = ["RingBatch", "RingWriter", "RingReader", "RingOverrun", "ring_slots", "new_prefix", "segment_name",
            "sweep_orphans"]
@@ -189,7 +185,7 @@ class RingReader:
         self._attached: dict[str, tuple[SharedMemory, np.ndarray]] = {}
         resource_tracker.ensure_running()  # forked workers then share it, rather than each starting one
         sweep_orphans()
-        self._owner = _hold(f"{SHM_DIR}/{prefix}-owner") if fcntl and os.path.isdir(SHM_DIR) else None
+        self._owner = _hold(f"{SHM_DIR}/{prefix}-owner") if locks.SUPPORTED and os.path.isdir(SHM_DIR) else None
 
     def take(self, batch: RingBatch, array: Callable[[np.ndarray], Any] = np.copy,
              other: Callable[[Any], Any] = _same) -> Any:
@@ -236,9 +232,7 @@ class RingReader:
 
 def _hold(path: str) -> int:
     """Create `path` and hold an exclusive lock on it until closed (or the process dies)."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+    return locks.open_locked(path, mode=0o600)
 
 
 def sweep_orphans(directory: str = SHM_DIR) -> list[str]:
@@ -246,7 +240,7 @@ def sweep_orphans(directory: str = SHM_DIR) -> list[str]:
     file's lock is free, or the owner file is gone (it is made before and removed after the
     segments; without one, also the process named in the prefix must be gone). The names removed."""
     try:
-        names = [n for n in os.listdir(directory) if _OURS.match(n)] if fcntl else []
+        names = [n for n in os.listdir(directory) if _OURS.match(n)] if locks.SUPPORTED else []  # else no owner locks
     except OSError:
         return []
     removed = []
@@ -257,11 +251,10 @@ def sweep_orphans(directory: str = SHM_DIR) -> list[str]:
             continue
         if owner in names:
             try:
-                fd = os.open(f"{directory}/{owner}", os.O_RDWR)
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held: that pass is alive (or the file is not ours to touch)
-                if fd is not None:
-                    os.close(fd)
+                fd = locks.open_locked(f"{directory}/{owner}", wait=False, create=False)
+            except OSError:  # not ours to touch (or gone)
+                continue
+            if fd is None:  # held: that pass is alive
                 continue
         try:
             for name in sorted(n for n in names if n.startswith(prefix + "-") and n != owner) + [owner]:

@@ -14,12 +14,10 @@ it can lock exclusively, least recently used first.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +31,7 @@ from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.read.fetch import fetch_verified
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
 from dsinspect.loaders.read.stats import ReadStats
+from dsinspect.loaders.store.locks import locked_file, open_locked
 from dsinspect.loaders.store.storage import cache_dir
 from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.store.version import DatasetVersion
@@ -190,7 +189,7 @@ class ShardCache:
         try:
             trusted = self._trusted_entry(entry.sha256)
             if trusted is None:
-                with self._locked(self._path(entry.sha256, ".lock")):
+                with locked_file(self._path(entry.sha256, ".lock")):
                     trusted = self._trusted_entry(entry.sha256)  # another process may have filled it meanwhile
                     if trusted is None:
                         self.stats.add("cache_misses")
@@ -285,9 +284,7 @@ class ShardCache:
         return (sidecar, blocks) if ok else None
 
     def _pin(self, sha256: str) -> int:
-        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while an evictor holds it exclusively
-        return fd
+        return open_locked(self._path(sha256, ".pin"), shared=True)  # waits while an evictor holds it exclusively
 
     def _entries(self) -> Iterator[tuple[str, dict]]:
         for p in self.root.glob("*.json"):
@@ -314,11 +311,8 @@ class ShardCache:
 
     def _evict(self, sha256: str) -> bool:
         """Delete one entry if no process has it pinned."""
-        fd = os.open(self._path(sha256, ".pin"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = open_locked(self._path(sha256, ".pin"), wait=False)
+        if fd is None:  # pinned
             return False
         try:
             self._remove(sha256)
@@ -339,15 +333,6 @@ class ShardCache:
                 os.unlink(self._path(sha256, ext))
             except FileNotFoundError:
                 pass
-
-    @contextmanager
-    def _locked(self, path: Path) -> Iterator[None]:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
 
     def _path(self, sha256: str, ext: str) -> Path:
         return self.root / f"{check_sha256(sha256, 'cached shard sha256')}{ext}"  # never a path elsewhere

@@ -4,7 +4,6 @@ the cache along the known future order."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
@@ -12,12 +11,13 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders.read.cache import CachedShard, ShardCache
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.columns import gather, is_numeric_dense
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
+from dsinspect.loaders.read.cache import CachedShard, ShardCache
+from dsinspect.loaders.read.columns import gather, is_numeric_dense
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.lru import LRU
 
 __all__ = ["BatchReader", "Layout"]
 
@@ -47,7 +47,7 @@ class BatchReader:
         self._shard_key = [(k, s) for k, v in enumerate(self.versions) for s in range(len(v.manifest.shards))]
         self._sha256 = {(k, s): self.versions[k].manifest.shards[s].sha256 for k, s in self._shard_key}
         self._max_open = self._plan_budget(spec)
-        self._open: OrderedDict[tuple[int, int], CachedShard] = OrderedDict()
+        self._open: LRU[tuple[int, int], CachedShard] = LRU(self._max_open)  # pinned; least recent released first
         self._pending: dict[tuple[int, int], Future] = {}
         self._lock = threading.Lock()
         self._fetch_threads = fetch_threads
@@ -62,14 +62,9 @@ class BatchReader:
         opened, read = self._open, self._read
         parts = []
         for key, rows, where in layout:
-            shard = opened.get(key)  # the common case, without the lock (one dict call is atomic)
+            shard = opened.get(key)  # the common case, without the lock (released meanwhile: its map stays valid)
             if shard is None:
                 shard = self._shard(key)
-            else:
-                try:
-                    opened.move_to_end(key)  # recency, for which open shard to release first
-                except KeyError:  # released by a background load meanwhile: its map stays valid
-                    pass
             shard.check(rows, read)
             parts.append((shard, rows, where))
         n = len(plan.indices)
@@ -145,14 +140,13 @@ class BatchReader:
         with self._lock:
             cached = self._open.get(key)
             if cached is not None:
-                self._open.move_to_end(key)
                 return cached
             pending = self._pending.get(key)
         if pending is not None and not pending.cancel():  # not started: open it here, no thread hand-off
             pending.result()  # fetched in the background; _load has put it in _open
             with self._lock:
                 if key in self._open:
-                    return self._open[key]
+                    return self._open.peek(key)
         return self._load(key)
 
     def _load(self, key: tuple[int, int]) -> CachedShard:
@@ -166,10 +160,8 @@ class BatchReader:
             self._pending.pop(key, None)
             if key in self._open:  # loaded twice (foreground and background): keep one pin
                 cached.release()
-                return self._open[key]
-            self._open[key] = cached
-            while len(self._open) > self._max_open:
-                _, old = self._open.popitem(last=False)
+                return self._open.peek(key)
+            for _, old in self._open.put(key, cached):
                 old.release()  # unpinned: evictable; its memory map stays valid for readers holding it
         return cached
 

@@ -9,8 +9,8 @@ list of row dicts, or a dsinspect Batch. A job logs it with `RunRecorder.record(
 
 from __future__ import annotations
 
-import importlib
 import os
+import pkgutil
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -31,19 +31,24 @@ T = TypeVar("T")
 def load_transform(name: str) -> Callable[[Any], Any]:
     """The callable that `package.module:function` (or `package.module:Class.method`) names."""
     module_name, sep, attr = name.partition(":")
-    if not sep or not module_name or not attr:
+    if not sep or not _dotted(module_name) or not _dotted(attr):
         raise UserError(f"transform {name!r}: expected package.module:function")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = pkgutil.resolve_name(name)
     except ImportError as e:
         raise UserError(f"transform {name!r}: cannot import {module_name!r} ({e})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UserError(f"transform {name!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    except AttributeError:
+        if module_name not in sys.modules:  # raised while importing the module: its own bug, shown as is
+            raise
+        raise UserError(f"transform {name!r}: {module_name!r} has no attribute {attr!r}") from None
     if not callable(obj):
         raise UserError(f"transform {name!r}: {attr!r} is not callable")
     return obj
+
+
+def _dotted(name: str) -> bool:
+    """Dotted Python identifiers: what `pkgutil.resolve_name` takes on either side of the colon."""
+    return all(part.isidentifier() for part in name.split("."))
 
 
 def load_job_transform(name: str) -> Callable[[Any], Any]:

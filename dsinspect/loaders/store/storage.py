@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import random
 import tempfile
@@ -16,6 +15,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.errors import StorageError, UserError
+from dsinspect.loaders.store.locks import open_locked
 
 __all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
            "spool_dir", "cache_dir", "write_errors", "locked", "rewrite"]
@@ -178,9 +178,8 @@ def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     lock_path = path + ".lock"
     with write_errors(fs, path):
         os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_locked(lock_path, mode=0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing drops the lock

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -17,6 +16,7 @@ from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.read.columns import int64_array
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
 from dsinspect.loaders.store.storage import is_local
+from dsinspect.lru import LRU
 
 if TYPE_CHECKING:
     from dsinspect.loaders.store.catalog import Catalog
@@ -38,7 +38,7 @@ class RowLocation(tuple):
 class DatasetVersion:
     def __init__(self, catalog: "Catalog", name: str, version_id: str, manifest: Manifest):
         self.catalog, self.name, self.id, self.manifest = catalog, name, version_id, manifest
-        self._files: OrderedDict[int, pq.ParquetFile] = OrderedDict()
+        self._files: LRU[int, pq.ParquetFile] = LRU(_OPEN_SHARDS)
         self._starts: dict[int, list[int]] = {}
 
     def __repr__(self) -> str:
@@ -102,11 +102,7 @@ class DatasetVersion:
             except UNREADABLE as e:
                 raise arrow_error(e, f"shard {shard} of {self.address} is not readable Parquet "
                                      f"({self.shard_url(shard)})", IntegrityError) from None
-            self._files[shard] = pf
-            if len(self._files) > _OPEN_SHARDS:
-                self._files.popitem(last=False)
-        else:
-            self._files.move_to_end(shard)
+            self._files.put(shard, pf)
         return pf
 
     def _open_file(self, path: str) -> Any:
