@@ -75,4 +75,4 @@ def test_without_ray_the_engine_is_a_clear_error(source, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 2
-    assert done.stderr.strip() == "dsinspect: error: --engine ray needs Ray: pip install 'dsinspect[ray]'"
+    assert done.stderr.strip() == "dsinspect: error: --engine ray needs the 'ray' extra: pip install 'dsinspect[ray]'"

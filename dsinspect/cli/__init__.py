@@ -6,12 +6,7 @@ import sys
 
 import click
 
-from dsinspect.cli import catalog_cmds
-from dsinspect.cli import show_cmd
-from dsinspect.cli import diff_cmd, replay_cmd
-from dsinspect.cli import web_cmd
-from dsinspect.cli import tui_cmd
-from dsinspect.cli import ingest_cmd
+from dsinspect.cli import catalog_cmds, diff_cmd, ingest_cmd, replay_cmd, show_cmd, tui_cmd, web_cmd
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError, StorageError, reason_of
 from dsinspect.web.settings import CATALOG_ENV

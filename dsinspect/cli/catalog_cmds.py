@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.table import Table
-from rich.text import Text
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, json_option, out, progress
-from dsinspect.loaders.store.describe import catalog_listing, version_info
-from dsinspect.term import human_bytes
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @click.command()
@@ -20,6 +21,8 @@ def ls(ctx: click.Context, catalog_url: str | None, as_json: bool) -> None:
 
     A stored manifest or tags file that cannot be read is listed as BROKEN (its file and the
     reason, also on stderr) beside everything else, and the command exits 1 (a failed check)."""
+    from dsinspect.loaders.store.describe import catalog_listing
+
     catalog = catalog_from(ctx, catalog_url)
     listing = catalog_listing(catalog)
     if as_json:
@@ -34,6 +37,11 @@ def ls(ctx: click.Context, catalog_url: str | None, as_json: bool) -> None:
 
 
 def _listing_table(listing: dict) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    from dsinspect.inspect.sizes import human_bytes
+
     table = Table(title=f"catalog {listing['catalog']}", title_justify="left")
     for col in ("dataset", "version", "tags", "rows", "bytes", "shards", "created", "message"):
         table.add_column(col, justify="right" if col in ("rows", "bytes", "shards") else "left",
@@ -60,12 +68,18 @@ def _listing_table(listing: dict) -> Table:
 @click.pass_context
 def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: bool) -> None:
     """Schema with roles, shards, rows, bytes and ids of one version."""
+    from rich.table import Table
+
+    from dsinspect.inspect.sizes import human_bytes
+    from dsinspect.loaders.store.describe import version_info
+
     version = catalog_from(ctx, catalog_url).resolve(address)
     data = version_info(version)
     if as_json:
         return emit_json(data)
     out.print(f"[bold]{version.name}[/] version [bold]{version.id}[/]")
-    out.print(f"tags: {', '.join(data['tags']) or '-'}   parent: {data['parent'] or '-'}   created: {data['created_at']}")
+    out.print(f"tags: {', '.join(data['tags']) or '-'}   parent: {data['parent'] or '-'}   "
+              f"created: {data['created_at']}")
     out.print(f"rows: {data['rows']:,}   bytes: {human_bytes(data['bytes'])}   shards: {len(data['shards'])}   "
               f"key: {data['key'] or '-'}   message: {data['message'] or '-'}")
     schema = Table(title="schema", title_justify="left")
@@ -110,6 +124,8 @@ def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_
 def verify(ctx: click.Context, address: str, engine: str, workers: int | None, catalog_url: str | None,
            as_json: bool) -> None:
     """Re-hash every shard (sha256) and every row; exit 1 naming each mismatch."""
+    from rich.table import Table
+
     from dsinspect.loaders.store.verify_parts import verify_parallel
 
     version = catalog_from(ctx, catalog_url).resolve(address)
@@ -128,7 +144,8 @@ def verify(ctx: click.Context, address: str, engine: str, workers: int | None, c
         err.print(f"dsinspect: verify: {version.address}: {problem}", markup=False)
     for s in report.shards:
         for problem in s.problems:
-            rows = f" (rows {', '.join(map(str, s.bad_rows[:10]))}{'…' if s.bad_row_count > 10 else ''})" if s.bad_rows else ""
+            more = "…" if s.bad_row_count > 10 else ""
+            rows = f" (rows {', '.join(map(str, s.bad_rows[:10]))}{more})" if s.bad_rows else ""
             err.print(f"dsinspect: verify: shard {s.index} {s.url}: {problem}{rows}", markup=False, soft_wrap=True)
     if not report.ok:
         fail(f"{version.address}: verification failed", 1)
@@ -149,7 +166,10 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
     """Unreferenced shards, abandoned ingest staging and temp files left by interrupted writes.
 
     Lists them (all datasets, or the NAMEs); --apply removes them. Versions are never touched."""
+    from rich.table import Table
+
     from dsinspect.errors import UserError
+    from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.store.gc import dataset_names, find_garbage, remove_garbage
 
     catalog = catalog_from(ctx, catalog_url)
@@ -171,7 +191,7 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
     for col in ("dataset", "kind", "path in the dataset", "bytes", "age"):
         table.add_column(col, justify="right" if col in ("bytes", "age") else "left")
     for g in found:
-        where = g.path[len(catalog.dataset_dir(g.dataset)):].lstrip("/")  # full paths are in --json
+        where = g.path[len(catalog.layout.dataset(g.dataset)):].lstrip("/")  # full paths are in --json
         table.add_row(g.dataset, g.kind, where, human_bytes(g.bytes), f"{g.age_hours:.1f} h")
     out.print(table)
     total = human_bytes(sum(g.bytes for g in found))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
 from dsinspect.errors import UserError
-from dsinspect.loaders.diff.compare import VersionDiff, diff, shard_changes
+
+if TYPE_CHECKING:
+    from dsinspect.loaders.diff.compare import VersionDiff
+
 
 @click.command("diff")
 @click.argument("a", metavar="ADDRESS")
@@ -23,6 +25,8 @@ from dsinspect.loaders.diff.compare import VersionDiff, diff, shard_changes
 def diff_cmd(ctx: click.Context, a: str, b: str, limit: int, catalog_url: str | None, as_json: bool) -> None:
     """What changed from version A to version B: fields, shards (manifests only) and rows (added,
     removed, changed with the fields that changed, moved). Reads only the shards they do not share."""
+    from dsinspect.loaders.diff.compare import diff, shard_changes
+
     if limit < 0:
         raise UserError("--limit must be >= 0 (0 lists everything)")
     catalog = catalog_from(ctx, catalog_url)
@@ -65,6 +69,8 @@ def _print(d: VersionDiff) -> None:
 
 
 def _print_schema(d: VersionDiff) -> None:
+    from rich.table import Table
+
     if not d.schema:
         out.print("schema: no changes")
         return
@@ -77,6 +83,8 @@ def _print_schema(d: VersionDiff) -> None:
 
 
 def _print_changed(d: VersionDiff) -> None:
+    from rich.table import Table
+
     r = d.rows
     if not r.changed:
         return
@@ -92,6 +100,8 @@ def _print_changed(d: VersionDiff) -> None:
 
 
 def _print_list(kind: str, rows: list[dict], total: int, index: str, matched_by: str) -> None:
+    from rich.table import Table
+
     if not rows:
         return
     out.print(_title(kind, len(rows), total))
@@ -104,6 +114,8 @@ def _print_list(kind: str, rows: list[dict], total: int, index: str, matched_by:
 
 
 def _print_moved(d: VersionDiff) -> None:
+    from rich.table import Table
+
     r = d.rows
     for shard in d.shards.moved:
         out.print(f"moved shard {shard['sha256'][:16]} ({shard['rows']:,} rows): "

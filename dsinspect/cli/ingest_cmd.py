@@ -7,15 +7,15 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import click
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, json_option, out, progress
-from dsinspect.term import human_bytes
 from dsinspect.errors import UserError
-from dsinspect.loaders.ingest.engine_choice import AUTO
-from dsinspect.loaders.compute.tasks import ENGINES
 
-__all__ = ["COMMANDS", "parse_roles"]
+__all__ = ["COMMANDS", "parse_roles", "ENGINE_CHOICES"]
+
+# `dsinspect.loaders.ingest.engine_choice.AUTO` and `dsinspect.loaders.compute.engines.ENGINES` (a test keeps
+# them equal): spelled here so that `dsinspect --help` starts without the engine.
+ENGINE_CHOICES = ("auto", "inline", "pool", "ray")
 
 
 def parse_roles(values: tuple[str, ...]) -> dict[str, str]:
@@ -32,10 +32,14 @@ def parse_roles(values: tuple[str, ...]) -> dict[str, str]:
 @contextmanager
 def ingest_progress(description: str) -> Iterator[Callable]:
     """A bar over the source's bytes with rows/s and bytes/s, on stderr when it is a terminal."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    from dsinspect.inspect.sizes import human_bytes
+
     columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
                TextColumn("{task.fields[parts]}"), TextColumn("{task.fields[rate]}"), TimeElapsedColumn()]
     started = time.monotonic()
-    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
+    with Progress(*columns, console=err.console, disable=not err.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=None, parts="", rate="")
 
         def update(p) -> None:
@@ -49,14 +53,16 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @click.command()
 @click.argument("source")
 @click.argument("name")
-@click.option("--kind", default=None, help="Source kind: jsonl, parquet, hf, webdataset, mds, files (default: guessed).")
+@click.option("--kind", default=None,
+              help="Source kind: jsonl, parquet, hf, webdataset, mds, files (default: guessed).")
 @click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
 @click.option("--key", default=None, metavar="FIELD",
               help="The row key diff matches rows by (default: the key of NAME's latest version).")
-@click.option("--no-key", is_flag=True, help="Declare no key (rows matched by row hash), even if the latest version has one.")
+@click.option("--no-key", is_flag=True,
+              help="Declare no key (rows matched by row hash), even if the latest version has one.")
 @click.option("--tokenizer", default=None, metavar="FILE|ENCODING",
               help="A tokenizer.json, or cl100k_base / o200k_base, stored with the data to decode its tokens fields.")
-@click.option("--engine", type=click.Choice((AUTO, *ENGINES)), default=AUTO, show_default=True,
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,
               help="Where parts convert: this process, a local process pool, or Ray; auto: the pool only for "
                    "inputs large enough that it is faster.")
 @click.option("--workers", type=int, default=None, help="Parallel parts (default: CPU count, at most 8).")
@@ -70,6 +76,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
            catalog_url: str | None, as_json: bool) -> None:
     """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS; any fsspec URL) as a new
     version of NAME (parent: its current latest). Re-running an interrupted ingest resumes it."""
+    from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.ingest import run_ingest
 
     catalog = catalog_from(ctx, catalog_url)

@@ -1,22 +1,46 @@
-"""Shared output helpers: rich for people on stdout, progress and errors on stderr, JSON for scripts."""
+"""Shared output helpers: rich for people on stdout, progress and errors on stderr, JSON for scripts.
+
+Imports only click: rich and the catalog load when a command first prints or opens one, so
+`dsinspect --help` starts without them."""
 
 from __future__ import annotations
 
 import json
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from dsinspect.defaults import open_catalog
-from dsinspect.loaders.store.catalog import Catalog
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from dsinspect.loaders.store.catalog import Catalog
+
+
+class LazyConsole:
+    """A rich Console made on first use, with the options it was declared with."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            options = {k: v() if callable(v) else v for k, v in self._options.items()}
+            self._console = Console(**options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
+
 
 # Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
-err = Console(stderr=True, highlight=False)
+out = LazyConsole(highlight=False, width=lambda: None if sys.stdout.isatty() else 132)
+err = LazyConsole(stderr=True, highlight=False)
 
 
 def fail(message: str, code: int) -> None:
@@ -31,6 +55,8 @@ def emit_json(data: Any) -> None:
 
 def catalog_from(ctx: click.Context, url: str | None) -> Catalog:
     """The catalog named on this command, else on the group, else the default."""
+    from dsinspect.defaults import open_catalog
+
     root = ctx.find_root().obj or {}
     return open_catalog(url or root.get("catalog_url"))
 
@@ -43,9 +69,20 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 @contextmanager
 def progress(description: str, total: int | None, unit_bytes: bool = False) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr when it is a terminal; yields `advance(n)`."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
     columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn()]
-    columns += [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [TextColumn("{task.completed}/{task.total}")]
+    counts = [DownloadColumn(), TransferSpeedColumn()] if unit_bytes else [TextColumn("{task.completed}/{task.total}")]
+    columns += counts
     columns.append(TimeRemainingColumn())
-    with Progress(*columns, console=err, disable=not err.is_terminal, transient=True) as bar:
+    with Progress(*columns, console=err.console, disable=not err.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

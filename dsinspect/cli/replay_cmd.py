@@ -3,22 +3,20 @@ and its export for a bug report."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.cells import cell_len
-from rich.table import Table
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
 from dsinspect.errors import UserError
-from dsinspect.inspect.cells import repr_line
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.audit.logcheck import LogCheck, check_log, parse_steps
-from dsinspect.loaders.audit.replay import Replay, load_specs, parse_rank, replay
-from dsinspect.loaders.audit.export import export_replay
-from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
-from dsinspect.term.preview import preview
+
+if TYPE_CHECKING:  # the engine and rich load when the command runs, not for `dsinspect --help`
+    from rich.table import Table
+
+    from dsinspect.loaders.audit.logcheck import LogCheck
+    from dsinspect.loaders.audit.replay import Replay
+    from dsinspect.loaders.order.spec import RunSpec
+    from dsinspect.loaders.store.catalog import Catalog
 
 _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",
                "mixture_block")
@@ -55,6 +53,10 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     """The exact batch a rank read at a step, computed from the run spec (no iteration): per sample
     its position, global index, source version, shard and row, row hash and seed, a preview of each
     field, then the batch fingerprint."""
+    from dsinspect.loaders.audit.export import export_replay
+    from dsinspect.loaders.audit.replay import replay
+    from dsinspect.loaders.records.transforms import guarded, load_job_transform
+
     catalog = catalog_from(ctx, catalog_url)
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
     fn = load_job_transform(transform) if transform else None
@@ -86,6 +88,9 @@ COMMANDS = [replay_cmd]
 
 def _specs(ctx: click.Context, catalog: Catalog, spec_path: str | None, addresses: tuple[str, ...],
            flags: dict[str, Any]) -> list[RunSpec]:
+    from dsinspect.loaders.audit.replay import load_specs
+    from dsinspect.loaders.order.spec import RunSpec
+
     given = [name for name in _SPEC_FLAGS
              if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
     if spec_path and (addresses or given):
@@ -111,6 +116,10 @@ def _weighted(address: str) -> tuple[str, float]:
 
 def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, steps: str | None, rank: str | None,
            fn, transform: str | None, columns: list[str] | None, rehash: bool, as_json: bool) -> None:
+    from dsinspect.loaders.audit.logcheck import check_log, parse_steps
+    from dsinspect.loaders.audit.replay import parse_rank
+    from dsinspect.loaders.records.transforms import guarded
+
     if step is not None and steps:
         raise UserError("give --step or --steps, not both")
     wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
@@ -142,6 +151,8 @@ def _print_check(result: LogCheck) -> None:
     out.print(f"  logged    {d.logged}\n  replayed  {d.replayed}", markup=False)
     out.print(f"  {d.reason}", markup=False)
     if d.samples:
+        from rich.table import Table
+
         table = Table(title="positions that differ", title_justify="left")
         for col in ("pos", "index", "source", "shard:row", "stored row hash"):
             table.add_column(col, justify="right" if col in ("pos", "index") else "left")
@@ -154,12 +165,18 @@ def _print_check(result: LogCheck) -> None:
 # -- replay output -------------------------------------------------------------------------------
 
 def _field_previews(result: Replay) -> list[dict[str, str]]:
+    from dsinspect.term.preview import preview
+
     fields = {f.name: f for f in result.fields}
     return [{c: preview(batch.table.column(c)[i].as_py(), fields.get(c)) for c in batch.table.column_names}
             for batch in result.batches for i in range(batch.table.num_rows)]
 
 
 def _transformed_previews(result: Replay) -> dict[str, Any]:
+    from dsinspect.inspect.cells import repr_line
+    from dsinspect.loaders.records.transforms import as_table
+    from dsinspect.term.preview import preview
+
     data: dict[str, Any] = {}
     for batch in result.batches:
         try:
@@ -200,6 +217,8 @@ def _print_replay(result: Replay, transformed: bool) -> None:
 
 
 def _provenance_table(result: Replay, many: bool) -> Table:
+    from rich.table import Table
+
     table = Table(title="samples", title_justify="left")
     columns = (["rank"] if many else []) + ["pos", "index"] + (["source"] if result.spec.is_mixture else []) \
         + ["shard:row", "row hash", "pad", "seed"]
@@ -215,6 +234,8 @@ def _provenance_table(result: Replay, many: bool) -> Table:
 
 
 def _fields_table(result: Replay, many: bool) -> Table | str:
+    from dsinspect.term.preview import preview
+
     roles = {f.name: f for f in result.fields}
     names = result.batches[0].table.column_names
     if not names:
@@ -228,6 +249,9 @@ def _fields_table(result: Replay, many: bool) -> Table | str:
 def preview_table(title: str, labels: list[str], names: list[str], rows: list[tuple[list[str], list[str]]]) -> Table:
     """One row per sample and a column per field when that fits the terminal, else one row per
     (sample, field) so no preview is squeezed out of sight."""
+    from rich.cells import cell_len
+    from rich.table import Table
+
     widths = [max([cell_len(n)] + [cell_len(cells[j]) for _, cells in rows]) for j, n in enumerate(names)]
     label_width = sum(max([len(h)] + [len(lab[j]) for lab, _ in rows]) for j, h in enumerate(labels))
     wide = label_width + sum(widths) + 3 * (len(names) + len(labels)) + 1 <= (out.width or 132)
@@ -250,6 +274,10 @@ def preview_table(title: str, labels: list[str], names: list[str], rows: list[tu
 
 
 def _print_transformed(result: Replay, many: bool) -> None:
+    from dsinspect.inspect.cells import repr_line
+    from dsinspect.loaders.records.transforms import as_table
+    from dsinspect.term.preview import preview
+
     for batch in result.batches:
         try:
             table = as_table(batch.transformed)

@@ -9,6 +9,7 @@ import click
 
 from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out
 from dsinspect.errors import UserError
+from dsinspect.extras import require
 
 # dsinspect.inspect.TOKENIZER_CHOICES (a test keeps them equal); the inspection core, Pillow and PyAV
 # load only when `show` runs, so other commands start without them.
@@ -31,10 +32,10 @@ def show(ctx: click.Context, address: str, fields: tuple[str, ...], raw: bool, p
          frame: int | None, catalog_url: str | None, as_json: bool) -> None:
     """One sample (ADDRESS is NAME[@REF]:INDEX): every field decoded next to its bytes and hashes,
     and the row hash recomputed and compared with the stored one (exit 1 when they differ)."""
-    from PIL import Image
-
-    from dsinspect.term import Options, render_sample
+    Image = require("PIL.Image", "media", "dsinspect show")  # the inspection core decodes with Pillow and PyAV
+    require("av", "media", "dsinspect show")
     from dsinspect.inspect import open_address
+    from dsinspect.term import Options, render_sample
 
     sample = open_address(catalog_from(ctx, catalog_url), address)
     for name in fields:
@@ -46,7 +47,8 @@ def show(ctx: click.Context, address: str, fields: tuple[str, ...], raw: bool, p
         if as_json:
             emit_json(sample.to_json(fields=list(fields) or None, raw=raw, page=page - 1, tokenizer=tokenizer))
         else:
-            opts = Options(list(fields), raw, page - 1, tokenizer, frame, min(out.width, 160), out.color_system is not None)
+            color = out.color_system is not None
+            opts = Options(list(fields), raw, page - 1, tokenizer, frame, min(out.width, 160), color)
             out.print(render_sample(sample, opts))
     if not sample.row_hash.ok:
         fail(f"{sample.address}: stored row hash {sample.row_hash.stored} does not match "
@@ -73,7 +75,8 @@ def _check_frame(sample: Any, fields: tuple[str, ...], frame: int) -> None:
             raise UserError(f"{where}: no frame {frame}: no frame decodes ({why})")
         if frame < 0 or frame >= video.frame_count:
             raise UserError(f"{where}: no frame {frame}: it has {video.frame_count} frames (--frame 0 to "
-                            f"{video.frame_count - 1})" if video.frame_count else f"{where}: no frame {frame}: it has none")
+                            f"{video.frame_count - 1})" if video.frame_count
+                            else f"{where}: no frame {frame}: it has none")
         if not isinstance(video.frame(frame), FrameView):
             raise UserError(f"{where}: frame {frame} does not decode: {decodable_frames(video)} of its "
                             f"{video.frame_count} frames do (the file is damaged or truncated)")

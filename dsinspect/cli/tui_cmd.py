@@ -8,7 +8,10 @@ import click
 
 from dsinspect.cli.output import catalog_from, catalog_option
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.address import parse_address
+from dsinspect.extras import require_installed
+
+# what the terminal UI imports beyond the core: Textual and its image widgets, Pillow and PyAV for the samples
+NEEDS = (("textual", "tui"), ("textual_image", "tui"), ("PIL", "media"), ("av", "media"))
 
 
 @click.command()
@@ -19,7 +22,10 @@ from dsinspect.loaders.store.address import parse_address
 @click.pass_context
 def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transform: str | None = None) -> None:
     """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample."""
+    from dsinspect.loaders.store.address import parse_address
+
     addr = parse_address(address) if address else None  # a malformed address: one line, before the screen clears
+    require_installed(NEEDS, "dsinspect tui")
     if not interactive():
         # Textual without a terminal never gets a key and never exits (it spun at ~74% CPU)
         raise UserError("dsinspect tui needs a terminal (stdin and stderr are not both one); without one use "

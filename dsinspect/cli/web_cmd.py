@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from dsinspect.cli.output import catalog_from, catalog_option
+from dsinspect.extras import require_installed
 from dsinspect.web.settings import app_environment  # the app reads what it writes through the same module
 
 __all__ = ["web", "streamlit_command", "COMMANDS"]
@@ -47,10 +48,8 @@ def streamlit_command(port: int) -> list[str]:
 def web(ctx: click.Context, port: int, runs_url: str | None, transform: str | None, allow_typed_transforms: bool,
         catalog_url: str | None) -> None:
     """The web app (Streamlit) on http://127.0.0.1:PORT, reading only the configured catalog."""
-    try:
-        import streamlit  # noqa: F401
-    except ImportError:
-        raise click.ClickException("the web app needs Streamlit: pip install streamlit") from None
+    # checked, not imported: Streamlit replaces this process below
+    require_installed((("streamlit", "web"), ("PIL", "media"), ("av", "media")), "dsinspect web")
     catalog = catalog_from(ctx, catalog_url)
     env = {**os.environ, **app_environment(catalog.url, runs_url, transform, allow_typed_transforms)}
     click.echo(f"dsinspect web: http://127.0.0.1:{port}/ (catalog {catalog.url}); Ctrl-C stops it", err=True)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dsinspect.extras import require
 from dsinspect.loaders.format.tokenizer_docs import (
     TIKTOKEN_ENCODINGS, bundled_encoding, read_tiktoken_document, tiktoken_document,
 )
@@ -108,7 +109,7 @@ def _piece_decoder(spec: dict) -> Callable[[str], bytes]:
 
 def huggingface_vocab(data: bytes, name: str = "tokenizer.json", pad_id: int | None = None) -> Vocab:
     """A Vocab from `tokenizer.json` bytes; raises on a file the tokenizers library cannot load."""
-    from tokenizers import Tokenizer
+    Tokenizer = require("tokenizers", "tokenizers", "decoding with a tokenizer.json").Tokenizer
 
     spec = json.loads(data)
     tok = Tokenizer.from_str(data.decode("utf-8"))
@@ -150,7 +151,7 @@ def _lazy_encoder(name: str, pattern: str, ranks: dict[bytes, int], special: dic
 
     def encode(text: str) -> list[int]:
         if not built:
-            import tiktoken
+            tiktoken = require("tiktoken", "tokenizers", "encoding text with tiktoken")
             built.append(tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special))
         return built[0].encode(text, allowed_special="all")
     return encode
@@ -158,7 +159,7 @@ def _lazy_encoder(name: str, pattern: str, ranks: dict[bytes, int], special: dic
 
 def tiktoken_encoding(name: str) -> Any:
     """A `tiktoken.Encoding` built from bundled data: no download at run time."""
-    import tiktoken
+    tiktoken = require("tiktoken", "tokenizers", "a tiktoken encoding")
 
     ctor = bundled_encoding(name)
     return tiktoken.Encoding(ctor["name"], pat_str=ctor["pat_str"], mergeable_ranks=ctor["mergeable_ranks"],

@@ -15,23 +15,61 @@ Each layer imports only those listed below it (`[tool.importlinter]` in pyprojec
 engine never imports a face (CLI, TUI, web), `dsinspect.inspect` or the package root, and takes its
 catalog explicitly. Re-exported here: what a training job or a script calls. `replay` and `diff` are
 `dsinspect.loaders.audit.replay` and `dsinspect.loaders.diff.diff` (also `dsinspect.replay`, `dsinspect.diff`).
+
+The names load on first use (PEP 562): importing one module of the engine (the CLI's `ls` reads only
+the store) does not import all of it.
 """
 
-from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
-from dsinspect.loaders.format.roles import Role
-from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
-from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
-from dsinspect.loaders.order.state import LoaderState
-from dsinspect.loaders.read.loader import Batch, Loader
-from dsinspect.loaders.store.address import parse_address
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.derive import derive_version
-from dsinspect.loaders.store.verify import verify_version
-from dsinspect.loaders.store.version import DatasetVersion
-from dsinspect.loaders.store.writer import WriteOptions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
     "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
     "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch",
 ]
+
+_HOMES = {name: f"dsinspect.loaders.{module}" for module, names in {
+    "format.manifest": ("HASH_COLUMN", "Field", "Manifest"),
+    "format.roles": ("Role",),
+    "order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
+    "order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
+    "order.state": ("LoaderState",),
+    "read.loader": ("Batch", "Loader"),
+    "store.address": ("parse_address",),
+    "store.catalog": ("Catalog",),
+    "store.derive": ("derive_version",),
+    "store.verify": ("verify_version",),
+    "store.version": ("DatasetVersion",),
+    "store.writer": ("WriteOptions",),
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dsinspect.loaders' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
+    from dsinspect.loaders.format.roles import Role
+    from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
+    from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
+    from dsinspect.loaders.order.state import LoaderState
+    from dsinspect.loaders.read.loader import Batch, Loader
+    from dsinspect.loaders.store.address import parse_address
+    from dsinspect.loaders.store.catalog import Catalog
+    from dsinspect.loaders.store.derive import derive_version
+    from dsinspect.loaders.store.verify import verify_version
+    from dsinspect.loaders.store.version import DatasetVersion
+    from dsinspect.loaders.store.writer import WriteOptions

@@ -24,6 +24,7 @@ from dsinspect.inspect import (
     BytesView, ErrorView, Finding, FrameView, HexPage, ImageView, JsonView, NullView, RowHashCheck, Sample,
     ScalarView, Severity, TextView, TokensView, TrajectoryView, VideoView, View,
 )
+from dsinspect.inspect.sizes import human_bytes
 
 __all__ = ["render_sample", "render_view", "hex_panel", "half_blocks", "sparkline", "mismatch_banner", "clean", "Options",
            "findings_text", "human_bytes"]
@@ -33,15 +34,6 @@ _PIECE_BG = ["#2d4f7c", "#6b3e75", "#2f6b4f", "#7a5a1e", "#1f6470", "#7a2e3a"]
 _SEVERITY_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 _TEXT_LIMIT = 4000
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # rich passes ESC and C1 codes straight to the terminal
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
 
 
 def clean(text: str) -> str:

@@ -6,18 +6,14 @@ Uses the Ray instance this process is connected to, else starts a local one (`ra
 
 from __future__ import annotations
 
-from dsinspect.errors import UserError
+from dsinspect.extras import require
 from dsinspect.loaders.compute.tasks import OnDone, TaskFailed, call_task, checked
 
 __all__ = ["run_ray", "require_ray"]
 
 
 def require_ray():
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--engine ray needs Ray: pip install 'dsinspect[ray]'") from None
-    return ray
+    return require("ray", "ray", "--engine ray")
 
 
 def _remote_call(task: str, payload: dict) -> dict:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dsinspect.extras import require
 from dsinspect.loaders.format.image_formats import SAFE_FORMATS
 
 __all__ = ["image_detail", "pixel_delta", "bit_depth", "MAX_PIXELS"]
@@ -41,7 +42,7 @@ def image_detail(a: bytes, b: bytes) -> dict[str, Any]:
     largest absolute difference over all channel values, on the `full_scale` they span (255 for
     8-bit RGBA, 65535 for 16-bit, None for 32-bit int or float), the fraction of pixels that
     differ, and for 16/32-bit images each one's value range."""
-    from PIL import Image
+    Image = require("PIL.Image", "media", "a diff of image fields")
 
     try:
         x, y = (Image.open(io.BytesIO(data), formats=SAFE_FORMATS) for data in (a, b))  # never Ghostscript

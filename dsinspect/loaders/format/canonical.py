@@ -24,7 +24,6 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from dsinspect.errors import UserError
@@ -129,6 +128,8 @@ def _var_binary_payloads(arr: pa.Array) -> list[bytes]:
 
 
 def _list_payloads(arr: pa.Array) -> list[bytes]:
+    import pyarrow.compute as pc  # here, not at the top: it costs ~0.1 s, and reading a manifest needs none
+
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     items = arr.flatten()  # drops the items under null slots, which count 0 here
     bounds = np.concatenate([[0], np.cumsum(lengths)])

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
+from dsinspect.extras import missing_extra
+
 __all__ = ["TIKTOKEN_ENCODINGS", "TIKTOKEN_FORMAT", "TiktokenDocument", "bundled_encoding", "tiktoken_document",
            "read_tiktoken_document"]
 
@@ -51,7 +53,7 @@ def _bundled_ranks(name: str) -> dict[bytes, int]:
         raise ValueError(f"unknown encoding {name!r}: known are {', '.join(TIKTOKEN_ENCODINGS)}")
     spec = importlib.util.find_spec("bpe_openai")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the bpe-openai package (bundled cl100k/o200k data) is not installed")
+        raise missing_extra(["tokenizers"], f"the {name} encoding (its data comes with the bpe-openai package)")
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"{name}.tiktoken.gz"
     ranks: dict[bytes, int] = {}
     with gzip.open(path, "rb") as f:

@@ -234,8 +234,10 @@ def _read_tokenizer(url: str) -> bytes:
         data = fs.cat_file(path)
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read tokenizer {url}: {e}") from None
+    from dsinspect.extras import require
+
+    Tokenizer = require("tokenizers", "tokenizers", "--tokenizer FILE").Tokenizer
     try:
-        from tokenizers import Tokenizer
         Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # noqa: BLE001 - any parse failure is the same user mistake
         raise UserError(f"{url}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None

@@ -8,8 +8,12 @@ columns -> tensors), `loader` (TorchLoader), `transfer` (worker -> main process)
 shared-memory ring). May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
-from dsinspect.loaders.pytorch.conversion import batch_to_torch
-from dsinspect.loaders.pytorch.dataset import TorchBatches
-from dsinspect.loaders.pytorch.loader import TorchLoader
+from dsinspect.extras import require as _require
+
+_require("torch", "torch", "dsinspect.loaders.pytorch")  # without the extra: one line naming it, not a traceback
+
+from dsinspect.loaders.pytorch.conversion import batch_to_torch  # noqa: E402
+from dsinspect.loaders.pytorch.dataset import TorchBatches  # noqa: E402
+from dsinspect.loaders.pytorch.loader import TorchLoader  # noqa: E402
 
 __all__ = ["TorchBatches", "TorchLoader", "batch_to_torch"]

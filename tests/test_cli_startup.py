@@ -1,0 +1,50 @@
+"""The CLI starts fast because it imports a command's implementation only when that command runs:
+`dsinspect --help` loads neither the engine nor rich, and `dsinspect ls` loads no image, video or UI
+library (benchmarks/bench_startup.py measures the times)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def imported_by(*argv: str) -> set[str]:
+    """The modules a fresh `python -m dsinspect ARGV` imports (from -X importtime)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DSINSPECT_CATALOG", None)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsinspect", *argv], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def test_help_loads_neither_the_engine_nor_rich():
+    modules = imported_by("--help")
+    assert top_level(modules) & {"pyarrow", "numpy", "fsspec", "rich", "xxhash"} == set()
+    assert {m for m in modules if m.startswith(("dsinspect.loaders", "dsinspect.term", "dsinspect.inspect"))} == set()
+
+
+def test_a_command_help_loads_no_engine_either():
+    assert top_level(imported_by("replay", "--help")) & {"pyarrow", "numpy", "rich"} == set()
+
+
+def test_ls_loads_no_image_video_or_ui_library():
+    modules = imported_by("ls")
+    assert top_level(modules) & {"PIL", "av", "textual", "streamlit", "tokenizers", "torch"} == set()
+    assert {"dsinspect.term.render", "dsinspect.inspect.images", "dsinspect.inspect.video"} & modules == set()
+
+
+def test_the_cli_spells_the_engine_choices_of_ingest_as_the_engine_does():
+    from dsinspect.cli.ingest_cmd import ENGINE_CHOICES
+    from dsinspect.loaders.compute.engines import ENGINES
+    from dsinspect.loaders.ingest.engine_choice import AUTO
+
+    assert ENGINE_CHOICES == (AUTO, *ENGINES)
