@@ -50,6 +50,7 @@ def forge_rl_version(catalog_dir, tmp_path):
     import pyarrow.parquet as pq
 
     from dsinspect.loaders.format.manifest import Manifest, Shard
+    from dsinspect.loaders.store.publish import publish
 
     cat = Catalog(str(catalog_dir))
     v = cat.resolve("demo-rl@v1")
@@ -62,7 +63,7 @@ def forge_rl_version(catalog_dir, tmp_path):
     sha = hashlib.sha256(raw).hexdigest()
     (catalog_dir / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
     shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
-    cat._publish("demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
+    publish(cat.fs, cat.layout, "demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
     return cat
 
 

@@ -57,7 +57,7 @@ def test_resolution_by_tag_prefix_and_errors(catalog):
 
 def test_ambiguous_prefix_is_an_error(catalog):
     catalog.write_version("toy", toy_rows(3), TOY_FIELDS)
-    versions = catalog.manifest_path("toy", "0" * 64).rsplit("/", 1)[0]
+    versions = catalog.layout.manifest("toy", "0" * 64).rsplit("/", 1)[0]
     for tail in ("0" * 56, "1" * 56):  # two ids sharing the prefix deadbeef (resolution reads names only)
         catalog.fs.pipe_file(f"{versions}/deadbeef{tail}.json", b"{}")
     with pytest.raises(UserError, match="prefix 'deadbeef' of 'toy' is ambiguous"):

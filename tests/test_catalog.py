@@ -97,10 +97,10 @@ def test_shard_files_are_named_by_their_sha256(catalog):
 def test_copy_on_write_rewrites_only_the_changed_shard(catalog):
     v1 = catalog.write_version("toy", toy_rows(1000), TOY_FIELDS, key="id", options=WriteOptions(shard_rows=100))
     assert len(v1.manifest.shards) == 10
-    before = set(catalog.fs.ls(catalog.shard_dir("toy"), detail=False))
+    before = set(catalog.fs.ls(catalog.layout.shards("toy"), detail=False))
     v2 = derive_version(v1, update={512: {"tokens": [42]}, 517: {"blob": b"new"}}, remove=[550],
                         options=WriteOptions(shard_rows=100))
-    after = set(catalog.fs.ls(catalog.shard_dir("toy"), detail=False))
+    after = set(catalog.fs.ls(catalog.layout.shards("toy"), detail=False))
     assert len(after - before) == 1, "exactly one new shard file"
     shared = [a.sha256 == b.sha256 for a, b in zip(v1.manifest.shards, v2.manifest.shards)]
     assert shared == [True] * 5 + [False] + [True] * 4

@@ -145,7 +145,7 @@ def test_tag_lock_serialises_read_modify_write(tmp_path):
     """The lock is exclusive between processes: a child cannot take it while this process holds it."""
     catalog = Catalog(str(tmp_path / "catalog"))
     catalog.write_version("t", rows("x", 0, 3), FIELDS)
-    tags_path = catalog.tags_path("t")
+    tags_path = catalog.layout.tags_file("t")
     probe = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\n"
              "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
              "except BlockingIOError:\n    print('held')")

@@ -307,7 +307,7 @@ def test_tags_that_cannot_be_written_take_the_new_manifest_back(shared_tmp):
     catalog = Catalog(str(shared_tmp / "catalog"))
     catalog.write_version("d", rows(20, 100), FIELDS)
     before = catalog_state(catalog, "d")
-    dataset = Path(catalog.dataset_dir("d"))
+    dataset = Path(catalog.layout.dataset("d"))
     dataset.chmod(0o555)  # versions/ and shards/ stay writable; tags.json (renamed in here) does not
     done = run_write(catalog)
     assert done.returncode == 2 and f"{dataset}/tags.json" in done.stderr and "EACCES" in done.stderr, done.stderr

@@ -32,7 +32,7 @@ def catalog():
 
 @pytest.fixture(scope="module")
 def manifests(catalog):
-    return [catalog.fs.cat_file(catalog.manifest_path(name, vid)) for name in catalog.datasets()
+    return [catalog.fs.cat_file(catalog.layout.manifest(name, vid)) for name in catalog.datasets()
             for vid in catalog.version_ids(name)]
 
 

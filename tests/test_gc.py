@@ -42,7 +42,7 @@ def litter(tmp_path):
     v1 = catalog.write_version("d", [{"id": i, "text": f"row {i}"} for i in range(30)], _fields(), key="id",
                                options=WriteOptions(shard_rows=10))
     v2 = derive_version(v1, update={0: {"text": "changed"}})  # shares two of v1's three shards
-    base = Path(catalog.dataset_dir("d"))
+    base = Path(catalog.layout.dataset("d"))
     orphan = b"PAR1 not referenced by any manifest"
     orphan_sha = hashlib.sha256(orphan).hexdigest()
     (base / "shards" / f"{orphan_sha}.parquet").write_bytes(orphan)
@@ -80,7 +80,7 @@ def test_apply_removes_it_and_every_version_still_verifies(litter):
 
 def test_a_shard_referenced_again_before_removal_is_kept(litter):
     catalog, base, *_, versions = litter
-    manifest = Path(catalog.manifest_path("d", versions[-1].id))
+    manifest = Path(catalog.layout.manifest("d", versions[-1].id))
     saved = manifest.read_bytes()
     manifest.unlink()  # its own shards now look unreferenced ...
     fresh = Catalog(catalog.url)
@@ -113,7 +113,7 @@ def test_an_interrupted_ingest_is_collected_and_a_rerun_rebuilds_everything(tmp_
 def test_memory_catalog(tmp_path):
     catalog = Catalog(f"memory://gc-{os.getpid()}-{time.time_ns()}")
     catalog.write_version("m", [{"id": 1, "text": "a"}], _fields())
-    catalog.fs.pipe_file(catalog.shard_path("m", "0" * 64), b"stray")
+    catalog.fs.pipe_file(catalog.layout.shard("m", "0" * 64), b"stray")
     later = time.time() + 2 * DAY
     assert [(g.kind, g.bytes) for g in find_garbage(catalog, now=later)] == [("shard", 5)]
     remove_garbage(catalog, find_garbage(catalog, now=later))

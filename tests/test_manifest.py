@@ -13,7 +13,7 @@ from conftest import TOY_FIELDS, toy_rows
 @pytest.fixture
 def good(catalog):
     v = catalog.write_version("toy", toy_rows(20), TOY_FIELDS, key="id", message="first")
-    return json.loads(catalog.fs.cat_file(catalog.manifest_path("toy", v.id))), v
+    return json.loads(catalog.fs.cat_file(catalog.layout.manifest("toy", v.id))), v
 
 
 def test_version_id_is_sha256_of_canonical_manifest_without_meta(good):
@@ -78,7 +78,7 @@ def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, ca
     data["num_rows"] += 0
     data["shards"][0]["rows"] += 1
     data["num_rows"] += 1
-    catalog.fs.pipe_file(catalog.manifest_path("toy", v.id), canonical_json(data))
+    catalog.fs.pipe_file(catalog.layout.manifest("toy", v.id), canonical_json(data))
     fresh = type(catalog)(catalog.url)
     with pytest.raises(IntegrityError, match=f"content hashes to .* not the version id"):
         fresh.resolve("toy")
@@ -86,7 +86,7 @@ def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, ca
 
 def test_tampered_manifest_is_a_clear_error_from_the_catalog(good, catalog):
     _, v = good
-    catalog.fs.pipe_file(catalog.manifest_path("toy", v.id), b'{"format": "dsinspect.manifest/1"}')
+    catalog.fs.pipe_file(catalog.layout.manifest("toy", v.id), b'{"format": "dsinspect.manifest/1"}')
     with pytest.raises(ManifestError, match=rf"{v.id}\.json: missing 'hash'"):
         type(catalog)(catalog.url).resolve("toy")
 

@@ -82,7 +82,7 @@ def test_shards_check_by_hand_with_sha256sum(bundled):
 def test_version_id_recomputes_from_the_manifest_file(bundled):
     for name in DATASETS:
         for vid in bundled.version_ids(name):
-            data = json.loads(Path(bundled.manifest_path(name, vid)).read_text())
+            data = json.loads(Path(bundled.layout.manifest(name, vid)).read_text())
             del data["meta"]
             canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
             assert hashlib.sha256(canonical).hexdigest() == vid

@@ -151,7 +151,7 @@ def test_hostile_names_are_refused_everywhere(tmp_path, name):
     with pytest.raises(UserError, match="bad"):
         check_name(name)
     with pytest.raises(UserError):
-        catalog.dataset_dir(name)
+        catalog.layout.dataset(name)
     with pytest.raises(UserError):
         catalog.write_version(name, [{"x": 1}], [dsinspect.Field("x", __import__("pyarrow").int64(), "scalar")])
     with pytest.raises(UserError):
@@ -235,7 +235,7 @@ def copy_json(data):
 
 
 def _manifest_json(version) -> dict:
-    return json.loads(version.catalog.fs.cat_file(version.catalog.manifest_path(version.name, version.id)))
+    return json.loads(version.catalog.fs.cat_file(version.catalog.layout.manifest(version.name, version.id)))
 
 
 @pytest.fixture(scope="module")
@@ -275,17 +275,17 @@ def test_every_content_address_place_refuses_a_hostile_name(text_catalog, name, 
         "Shard()": lambda: Shard(name, 1, 1),
         "Field(options)": lambda: Field("tokens", tokens.type, "tokens", options={"tokenizer": {"kind": "huggingface",
                                                                                                 "blob": name}}),
-        "Catalog.shard_path": lambda: catalog.shard_path("demo-text", name),
-        "Catalog.manifest_path": lambda: catalog.manifest_path("demo-text", name),
+        "Layout.shard": lambda: catalog.layout.shard("demo-text", name),
+        "Layout.manifest": lambda: catalog.layout.manifest("demo-text", name),
         "Catalog.manifest": lambda: catalog.manifest("demo-text", name),
-        "Catalog.blob_path sha256": lambda: catalog.blob_path("demo-text", name, ".json"),
-        "Catalog.blob_path ending": lambda: catalog.blob_path("demo-text", SHA, name),
+        "Layout.blob sha256": lambda: catalog.layout.blob("demo-text", name, ".json"),
+        "Layout.blob ending": lambda: catalog.layout.blob("demo-text", SHA, name),
         "Catalog.read_blob": lambda: catalog.read_blob("demo-text", name, ".json"),
         "Catalog.put_blob ending": lambda: catalog.put_blob("demo-text", b"{}", name),
         "ShardCache.holds": lambda: cache.holds(name),
     }
     if _plain_ending(name):  # a valid file ending ('', '.hidden')
-        places.pop("Catalog.blob_path ending")
+        places.pop("Layout.blob ending")
         places.pop("Catalog.put_blob ending")
     accepted = [where for where, fn in places.items() if not _refused(fn)]
     assert accepted == []

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from dsinspect.loaders.format.arrow_kinds import is_fixed_width, is_var_binary
 from dsinspect.loaders.format.canonical import _fixed_rows, encode_column  # the encoding's own bytes (NaNs made one)
-from dsinspect.loaders.read.columns import int64_array
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 

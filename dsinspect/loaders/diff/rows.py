@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.read.columns import int64_array
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.version import DatasetVersion
 

@@ -25,7 +25,8 @@ from dsinspect.loaders.ingest.engine import (DEFAULT_OPENER, ROW_PROGRESS, Job, 
 from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
 from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
 from dsinspect.loaders.ingest.source import Part, SourceSpec
-from dsinspect.loaders.compute.tasks import TaskFailed, check_engine, run_tasks
+from dsinspect.loaders.compute.engines import check_engine, run_tasks
+from dsinspect.loaders.compute.tasks import TaskFailed
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.storage import url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
@@ -248,7 +249,7 @@ def _put_blobs(catalog: Catalog, name: str, url: str, sidecar: dict) -> None:
     """Copy the side files an export carried (tokenizers) into the catalog, checked by hash."""
     from dsinspect.loaders.ingest.export import read_exported_blobs
 
-    for data, ext in read_exported_blobs(url, sidecar, have=lambda sha, ext: catalog.fs.exists(catalog.blob_path(name, sha, ext))):
+    for data, ext in read_exported_blobs(url, sidecar, have=lambda sha, ext: catalog.fs.exists(catalog.layout.blob(name, sha, ext))):
         catalog.put_blob(name, data, ext)
 
 

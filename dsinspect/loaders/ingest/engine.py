@@ -78,7 +78,7 @@ def plan_job(catalog: Catalog, dataset: str, spec: SourceSpec, parts: list[Part]
 
 
 def staging_dir(catalog: Catalog, dataset: str, job_id: str) -> str:
-    return join(catalog.dataset_dir(dataset), "ingest", check_component(job_id, "ingest job id"))  # from a payload
+    return join(catalog.layout.staging(dataset), check_component(job_id, "ingest job id"))  # from a payload
 
 
 def record_path(catalog: Catalog, dataset: str, job_id: str, part_index: int) -> str:
@@ -97,7 +97,7 @@ def load_record(catalog: Catalog, path: str) -> dict | None:
     except (FileNotFoundError, ValueError, KeyError, TypeError, ManifestError):  # ManifestError: a bad shard sha256
         return None
     dataset = record.get("dataset")
-    if not isinstance(dataset, str) or not all(catalog.fs.exists(catalog.shard_path(dataset, s.sha256)) for s in shards):
+    if not isinstance(dataset, str) or not all(catalog.fs.exists(catalog.layout.shard(dataset, s.sha256)) for s in shards):
         return None
     return record
 
@@ -185,7 +185,7 @@ def remove_staging(catalog: Catalog, dataset: str, job_id: str) -> None:
     directory = staging_dir(catalog, dataset, job_id)
     if catalog.fs.exists(directory):
         catalog.fs.rm(directory, recursive=True)
-    parent = join(catalog.dataset_dir(dataset), "ingest")
+    parent = catalog.layout.staging(dataset)
     try:
         if catalog.fs.isdir(parent) and not catalog.fs.ls(parent):
             catalog.fs.rmdir(parent)

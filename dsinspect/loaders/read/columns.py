@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed, is_var_binary as _var_binary
 from dsinspect.loaders.read.touched import touched_ranges
 
@@ -244,12 +245,6 @@ def gather_column(parts: Sequence[Part], n: int) -> pa.Array:
     combined = pa.concat_arrays(taken) if len(taken) > 1 else taken[0]
     where = np.concatenate([w for _, _, w in parts])
     return combined.take(int64_array(np.argsort(where, kind="stable")))
-
-
-def int64_array(values: np.ndarray) -> pa.Array:
-    """Indices as Arrow without `pa.array`, whose input sniffing imports pandas (a slow first batch)."""
-    data = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
 
 
 def _gather_fixed(parts: Sequence[Part], n: int) -> pa.Array:

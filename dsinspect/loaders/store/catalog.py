@@ -1,35 +1,27 @@
-"""The catalog: plain files on any fsspec URL holding datasets, immutable versions and tags.
-
-    <root>/datasets/<name>/versions/<version-id>.json   manifest, immutable
-    <root>/datasets/<name>/shards/<sha256>.parquet      content-addressed shards, shared by versions
-    <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
-    <root>/datasets/<name>/tags.json                    tag -> version id
-"""
+"""The catalog: plain files on any fsspec URL holding datasets, immutable versions and tags
+(where each lives: `layout`; how a version is made visible: `publish`)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import time
 from typing import Any, Iterable
 
 from dsinspect.errors import (DamagedError, IntegrityError, ManifestError, NotFoundError, RetriesExhausted,
                              StorageError, UserError, reason_of)
-from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
-from dsinspect.loaders.format.pathnames import check_ext, check_sha256
-from dsinspect.loaders.store.storage import join, locked, read_only, refuse_read_only, rewrite, url_to_fs, write_atomic
+from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
+from dsinspect.loaders.store.layout import VERSIONS, Layout, display
+from dsinspect.loaders.store.storage import join, locked, read_only, refuse_read_only, url_to_fs, write_atomic
+from dsinspect.loaders.store.tags import LATEST, VERSION_ID, move_tags, parse_tags
 from dsinspect.loaders.store.transient import is_transient
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import Rows, VersionWriter, WriteOptions
 
 __all__ = ["Catalog", "LATEST"]
 
-LATEST = "latest"
 _HEX = re.compile(r"^[0-9a-f]+$")
 _VERSION_FILE = re.compile(r"^([0-9a-f]{64})\.json$")
-_VERSION_ID = re.compile(r"[0-9a-f]{64}")
 _READ_TRIES = 4
 
 
@@ -42,6 +34,7 @@ class Catalog:
             self.fs, self.root = url_to_fs(self.url)
         except UserError as e:  # an unknown protocol, a client package missing: say it is the catalog
             raise UserError(f"catalog {e}") from None
+        self.layout = Layout(self.root)
         self._manifests: dict[tuple[str, str], Manifest] = {}
 
     def __repr__(self) -> str:
@@ -49,28 +42,9 @@ class Catalog:
 
     # -- paths ---------------------------------------------------------------------------------
 
-    def dataset_dir(self, name: str) -> str:
-        return join(self.root, "datasets", check_name(name))
-
-    def shard_dir(self, name: str) -> str:
-        return join(self.dataset_dir(name), "shards")
-
-    def shard_path(self, name: str, sha256: str) -> str:
-        return join(self.shard_dir(name), f"{check_sha256(sha256, 'shard sha256')}.parquet")
-
-    def manifest_path(self, name: str, version_id: str) -> str:
-        return join(self.dataset_dir(name), "versions", f"{check_sha256(version_id, 'version id')}.json")
-
-    def blob_path(self, name: str, sha256: str, ext: str) -> str:
-        blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")
-        return join(self.dataset_dir(name), "blobs", blob)
-
-    def tags_path(self, name: str) -> str:
-        return join(self.dataset_dir(name), "tags.json")
-
     def display(self, path: str) -> str:
         """A path as a URL a person can paste (the protocol kept for remote stores)."""
-        return self.fs.unstrip_protocol(path) if not path.startswith("/") else path
+        return display(self.fs, path)
 
     # -- listing -------------------------------------------------------------------------------
 
@@ -88,14 +62,14 @@ class Catalog:
         raise NotFoundError(f"catalog {self.url} does not exist")
 
     def datasets(self) -> list[str]:
-        base = join(self.root, "datasets")
+        base = self.layout.datasets()
         if not self.fs.isdir(base):
             return []
         names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(base, detail=False)]
-        return sorted(n for n in names if self.fs.isdir(join(base, n, "versions")))
+        return sorted(n for n in names if self.fs.isdir(join(base, n, VERSIONS)))  # listed as stored, unchecked
 
     def version_ids(self, name: str) -> list[str]:
-        directory = join(self.dataset_dir(name), "versions")
+        directory = self.layout.versions(name)
         if not self.fs.isdir(directory):
             try:
                 self.check_exists()
@@ -111,23 +85,10 @@ class Catalog:
         return sorted(versions, key=lambda v: (str(v.manifest.meta.get("created_at", "")), v.id))
 
     def tags(self, name: str) -> dict[str, str]:
-        path = self.tags_path(name)
+        path = self.layout.tags_file(name)
         if not self.fs.exists(path):
             return {}
-        return self._parse_tags(name, self._read(path))
-
-    def _parse_tags(self, name: str, data: bytes) -> dict[str, str]:
-        where = self.display(self.tags_path(name))
-        try:
-            tags = json.loads(data)
-        except RecursionError:
-            raise DamagedError(f"{where}: nested too deeply") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise DamagedError(f"{where}: not valid JSON ({e})") from None
-        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) and _VERSION_ID.fullmatch(v)
-                                                 for k, v in tags.items()):
-            raise DamagedError(f"{where}: tags must map names to 64-hex version ids")
-        return tags
+        return parse_tags(self._read(path), self.display(path))
 
     # -- resolving -----------------------------------------------------------------------------
 
@@ -141,7 +102,7 @@ class Catalog:
         tags = self.tags(name)
         if ref in tags:
             return tags[ref]
-        if _VERSION_ID.fullmatch(ref) and self.fs.exists(self.manifest_path(name, ref)):
+        if VERSION_ID.fullmatch(ref) and self.fs.exists(self.layout.manifest(name, ref)):
             return ref  # a whole id needs no listing (an http catalog may have no index pages)
         ids = self.version_ids(name)
         if len(ref) >= HEX_PREFIX_MIN and _HEX.match(ref):
@@ -163,7 +124,7 @@ class Catalog:
         cached = self._manifests.get((name, version_id))
         if cached is not None:
             return cached
-        path = self.manifest_path(name, version_id)
+        path = self.layout.manifest(name, version_id)
         where = self.display(path)
         if not self.fs.exists(path):
             raise NotFoundError(f"version {version_id} of {name!r} is missing: {where}")
@@ -210,20 +171,20 @@ class Catalog:
         check_name(tag, "tag")
         self.check_writable()
         self.manifest(name, version_id)  # a tag never points at a missing version
-        with locked(self.fs, self.tags_path(name)):  # concurrent taggers must not lose an update
-            self._move_tags(name, (tag,), version_id)
+        with locked(self.fs, self.layout.tags_file(name)):  # concurrent taggers must not lose an update
+            move_tags(self.fs, self.layout, name, (tag,), version_id)
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
         """Store a side file (e.g. a tokenizer.json) by content; its sha256."""
         self.check_writable()
         sha = sha256_hex(data)
-        path = self.blob_path(name, sha, ext)
+        path = self.layout.blob(name, sha, ext)
         if not self.fs.exists(path):
             write_atomic(self.fs, path, data)
         return sha
 
     def read_blob(self, name: str, sha256: str, ext: str = "") -> bytes:
-        path = self.blob_path(name, sha256, ext)
+        path = self.layout.blob(name, sha256, ext)
         if not self.fs.exists(path):
             raise NotFoundError(f"blob {sha256} of {name!r} is missing: {self.display(path)}")
         data = self._read(path)
@@ -259,41 +220,4 @@ class Catalog:
         return self.resolve_ref(name, parent)
 
     def _exists(self, name: str) -> bool:
-        return self.fs.isdir(join(self.dataset_dir(name), "versions"))
-
-    def _publish(self, name: str, manifest: Manifest, tags: Iterable[str]) -> DatasetVersion:
-        """Write the manifest unless that content exists; point the given tags (and `latest`, when
-        the version is new) at it. All or nothing: if the tags cannot be written, a manifest this
-        call wrote is removed again, so no version appears that the tags do not know."""
-        version_id = manifest.id
-        path = self.manifest_path(name, version_id)
-        with locked(self.fs, self.tags_path(name)):
-            moved = tuple(tags)
-            created = not self.fs.exists(path)
-            if created:
-                write_atomic(self.fs, path, manifest.to_file_bytes())
-                moved = (LATEST, *moved)
-            # else: equal content, equal id; nothing is written and `latest` stays where it is
-            if moved:
-                try:
-                    self._move_tags(name, moved, version_id)
-                except BaseException:
-                    if created:
-                        with contextlib.suppress(OSError):
-                            self.fs.rm_file(path)
-                    raise
-        return self.version(name, version_id)
-
-    def _move_tags(self, name: str, tags: Iterable[str], version_id: str) -> None:
-        """Point `tags` at `version_id` in one read-modify-write of tags.json that no concurrent
-        writer's update is lost to (a lock on local disks, a conditional put on S3)."""
-        def change(current: bytes | None) -> bytes:
-            known = self._parse_tags(name, current) if current is not None else {}
-            return _tags_bytes({**known, **{t: version_id for t in tags}})
-
-        rewrite(self.fs, self.tags_path(name), change)
-
-
-def _tags_bytes(tags: dict[str, str]) -> bytes:
-    return (json.dumps(tags, sort_keys=True, indent=2) + "\n").encode("utf-8")
-
+        return self.fs.isdir(self.layout.versions(name))

@@ -56,13 +56,13 @@ def _dataset_listing(catalog: Catalog, name: str) -> dict[str, Any]:
         tags = catalog.tags(name)
     except DsinspectError as e:
         tags = {}
-        broken.append(_broken(None, catalog.display(catalog.tags_path(name)), e))
+        broken.append(_broken(None, catalog.display(catalog.layout.tags_file(name)), e))
     versions = []
     for vid in catalog.version_ids(name):
         try:
             versions.append(catalog.version(name, vid))
         except DsinspectError as e:
-            broken.append(_broken(vid, catalog.display(catalog.manifest_path(name, vid)), e))
+            broken.append(_broken(vid, catalog.display(catalog.layout.manifest(name, vid)), e))
     versions.sort(key=lambda v: (str(v.manifest.meta.get("created_at", "")), v.id))
     by_id = tags_by_version(tags)
     for b in broken:

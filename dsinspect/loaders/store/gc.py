@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.layout import SHARDS
 from dsinspect.loaders.store.storage import join, write_errors
 
 __all__ = ["Garbage", "find_garbage", "remove_garbage", "dataset_names", "DEFAULT_GRACE_HOURS"]
@@ -56,7 +57,7 @@ def find_garbage(catalog: Catalog, names: Iterable[str] | None = None, *, grace_
 def dataset_names(catalog: Catalog) -> list[str]:
     """Every dataset directory, with or without versions (an ingest into a new dataset that was
     killed before its first manifest leaves one without)."""
-    base = join(catalog.root, "datasets")
+    base = catalog.layout.datasets()
     if not catalog.fs.isdir(base):
         return []
     return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in catalog.fs.ls(base, detail=False) if catalog.fs.isdir(p))
@@ -77,10 +78,10 @@ def remove_garbage(catalog: Catalog, items: list[Garbage]) -> list[Garbage]:
 
 
 def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) -> list[Garbage]:
-    base = catalog.dataset_dir(name)
+    base = catalog.layout.dataset(name)
     referenced = _referenced(catalog, name)
     found, kept_by_staging = [], set()
-    for job_dir, files in _staging_jobs(catalog, join(base, "ingest")).items():
+    for job_dir, files in _staging_jobs(catalog, catalog.layout.staging(name)).items():
         age = now - max((_mtime(info) or now for info in files.values()), default=now)
         if age < grace_s:
             kept_by_staging |= _shards_named_by(catalog, files)
@@ -100,14 +101,14 @@ def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) ->
 def _kind(basename: str, parent: str, referenced: set[str], kept: set[str]) -> str | None:
     if basename.startswith(TEMP_PREFIX):
         return "temp"
-    if parent == "shards" and basename.endswith(".parquet"):
+    if parent == SHARDS and basename.endswith(".parquet"):
         sha = basename[: -len(".parquet")]
         return None if sha in referenced or sha in kept else "shard"
     return None
 
 
 def _referenced(catalog: Catalog, name: str) -> set[str]:
-    if not catalog.fs.isdir(join(catalog.dataset_dir(name), "versions")):
+    if not catalog.fs.isdir(catalog.layout.versions(name)):
         return set()
     return {s.sha256 for vid in catalog.version_ids(name) for s in catalog.manifest(name, vid).shards}
 

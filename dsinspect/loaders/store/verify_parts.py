@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Callable
 
+from dsinspect.loaders.compute.engines import run_tasks
+from dsinspect.loaders.compute.tasks import TaskFailed
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.compute.tasks import TaskFailed, run_tasks
 from dsinspect.loaders.store.verify import ShardReport, VerifyReport, verify_shard, verify_side_files, verify_version
 from dsinspect.loaders.store.version import DatasetVersion
 

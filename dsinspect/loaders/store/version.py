@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 
 from dsinspect.errors import IntegrityError, NotFoundError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.read.columns import int64_array
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
 from dsinspect.loaders.store.storage import is_local
 from dsinspect.lru import LRU
@@ -62,7 +62,7 @@ class DatasetVersion:
         return np.concatenate([[0], np.cumsum([s.rows for s in self.manifest.shards], dtype=np.int64)])
 
     def shard_path(self, shard: int) -> str:
-        return self.catalog.shard_path(self.name, self.manifest.shards[shard].sha256)
+        return self.catalog.layout.shard(self.name, self.manifest.shards[shard].sha256)
 
     def shard_url(self, shard: int) -> str:
         return self.catalog.display(self.shard_path(shard))

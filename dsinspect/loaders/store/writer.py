@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dsinspect._version import __version__
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard
+from dsinspect.loaders.store.publish import publish
 from dsinspect.loaders.store.storage import publish_file, spool_dir, write_errors
 
 if TYPE_CHECKING:
@@ -114,7 +116,7 @@ class VersionWriter:
         self._pending_rows = self._pending_bytes = 0
         self._shard: _ShardFile | None = None
         self._shards: list[Shard] = []
-        self._spool = spool_dir(catalog.fs, catalog.shard_dir(name))
+        self._spool = spool_dir(catalog.fs, catalog.layout.shards(name))
         self.version: "DatasetVersion | None" = None
 
     # -- input ---------------------------------------------------------------------------------
@@ -181,7 +183,7 @@ class VersionWriter:
             except BaseException:
                 shard.discard()
                 raise
-            publish_file(self.catalog.fs, shard.path, self.catalog.shard_path(self.name, sha))
+            publish_file(self.catalog.fs, shard.path, self.catalog.layout.shard(self.name, sha))
             self._shards.append(Shard(sha, size, shard.rows))
 
     # -- output --------------------------------------------------------------------------------
@@ -202,7 +204,8 @@ class VersionWriter:
         """Publish the manifest (a no-op returning the existing version when the content exists)."""
         self.close_shard()
         manifest = Manifest(self.fields, tuple(self._shards), self._template.key, self._meta)
-        self.version = self.catalog._publish(self.name, manifest, self._tags)
+        version_id = publish(self.catalog.fs, self.catalog.layout, self.name, manifest, self._tags)
+        self.version = self.catalog.version(self.name, version_id)
         return self.version
 
     def abort(self) -> None:
@@ -280,5 +283,4 @@ def _chunks(it: Iterator, size: int) -> Iterator[list]:
 
 
 def _writer_versions() -> dict[str, str]:
-    from dsinspect import __version__
     return {"dsinspect": __version__, "pyarrow": pa.__version__}

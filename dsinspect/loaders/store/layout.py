@@ -1,0 +1,65 @@
+"""Where a catalog keeps each thing: the one home of its on-storage paths.
+
+    <root>/datasets/<name>/versions/<version-id>.json   manifest, immutable
+    <root>/datasets/<name>/shards/<sha256>.parquet      content-addressed shards, shared by versions
+    <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
+    <root>/datasets/<name>/tags.json                    tag -> version id
+    <root>/datasets/<name>/ingest/<job-id>/             an unfinished ingest's staging (ingest.engine)
+
+Every name is checked (`address.check_name`, `format.pathnames`) before it becomes part of a path,
+so a stored or user-given name never points outside its directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsinspect.loaders.format.pathnames import check_ext, check_sha256
+from dsinspect.loaders.store.address import check_name
+from dsinspect.loaders.store.storage import join
+
+__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING"]
+
+DATASETS, VERSIONS, SHARDS, BLOBS, TAGS_FILE, STAGING = "datasets", "versions", "shards", "blobs", "tags.json", "ingest"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of a catalog rooted at `root` (a path of its filesystem, without protocol).
+    Plural names are directories, singular ones files."""
+
+    root: str
+
+    def datasets(self) -> str:
+        return join(self.root, DATASETS)
+
+    def dataset(self, name: str) -> str:
+        return join(self.root, DATASETS, check_name(name))
+
+    def versions(self, name: str) -> str:
+        return join(self.dataset(name), VERSIONS)
+
+    def manifest(self, name: str, version_id: str) -> str:
+        return join(self.versions(name), f"{check_sha256(version_id, 'version id')}.json")
+
+    def shards(self, name: str) -> str:
+        return join(self.dataset(name), SHARDS)
+
+    def shard(self, name: str, sha256: str) -> str:
+        return join(self.shards(name), f"{check_sha256(sha256, 'shard sha256')}.parquet")
+
+    def blob(self, name: str, sha256: str, ext: str) -> str:
+        blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")
+        return join(self.dataset(name), BLOBS, blob)
+
+    def tags_file(self, name: str) -> str:
+        return join(self.dataset(name), TAGS_FILE)
+
+    def staging(self, name: str) -> str:
+        """The directory of `name`'s unfinished ingest jobs, one sub-directory each."""
+        return join(self.dataset(name), STAGING)
+
+
+def display(fs, path: str) -> str:
+    """A path of `fs` as a URL a person can paste (the protocol kept for remote stores)."""
+    return fs.unstrip_protocol(path) if not path.startswith("/") else path
