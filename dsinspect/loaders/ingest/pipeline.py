@@ -1,0 +1,261 @@
+"""The ingest pipeline: a source split into parts, each converted on an engine (inline, process pool,
+Ray), one commit publishing the manifest; an interrupted run resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.store.catalog import LATEST, Catalog
+from dsinspect.loaders.ingest.engine import (DEFAULT_OPENER, ROW_PROGRESS, Job, commit_job, convert_part,
+                                             fields_from_json, load_record, open_with, plan_job, record_path)
+from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
+from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
+from dsinspect.loaders.ingest.source import Part, SourceSpec
+from dsinspect.loaders.compute.engines import check_engine, run_tasks
+from dsinspect.loaders.compute.tasks import TaskFailed
+from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.storage import url_to_fs
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import WriteOptions
+
+__all__ = ["ingest", "run_ingest", "IngestProgress", "IngestResult", "convert_part"]
+
+TASK = "dsinspect.loaders.ingest.engine:convert_part"
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """Cumulative progress after each finished part (skipped parts count as done)."""
+
+    parts_done: int
+    parts_total: int
+    rows: int
+    bytes: int
+    bytes_total: int
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    version: DatasetVersion
+    parts: int
+    parts_converted: int
+    parts_skipped: int
+    rows: int
+    bytes: int
+    seconds: float
+    engine: str
+
+    def to_json(self) -> dict:
+        return {"name": self.version.name, "id": self.version.id, "address": self.version.address,
+                "rows": self.rows, "bytes": self.bytes, "parts": self.parts, "parts_converted": self.parts_converted,
+                "parts_skipped": self.parts_skipped, "seconds": round(self.seconds, 3), "engine": self.engine,
+                "shards": len(self.version.manifest.shards)}
+
+
+def ingest(catalog: Catalog, source: str | SourceSpec, name: str, **kwargs: Any) -> DatasetVersion:
+    """Ingest `source` (a URL or a spec) as a new version of `name`; see `run_ingest` for options."""
+    return run_ingest(catalog, source, name, **kwargs).version
+
+
+def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: str | None = None,
+               roles: Mapping[str, str] | None = None, key: str | None = None, no_key: bool = False,
+               tokenizer: str | None = None, fields: Iterable[Field] | None = None, engine: str = AUTO,
+               workers: int | None = None,
+               options: Mapping[str, Any] | None = None, write: WriteOptions = WriteOptions(), message: str = "",
+               tags: Iterable[str] = (), on_progress: Callable[[IngestProgress], None] | None = None,
+               retries: int = 2, opener: str = DEFAULT_OPENER) -> IngestResult:
+    """Plan, convert the parts not yet converted, commit. `engine` "auto" picks inline or the pool
+    for the parts to convert (`engine_choice`). `tokenizer` (a tokenizer.json path or URL, or
+    "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference;
+    `opener` names the function that opens a spec as a Source in every worker ("module:function").
+    Without `key` (and without an export's sidecar, whose key is exact) the key of `name`'s latest
+    version is kept; `no_key` declares none."""
+    started = time.monotonic()
+    check_engine(engine if engine != AUTO else "inline", workers)
+    if key is not None and no_key:
+        raise UserError("--key and --no-key exclude each other")
+    spec = source if isinstance(source, SourceSpec) else _detect(source, kind, options or {})
+    src = _open(opener, spec)
+    parts = _parts(src, spec)
+    sidecar = find_sidecar(spec.url) or _embedded_sidecar(spec, parts)
+    if sidecar is not None:
+        _put_blobs(catalog, name, spec.url, sidecar)
+    fields = list(fields) if fields is not None else _fields(catalog, name, src, parts, sidecar, roles or {},
+                                                             key, tokenizer)
+    if key is None and not no_key:
+        key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
+    if engine not in ("inline", AUTO) and _in_process(catalog):
+        raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
+                        "this process only (use engine 'inline')")
+    job = plan_job(catalog, name, spec, parts, fields, key, write, sidecar, opener)
+    return _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started)
+
+
+def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: int | None, retries: int,
+         message: str, tags: Iterable[str], on_progress, started: float) -> IngestResult:
+    records: dict[int, dict] = {}
+    for p in parts:
+        record = load_record(catalog, record_path(catalog, job.dataset, job.id, p.index))
+        if record is not None:
+            records[p.index] = record
+    todo = [p.index for p in parts if p.index not in records]
+    if engine == AUTO:  # decided over the parts left to convert (a resumed job may have one left)
+        engine = "inline" if _in_process(catalog) else choose_engine(
+            job.source["kind"], [parts[i].size for i in todo], available_cpus(), workers)
+    bytes_total = sum(p.size for p in parts)
+
+    in_flight = [0]  # rows of the part converting in this process (inline), before its record
+
+    def report() -> None:
+        if on_progress:
+            rows = sum(r["rows"] for r in records.values()) + in_flight[0]
+            on_progress(IngestProgress(len(records), len(parts), rows, sum(r["bytes"] for r in records.values()),
+                                       bytes_total))
+
+    def rows_written(n: int) -> None:
+        in_flight[0] += n
+        report()
+
+    def done(i: int, result: dict) -> None:
+        records[todo[i]] = result
+        in_flight[0] = 0
+        report()
+
+    report()
+    token = ROW_PROGRESS.set(rows_written if on_progress else None)
+    try:
+        run_tasks(engine, TASK, [job.payload(i) for i in todo], workers=workers, retries=retries, on_done=done)
+    except TaskFailed as e:
+        part = parts[todo[e.index]]
+        raise UserError(f"ingest of {job.source['url']}: part {part.index} ({part.url}): {e}") from None
+    finally:
+        ROW_PROGRESS.reset(token)
+    converted = sum(1 for i in todo if not records[i].get("skipped"))
+    version = commit_job(catalog, job, list(records.values()), message=message, tags=tags)
+    return IngestResult(version, len(parts), converted, len(parts) - converted, version.num_rows, bytes_total,
+                        time.monotonic() - started, engine)
+
+
+def inherited_key(name: str, parent: DatasetVersion | None, fields: list[Field]) -> str | None:
+    """The key a new version of `name` keeps from its parent: the parent's, when the new fields hold
+    it with the same type (so `diff` keeps matching rows by key); a UserError when they do not,
+    rather than silently matching by row hash."""
+    if parent is None or parent.manifest.key is None:
+        return None
+    key = parent.manifest.key
+    want = parent.manifest.field(key).type
+    have = next((f.type for f in fields if f.name == key), None)
+    if have == want:
+        return key
+    found = "has no such field" if have is None else f"holds it as {have}"
+    raise UserError(f"{name}@{parent.id[:12]} (latest) has key {key!r} ({want}), but the source {found}: "
+                    "pass --key FIELD to name another key, or --no-key to match rows by row hash")
+
+
+def _latest(catalog: Catalog, name: str) -> DatasetVersion | None:
+    latest = catalog.tags(name).get(LATEST)  # no tags file: a new dataset
+    return catalog.version(name, latest) if latest else None
+
+
+def _in_process(catalog: Catalog) -> bool:
+    return catalog.url.startswith("memory://")
+
+
+def _detect(url: str, kind: str | None, options: Mapping[str, Any]) -> SourceSpec:
+    from dsinspect.loaders.ingest.sources import detect_source
+    return detect_source(url, kind, **options)
+
+
+def _open(opener: str, spec: SourceSpec):
+    return open_with(opener)(spec)
+
+
+def _parts(src, spec: SourceSpec) -> list[Part]:
+    parts = src.parts()
+    if [p.index for p in parts] != list(range(len(parts))):
+        raise UserError(f"{spec.url}: the reader listed parts out of order")  # a reader bug, named plainly
+    return parts
+
+
+def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict | None, roles: Mapping[str, str],
+            key: str | None, tokenizer: str | None) -> list[Field]:
+    """The version's fields: from an export's sidecar (roles still overridable), else inferred."""
+    if sidecar is not None:
+        fields = fields_from_json(sidecar["fields"], "the export sidecar")
+        unknown = set(roles) - {f.name for f in fields}
+        if unknown:
+            raise UserError(f"no field {sorted(unknown)[0]!r} in the source (fields: {', '.join(f.name for f in fields)})")
+        return [Field(f.name, f.type, roles.get(f.name, f.role), f.nullable, f.options) for f in fields]
+    from dsinspect.loaders.ingest.infer import infer_fields
+
+    sample = _sample(src, parts)
+    option = _tokenizer_option(catalog, name, tokenizer) if tokenizer is not None else None
+    return infer_fields(src.schema(), sample, src.hints(), roles, option, key)
+
+
+def _tokenizer_option(catalog: Catalog, name: str, tokenizer: str) -> dict:
+    """The field option for `--tokenizer`: an OpenAI encoding by name (cl100k_base, o200k_base) or a
+    tokenizer.json path or URL, either stored in the catalog as a blob named by its sha256."""
+    from dsinspect.loaders.format.tokenizer_docs import TIKTOKEN_ENCODINGS, tiktoken_document
+
+    if tokenizer in TIKTOKEN_ENCODINGS:
+        try:
+            document = tiktoken_document(tokenizer)
+        except (OSError, ImportError, ValueError) as e:
+            raise UserError(f"cannot load the {tokenizer} encoding from the bpe-openai package: {e}") from None
+        return {"kind": "tiktoken", "name": tokenizer, "blob": catalog.put_blob(name, document, ".json")}
+    return {"kind": "huggingface", "blob": catalog.put_blob(name, _read_tokenizer(tokenizer), ".json")}
+
+
+def _sample(src, parts: list[Part]) -> pa.RecordBatch | None:
+    for p in parts:
+        for batch in src.read(p):
+            if batch.num_rows:
+                return batch
+    return None
+
+
+def _read_tokenizer(url: str) -> bytes:
+    fs, path = url_to_fs(url)
+    try:
+        data = fs.cat_file(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read tokenizer {url}: {e}") from None
+    from dsinspect.extras import require
+
+    Tokenizer = require("tokenizers", "tokenizers", "--tokenizer FILE").Tokenizer
+    try:
+        Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - any parse failure is the same user mistake
+        raise UserError(f"{url}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    return data
+
+
+def _put_blobs(catalog: Catalog, name: str, url: str, sidecar: dict) -> None:
+    """Copy the side files an export carried (tokenizers) into the catalog, checked by hash."""
+    from dsinspect.loaders.ingest.export import read_exported_blobs
+
+    for data, ext in read_exported_blobs(url, sidecar, have=lambda sha, ext: catalog.fs.exists(catalog.layout.blob(name, sha, ext))):
+        catalog.put_blob(name, data, ext)
+
+
+def _embedded_sidecar(spec: SourceSpec, parts: list[Part]) -> dict | None:
+    """A Parquet export's sidecar, embedded in each file's schema metadata (files copied without
+    their `dsinspect.json` still re-ingest exactly)."""
+    if spec.kind != "parquet" or not parts:
+        return None
+    from dsinspect.loaders.ingest.source_files import open_file
+
+    with open_file(parts[0].url) as f:
+        raw = (pq.read_schema(f).metadata or {}).get(SIDECAR_KEY)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
