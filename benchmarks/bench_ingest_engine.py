@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine_choice import choose_engine
+from dsinspect.loaders.store.catalog import Catalog
 
 MB = 1 << 20
 ENGINES = [("inline", None), ("pool", 1), ("pool", 2)]

@@ -29,8 +29,8 @@ TMP = tempfile.mkdtemp(prefix="dsinspect-bench-")
 os.environ["DSINSPECT_CACHE"] = os.path.join(TMP, "cache")  # never the user's shard cache
 
 from dsinspect.loaders import Catalog, Field, RunSpec, WriteOptions, derive_version  # noqa: E402
-from dsinspect.loaders.diff.compare import diff  # noqa: E402
 from dsinspect.loaders.audit.replay import replay  # noqa: E402
+from dsinspect.loaders.diff.compare import diff  # noqa: E402
 
 ROWS = 1_000_000
 SHARD_ROWS = 50_000

@@ -131,8 +131,8 @@ async def bench_scroll(root: Path) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.tui.adapter import DataSource
     from dsinspect.tui.app import DsinspectApp
     from dsinspect.tui.dataset_screen import DatasetScreen

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions
-from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.read.cache import ShardCache
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("owner", pa.string(), "text"),
           Field("round", pa.int64(), "scalar", nullable=False), Field("payload", pa.binary(), "bytes")]

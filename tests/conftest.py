@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 
 
 @pytest.fixture(params=["local", "memory"])

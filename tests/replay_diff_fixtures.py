@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Loader
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import WriteOptions
-from conftest import TOY_FIELDS, toy_rows
 
 
 def make_catalog(root) -> Catalog:

@@ -1,8 +1,8 @@
 import pytest
+from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.loaders.store.address import Address, parse_address
-from conftest import TOY_FIELDS, toy_rows
 
 
 @pytest.mark.parametrize("text, expected", [

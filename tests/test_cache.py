@@ -16,8 +16,8 @@ import pytest
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices
-from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.read.cache import ShardCache
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
           Field("tokens", pa.list_(pa.int32()), "tokens")]

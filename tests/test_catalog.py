@@ -8,13 +8,13 @@ import textwrap
 
 import pyarrow as pa
 import pytest
+from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.writer import WriteOptions
-from conftest import TOY_FIELDS, toy_rows
 
 TRAJ = pa.struct([("obs", pa.list_(pa.list_(pa.float32()))), ("action", pa.list_(pa.int32())),
                   ("reward", pa.list_(pa.float32())), ("done", pa.list_(pa.bool_()))])

@@ -5,15 +5,13 @@ import json
 import shutil
 
 import pytest
+from test_cli import assert_one_line_error, run
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 from dsinspect.errors import IntegrityError, ManifestError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.describe import catalog_listing
-from test_cli import assert_one_line_error, run
-
-
 
 
 @pytest.mark.parametrize("index", ["-1", "+3", " 3", "\uff13", "1_0"])

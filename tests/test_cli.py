@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import forge_rl_version
 
 from dsinspect.defaults import BUNDLED
-from conftest import forge_rl_version
 from dsinspect.demo.build import DATASETS
 
 

@@ -7,16 +7,16 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from replay_diff_fixtures import STEP_FIELDS, make_catalog, rewrite_shard, run_job, seeded_jitter, step_updates, steps
 
 from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.audit.replay import replay
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.writer import WriteOptions
-from replay_diff_fixtures import STEP_FIELDS, make_catalog, rewrite_shard, run_job, seeded_jitter, step_updates, steps
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
 

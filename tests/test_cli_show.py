@@ -9,11 +9,11 @@ import sys
 
 import pyarrow as pa
 import pytest
-
 from conftest import forge_rl_version
+
 from dsinspect.defaults import BUNDLED
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 
 
 def show(*args, catalog=None):

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from s3_server import s3_server
 
 from dsinspect.loaders import Catalog, RunSpec, WriteOptions, batch_indices
 from dsinspect.loaders.store.storage import locked
-from s3_server import s3_server
 
 sys.path.insert(0, str(Path(__file__).parent))
 from concurrency_worker import FIELDS, rows  # noqa: E402

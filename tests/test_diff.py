@@ -6,22 +6,22 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import TOY_FIELDS, toy_rows
 from PIL import Image
+from replay_diff_fixtures import STEP_FIELDS, step_updates, steps
 
 from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.diff.compare import diff
 from dsinspect.loaders.diff.fields import first_difference, image_detail
 from dsinspect.loaders.diff.rows import moved_items
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import WriteOptions
-from conftest import TOY_FIELDS, toy_rows
-from replay_diff_fixtures import STEP_FIELDS, step_updates, steps
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
 

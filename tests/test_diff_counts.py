@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dsinspect.loaders.format.canonical import field_hashes
 from dsinspect.loaders.diff.counts import values_differ
+from dsinspect.loaders.format.canonical import field_hashes
 
 NAN = float("nan")
 

@@ -12,12 +12,12 @@ import pytest
 
 from dsinspect.errors import DsinspectError, IntegrityError, RetriesExhausted, UserError
 from dsinspect.inspect.sample import open_sample
-from dsinspect.loaders.read.cache import ShardCache
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.faults import ENV, KINDS, FaultSpec, FaultStats, FaultyFileSystem
-from dsinspect.loaders.read.loader import Loader
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.faults import ENV, KINDS, FaultSpec, FaultStats, FaultyFileSystem
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.writer import WriteOptions
 

@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from fuzz_helpers import HOSTILE_VALUES, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -22,7 +23,6 @@ from dsinspect.inspect.tokens import tokens_view
 from dsinspect.inspect.trajectory import trajectory_view
 from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import View
-from fuzz_helpers import HOSTILE_VALUES, mutate_bytes
 
 GOAL = 10_000
 PER_SEED = 50

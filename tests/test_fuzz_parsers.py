@@ -8,16 +8,16 @@ import random
 import resource
 
 import pytest
+from fuzz_helpers import mutate_bytes, mutate_json, run_inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsinspect.defaults import open_catalog
 from dsinspect.errors import DsinspectError, UserError
-from dsinspect.loaders.store.address import NAME_PATTERN, parse_address
 from dsinspect.loaders.format.manifest import Manifest
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
-from fuzz_helpers import mutate_bytes, mutate_json, run_inputs
+from dsinspect.loaders.store.address import NAME_PATTERN, parse_address
 
 GOAL = 10_000  # inputs per parser (the figure)
 PER_SEED = 50

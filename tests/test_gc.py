@@ -7,17 +7,17 @@ import time
 from pathlib import Path
 
 import pytest
+from ingest_helpers import OPENER, write_jsonl_source
+from test_cli import assert_one_line_error, run
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.ingest import run_ingest
+from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.gc import find_garbage, remove_garbage
-from dsinspect.loaders.ingest import run_ingest
-from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.writer import WriteOptions
-from ingest_helpers import OPENER, write_jsonl_source
-from test_cli import assert_one_line_error, run
 
 DAY = 24 * 3600
 

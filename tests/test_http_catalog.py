@@ -10,14 +10,14 @@ import subprocess
 import sys
 
 import pytest
+from http_range_server import RangeHandler, serving
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.errors import StorageError
 from dsinspect.loaders import Catalog, Loader, RunSpec
+from dsinspect.loaders.audit.replay import replay
 from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.store.describe import catalog_listing
-from dsinspect.loaders.audit.replay import replay
-from http_range_server import RangeHandler, serving
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@ convert beside the largest part (`benchmarks/bench_ingest_engine.py` finds where
 still forces either, and the engine never changes the version id."""
 
 import pytest
+from ingest_helpers import write_jsonl_source
 
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine_choice import POOL_MIN_BYTES, choose_engine
-from ingest_helpers import write_jsonl_source
+from dsinspect.loaders.store.catalog import Catalog
 
 MiB = 1 << 20
 

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ingest_helpers import write_jsonl_source
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
-from ingest_helpers import write_jsonl_source
 
 REPO = Path(__file__).resolve().parents[1]
 

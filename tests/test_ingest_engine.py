@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from ingest_helpers import OPENER, attempts, write_jsonl_source
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine import fixed_chunks, staging_dir
 from dsinspect.loaders.ingest.source import SourceSpec
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.verify_parts import shard_ranges, verify_parallel
-from ingest_helpers import OPENER, attempts, write_jsonl_source
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -255,9 +255,9 @@ def test_pool_verify_reports_exactly_what_serial_verify_reports(reference, tmp_p
 def test_pool_ingest_from_and_to_s3_and_export_there(source, reference, tmp_path):
     """Source, catalog and export on moto's S3 (loopback); pool workers find it through FSSPEC_S3."""
     import fsspec
+    from s3_server import s3_server
 
     from dsinspect.loaders.ingest.export import export_version
-    from s3_server import s3_server
 
     with s3_server() as (server, url, _):
         fs = fsspec.filesystem("s3")

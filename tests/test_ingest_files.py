@@ -11,13 +11,13 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from ingest_fixtures import image_bytes, mp4_bytes, webm_bytes
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.ingest.sources import detect_source
-from ingest_fixtures import image_bytes, mp4_bytes, webm_bytes
+from dsinspect.loaders.store.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]
 OPENER = "test_ingest_files:open_failing"

@@ -6,11 +6,11 @@ import json
 
 import pyarrow as pa
 import pytest
+from ingest_fixtures import image_bytes, mp4_bytes, webm_bytes
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.ingest.infer import describe_fields, infer_fields, role_for_extension, sniff_media
 from dsinspect.loaders.format.roles import Role
-from ingest_fixtures import image_bytes, mp4_bytes, webm_bytes
+from dsinspect.loaders.ingest.infer import describe_fields, infer_fields, role_for_extension, sniff_media
 
 TOKENIZER = {"kind": "huggingface", "blob": "ab" * 32}
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.diff.compare import diff
 from dsinspect.loaders.ingest import ingest
+from dsinspect.loaders.store.catalog import Catalog
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from ingest_fixtures import mds_writer_class
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.export import export_version
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.writer import WriteOptions
-from ingest_fixtures import mds_writer_class
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,13 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from ingest_helpers import OPENER, attempts, write_jsonl_source
 
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.source import SourceSpec
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.verify_parts import verify_parallel
-from ingest_helpers import OPENER, attempts, write_jsonl_source
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

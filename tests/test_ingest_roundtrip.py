@@ -14,10 +14,10 @@ from PIL import Image
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.export import export_version
 from dsinspect.loaders.ingest.restore import SIDECAR
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.writer import WriteOptions
 
 ROWS = 300

@@ -10,13 +10,13 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ingest_fixtures import assert_rows_identical, image_bytes, mp4_bytes, odd_floats, webm_bytes
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.ingest.infer import infer_fields
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_ROWS
 from dsinspect.loaders.ingest.sources import detect_source, open_source
-from ingest_fixtures import assert_rows_identical, image_bytes, mp4_bytes, odd_floats, webm_bytes
 
 
 def read_all(spec: SourceSpec) -> tuple[list[dict], list[pa.RecordBatch]]:
@@ -363,7 +363,6 @@ def mds_samples(n: int, photo_path) -> list[dict]:
 @pytest.mark.parametrize("compression", [None, "zstd"])
 def test_mds_writer_bit_identical(tmp_path, compression):
     import numpy as np
-
     from ingest_fixtures import mds_writer_class
 
     photo = tmp_path / "photo.jpg"

@@ -13,9 +13,9 @@ import pytest
 
 from dsinspect.inspect import open_address, tiktoken_encoding
 from dsinspect.inspect.vocab import tiktoken_document
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.ingest import ingest
 from dsinspect.loaders.ingest.export import export_version
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_version
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,16 +11,16 @@ import zlib
 
 import pyarrow as pa
 import pytest
+from conftest import forge_rl_version
 from PIL import Image
 
-from conftest import forge_rl_version
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.inspect import ErrorView, NullView, Severity, open_address, open_sample
 from dsinspect.loaders.format.canonical import encode_column, field_hashes
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 
 ROLE_KINDS = {"scalar": "scalar", "text": "text", "tokens": "tokens", "image": "image", "video": "video",
               "trajectory": "trajectory", "json": "json", "bytes": "bytes"}

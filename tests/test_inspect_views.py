@@ -6,7 +6,17 @@ import json
 import math
 
 from dsinspect.inspect import (
-    ErrorView, Finding, Severity, bytes_view, hex_page, jsonable, json_view, safely, scalar_view, sniff, text_view,
+    ErrorView,
+    Finding,
+    Severity,
+    bytes_view,
+    hex_page,
+    json_view,
+    jsonable,
+    safely,
+    scalar_view,
+    sniff,
+    text_view,
 )
 
 

@@ -19,10 +19,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dsinspect.loaders import Catalog, Field, RunSpec, WriteOptions, batch_indices, epoch_order  # noqa: E402
-from dsinspect.loaders.order.plan import epoch_start_step  # noqa: E402
-from dsinspect.loaders.audit.replay import replay  # noqa: E402
 from kill_resume_worker import model_step, new_model  # noqa: E402
+
+from dsinspect.loaders import Catalog, Field, RunSpec, WriteOptions, batch_indices, epoch_order  # noqa: E402
+from dsinspect.loaders.audit.replay import replay  # noqa: E402
+from dsinspect.loaders.order.plan import epoch_start_step  # noqa: E402
 
 WORKER = Path(__file__).with_name("kill_resume_worker.py")
 ROWS = 101  # not a multiple of any global batch used: every epoch has a dropped tail

@@ -5,17 +5,17 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Loader
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.plan import batch_indices, steps_in_epoch
-from dsinspect.loaders.records.runlog import batch_fingerprint, read_fingerprints, read_specs, spec_for_step
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.records.runlog import batch_fingerprint, read_fingerprints, read_specs, spec_for_step
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.writer import WriteOptions
-from conftest import TOY_FIELDS, toy_rows
 
 
 @pytest.fixture

@@ -4,10 +4,10 @@ import json
 
 import pyarrow as pa
 import pytest
+from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.errors import IntegrityError, ManifestError
 from dsinspect.loaders.format.manifest import Field, Manifest, canonical_json
-from conftest import TOY_FIELDS, toy_rows
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, ca
     data["num_rows"] += 1
     catalog.fs.pipe_file(catalog.layout.manifest("toy", v.id), canonical_json(data))
     fresh = type(catalog)(catalog.url)
-    with pytest.raises(IntegrityError, match=f"content hashes to .* not the version id"):
+    with pytest.raises(IntegrityError, match="content hashes to .* not the version id"):
         fresh.resolve("toy")
 
 

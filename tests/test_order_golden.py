@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dsinspect.loaders.order.plan import epoch_order, mixture_counts, plan_batch
 from dsinspect.loaders.order.permutation import Permutation, key_of, mix64, sample_seeds
+from dsinspect.loaders.order.plan import epoch_order, mixture_counts, plan_batch
 from dsinspect.loaders.order.spec import RunSpec, Source
 from dsinspect.loaders.order.state import LoaderState
 

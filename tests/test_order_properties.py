@@ -17,19 +17,26 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from state_harness import check_save_load
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.order import plan as order_module
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
-from dsinspect.loaders.order.plan import (batch_indices, epoch_order, locate_step, mixture_counts, plan_batch,
-                                     samples_at, steps_in_epoch)
+from dsinspect.loaders.order import plan as order_module
 from dsinspect.loaders.order.permutation import Permutation, sample_seeds
+from dsinspect.loaders.order.plan import (
+    batch_indices,
+    epoch_order,
+    locate_step,
+    mixture_counts,
+    plan_batch,
+    samples_at,
+    steps_in_epoch,
+)
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.writer import WriteOptions
-from state_harness import check_save_load
 
 # DSINSPECT_PROPERTY_SCALE=20 runs twenty times the examples (a deep search, not for every CI run)
 SCALE = float(os.environ.get("DSINSPECT_PROPERTY_SCALE", "1"))

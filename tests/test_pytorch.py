@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from state_harness import check_save_load  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
@@ -18,7 +19,6 @@ from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions, bat
 from dsinspect.loaders.pytorch import TorchBatches, TorchLoader, batch_to_torch  # noqa: E402
 from dsinspect.loaders.pytorch.conversion import split_ragged, unpack  # noqa: E402
 from dsinspect.loaders.pytorch.dataset import elastic_state  # noqa: E402
-from state_harness import check_save_load  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
               pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning")]

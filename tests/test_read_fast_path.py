@@ -10,9 +10,9 @@ import pytest
 
 from dsinspect.errors import IntegrityError
 from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions
-from dsinspect.loaders.read.cache import ShardCache
-from dsinspect.loaders.order.plan import plan_batch, plan_steps
 from dsinspect.loaders.order.permutation import Permutation, key_of, mix64
+from dsinspect.loaders.order.plan import plan_batch, plan_steps
+from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.read.reader import BatchReader
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),

@@ -17,13 +17,21 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.moto_server.werkzeug_app")
 
+from s3_server import PROBLEM_RETRIES, s3_environment, s3_server  # noqa: E402
+
 from dsinspect.errors import DsinspectError, IntegrityError, UserError  # noqa: E402
 from dsinspect.loaders import (  # noqa: E402
-    HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices, steps_in_epoch,
+    HASH_COLUMN,
+    Catalog,
+    Field,
+    Loader,
+    RunSpec,
+    WriteOptions,
+    batch_indices,
+    steps_in_epoch,
 )
-from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 from dsinspect.loaders.format.canonical import row_hashes  # noqa: E402
-from s3_server import PROBLEM_RETRIES, s3_environment, s3_server  # noqa: E402
+from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
           Field("tokens", pa.list_(pa.int32()), "tokens")]

@@ -5,19 +5,19 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from replay_diff_fixtures import make_catalog, rewrite_shard, run_job, seeded_jitter
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.audit.logcheck import check_log, parse_steps
-from dsinspect.loaders.order.plan import batch_indices, plan_batch, steps_in_epoch
-from dsinspect.loaders.audit.replay import load_specs, replay
 from dsinspect.loaders.audit.export import RECEIPT_FORMAT, export_replay
-from dsinspect.loaders.records.runlog import RunRecorder, read_fingerprints, read_specs
+from dsinspect.loaders.audit.logcheck import check_log, parse_steps
+from dsinspect.loaders.audit.replay import load_specs, replay
+from dsinspect.loaders.order.plan import batch_indices, plan_batch, steps_in_epoch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.records.runlog import RunRecorder, read_fingerprints, read_specs
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
-from replay_diff_fixtures import make_catalog, rewrite_shard, run_job, seeded_jitter
+from dsinspect.loaders.store.catalog import Catalog
 
 
 @pytest.fixture
@@ -301,6 +301,7 @@ def test_the_engine_takes_its_catalog_explicitly(cat, monkeypatch):
 def test_mixture_of_different_schemas_shows_common_fields(tmp_path):
     cat = make_catalog(tmp_path / "cat")
     import pyarrow as pa
+
     from dsinspect.loaders.format.manifest import Field
     cat.write_version("names", [{"id": i, "name": f"n{i}"} for i in range(30)],
                       [Field("id", pa.int64(), "scalar", nullable=False), Field("name", pa.string(), "text")])

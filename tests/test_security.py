@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import dsinspect
 from dsinspect.errors import DsinspectError, UserError
+from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.store.address import check_name, parse_address
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.order.spec import RunSpec
 
 PACKAGE = Path(dsinspect.__file__).parent
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}
@@ -255,8 +255,8 @@ def test_every_content_address_place_refuses_a_hostile_name(text_catalog, name, 
     turns a content address into a path refuses anything but 64 lowercase hex digits, at parse time
     (a manifest naming it) and at the path-building boundary (code handing one in directly)."""
     from dsinspect.errors import ManifestError
-    from dsinspect.loaders.read.cache import ShardCache
     from dsinspect.loaders.format.manifest import Field, Manifest, Shard
+    from dsinspect.loaders.read.cache import ShardCache
 
     catalog, v1 = text_catalog, text_catalog.resolve("demo-text@v1")
     data = _manifest_json(v1)

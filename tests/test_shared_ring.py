@@ -3,18 +3,24 @@ come out bit-identical and owning their memory, a batch too big for a slot grows
 rewritten too early is an error (never a wrong batch), and no segment outlives its pass, however
 the pass ends (finished, abandoned, closed, a worker killed)."""
 
+import multiprocessing
 import os
 import pickle
 import signal
 import time
 
-import multiprocessing
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from dsinspect.loaders.pytorch.ring import (
-    RingOverrun, RingReader, RingWriter, new_prefix, ring_slots, segment_name, sweep_orphans,
+    RingOverrun,
+    RingReader,
+    RingWriter,
+    new_prefix,
+    ring_slots,
+    segment_name,
+    sweep_orphans,
 )
 
 SHM = "/dev/shm"
@@ -300,6 +306,7 @@ def test_without_shared_memory_batches_still_arrive_through_the_pipe(torch_catal
 def test_arrays_leave_the_ring_as_default_convert_makes_them():
     torch = pytest.importorskip("torch")
     from torch.utils.data import default_convert
+
     from dsinspect.loaders.pytorch.transfer import _tensor_copy
     arrays = [np.arange(6, dtype=t).reshape(2, 3) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
                                                           np.int64, np.float16, np.float32, np.float64, np.complex64)]

@@ -3,14 +3,14 @@
 import logging
 
 import pytest
-
-from dsinspect.loaders.read.cache import ShardCache
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.read.stats import PeriodicLogger, ReadStats
-from dsinspect.loaders.store.writer import WriteOptions
 from conftest import TOY_FIELDS, toy_rows
+
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.read.stats import PeriodicLogger, ReadStats
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.writer import WriteOptions
 
 
 @pytest.fixture

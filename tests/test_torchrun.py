@@ -14,7 +14,14 @@ import pytest
 pytest.importorskip("torch")
 
 from dsinspect.loaders import (  # noqa: E402
-    Catalog, Field, LoaderState, RunSpec, WriteOptions, batch_indices, epoch_order, steps_in_epoch,
+    Catalog,
+    Field,
+    LoaderState,
+    RunSpec,
+    WriteOptions,
+    batch_indices,
+    epoch_order,
+    steps_in_epoch,
 )
 
 SCRIPT = Path(__file__).with_name("torchrun_reader.py")

@@ -17,10 +17,18 @@ pytest.importorskip("torch")
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.moto_server.werkzeug_app")
 
-from dsinspect.loaders import (  # noqa: E402
-    HASH_COLUMN, Catalog, Field, RunSpec, WriteOptions, batch_indices, epoch_order, steps_in_epoch,
-)
 from s3_server import s3_server  # noqa: E402
+
+from dsinspect.loaders import (  # noqa: E402
+    HASH_COLUMN,
+    Catalog,
+    Field,
+    RunSpec,
+    WriteOptions,
+    batch_indices,
+    epoch_order,
+    steps_in_epoch,
+)
 
 SCRIPT = Path(__file__).with_name("torchrun_s3_reader.py")
 RANKS, BATCH, WINDOW = 4, 5, 2

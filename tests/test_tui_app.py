@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from textual.widgets import DataTable, Input, OptionList
+from tui_helpers import SIZE, screen_text, until
 
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
@@ -17,7 +18,7 @@ from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.goto_screen import GoToScreen
 from dsinspect.tui.help_screen import HelpScreen
 from dsinspect.tui.sample_screen import SampleScreen
-from tui_helpers import SIZE, screen_text, until
+
 
 def notes(app) -> list[str]:
     return [n.message for n in app._notifications]

@@ -9,15 +9,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from textual.widgets import DataTable, TabbedContent
+from tui_helpers import SIZE, screen_text, until
 
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.dataset_screen import DatasetScreen
 from dsinspect.tui.sample_screen import SampleScreen
 from dsinspect.tui.sample_table import PAGE_ROWS, SampleTable
-from tui_helpers import SIZE, screen_text, until
 
 MILLION = 1_000_000
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import DataTable, Input
+from tui_helpers import SIZE, screen_text, until
 
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.diff_prompt import DiffPrompt
 from dsinspect.tui.diff_screen import DiffScreen
 from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.row_diff_screen import RowDiffScreen
-from tui_helpers import SIZE, screen_text, until
 
 
 @pytest.mark.asyncio

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import DataTable, Input
+from tui_helpers import SIZE, screen_text, until
 
 import dsinspect
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.replay_screen import ReplayScreen
 from dsinspect.tui.sample_screen import SampleScreen
-from tui_helpers import SIZE, screen_text, until
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from replay_diff_fixtures import make_catalog, rewrite_shard, run_job
 from textual.widgets import DataTable, Input
+from tui_helpers import SIZE, screen_text, until
 
 import dsinspect
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.records.transforms import transformed_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.replay_screen import ReplayScreen
-from replay_diff_fixtures import make_catalog, rewrite_shard, run_job
-from tui_helpers import SIZE, screen_text, until
 
 TRANSFORM = textwrap.dedent('''
     import pyarrow as pa

@@ -8,10 +8,11 @@ import re
 import pyarrow as pa
 import pytest
 from textual.widgets import OptionList
+from tui_helpers import SIZE, screen_text, until
 
 import dsinspect
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.term import sparkline
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
@@ -20,7 +21,6 @@ from dsinspect.tui.sample_screen import SampleScreen
 from dsinspect.tui.step_rows_view import StepRowsView
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import VideoPlayer
-from tui_helpers import SIZE, screen_text, until
 
 
 async def open_field(pilot, app, address: str, field: str) -> SampleScreen:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import DataTable, Input, OptionList
+from tui_helpers import SIZE, until
 
 import dsinspect
 from dsinspect.tui import pictures
@@ -26,7 +27,6 @@ from dsinspect.tui.replay_screen import ReplayScreen
 from dsinspect.tui.sample_screen import SampleScreen
 from dsinspect.tui.sample_table import SampleTable
 from dsinspect.tui.step_rows_view import StepRowsView
-from tui_helpers import SIZE, until
 
 pytest.importorskip("pytest_textual_snapshot")
 

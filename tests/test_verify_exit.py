@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import dsinspect
-from dsinspect.loaders.store import verify
 from dsinspect.loaders.ingest.export import export_version
+from dsinspect.loaders.store import verify
 
 
 def test_verify_hands_arrow_threads_only_memory_arrow_owns(monkeypatch):

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
+from web_fixtures import plain, run
 
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
 from dsinspect.web.web_model import STEP_CAP, TOKEN_CAP
 from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
-from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
-from web_fixtures import plain, run
 
 BIG = 10_000_000
 LONG = 100_000  # steps of one episode
@@ -161,9 +161,10 @@ def big_server(big_catalog):
 @pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian's chromium")
 def test_an_oversized_link_is_refused_and_a_10mb_value_paged_in_chromium(big_server, big_catalog, browser):
-    import dsinspect
     from test_web_browser import ARTIFACTS
     from web_server import server_pid
+
+    import dsinspect
     from dsinspect.web.web_replay import encode_spec
 
     pgid = server_pid(big_server)

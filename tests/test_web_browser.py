@@ -7,12 +7,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-
-from dsinspect.loaders.audit.replay import replay
-from dsinspect.loaders.records.runlog import RunRecorder
-from dsinspect.loaders.order.spec import RunSpec
 from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 from web_server import running_web
+
+from dsinspect.loaders.audit.replay import replay
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.runlog import RunRecorder
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from web_fixtures import run
 from web_server import running_web
 

@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, plain, png, run, texts
 
 import dsinspect
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web import web_diff
 from dsinspect.web.web_nav import PAGES, page_for
-from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, plain, png, run, texts
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data" / "sample-data.json"
 

@@ -6,11 +6,8 @@ but the app on 127.0.0.1 (the `page` fixture of test_web_browser listens to ever
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
 from web_fixtures import HTML_IMG, JS_LINK, MARKUP, MD_IMG, UNC_IMG, write_markup_catalog
 from web_server import running_web

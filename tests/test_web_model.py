@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 
 import dsinspect
 from dsinspect.errors import UserError
 from dsinspect.web import web_model
 from dsinspect.web.web_nav import page_for
-from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 
 WEB = Path(web_model.__file__).resolve().parent
 
@@ -76,8 +76,9 @@ def test_sample_model_decodes_every_role(demo, address, field, kind, keys):
 
 def test_image_is_full_size_png(demo):
     f = web_model.sample_model(demo, "demo-images@v1:3").field("image")
-    from PIL import Image
     import io
+
+    from PIL import Image
     img = Image.open(io.BytesIO(f.view["png"]))
     assert img.format == "PNG" and img.size == (f.view["width"], f.view["height"])
 
@@ -174,6 +175,7 @@ def test_spec_round_trips_through_the_url(demo):
 @pytest.mark.parametrize("name", ["../../etc", "/etc/passwd", "a/b"])
 def test_a_spec_never_names_a_path(demo, name):
     import json
+
     from dsinspect.web import web_replay
     data = web_replay.build_spec(demo, "demo-text@v1", 0, 8, 1, "global").to_json()
     data["order"]["sources"][0]["name"] = name

@@ -2,9 +2,9 @@
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, plain, run, write_web_catalog
 
 import dsinspect
-from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, plain, run, write_web_catalog
 
 
 @pytest.fixture

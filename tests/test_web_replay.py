@@ -8,12 +8,12 @@ import json
 import textwrap
 
 import pytest
+from replay_diff_fixtures import make_catalog, rewrite_shard, run_job
+from web_fixtures import codes, param, plain, run
 
 import dsinspect
 from dsinspect.errors import UserError
 from dsinspect.web import web_replay
-from replay_diff_fixtures import make_catalog, rewrite_shard, run_job
-from web_fixtures import codes, param, plain, run
 
 TRANSFORM = textwrap.dedent('''
     import pyarrow as pa

@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from web_fixtures import write_web_catalog
 from web_server import free_port
 

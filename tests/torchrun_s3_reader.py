@@ -21,8 +21,8 @@ import sys
 import torch.distributed as dist
 
 from dsinspect.loaders import Catalog, Loader, RunSpec
-from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.read.cache import ShardCache
 
 
 def write_json(path, data):

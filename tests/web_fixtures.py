@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pyarrow as pa
 from PIL import Image
-
 from streamlit.testing.v1 import AppTest
 
 from dsinspect.defaults import bundled_catalog_path
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web.web_page import MONO_CLASS
 
 APP = Path(__file__).resolve().parent.parent / "dsinspect" / "web" / "app.py"
@@ -59,8 +58,8 @@ def write_markup_catalog(root: str) -> Catalog:
     named UNC_IMG (a name can hold no slash, but a browser reads backslashes as slashes)."""
     import json
 
-    from dsinspect.loaders.records.runlog import RunRecorder
     from dsinspect.loaders.order.spec import RunSpec
+    from dsinspect.loaders.records.runlog import RunRecorder
 
     cat = Catalog(root)
     key, text = f"key {MD_IMG}", f"text {HTML_IMG}"

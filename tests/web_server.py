@@ -11,7 +11,6 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Iterator
 
-
 _PIDS: dict[str, int] = {}
 
 

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.derive import derive_version
-from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.storage import join, write_atomic
 from dsinspect.loaders.store.writer import WriteOptions
 

@@ -17,13 +17,19 @@ from dsinspect.inspect.tokens import tokens_view
 from dsinspect.inspect.trajectory import trajectory_view
 from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import ErrorView, Finding, NullView, Severity, View, no_json, reason_of, safely
-from dsinspect.inspect.vocab import (TIKTOKEN_ENCODINGS, Vocab, cached_vocab, huggingface_vocab, tiktoken_document_vocab,
-                                     tiktoken_vocab)
-from dsinspect.loaders.store.address import Address, parse_address
+from dsinspect.inspect.vocab import (
+    TIKTOKEN_ENCODINGS,
+    Vocab,
+    cached_vocab,
+    huggingface_vocab,
+    tiktoken_document_vocab,
+    tiktoken_vocab,
+)
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE
 from dsinspect.loaders.format.canonical import combine_row_hash, encode_column, field_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.store.address import Address, parse_address
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["FieldInfo", "RowHashCheck", "Sample", "open_sample", "open_address", "TOKENIZER_CHOICES"]

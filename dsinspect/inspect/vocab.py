@@ -16,7 +16,10 @@ import numpy as np
 
 from dsinspect.extras import require
 from dsinspect.loaders.format.tokenizer_docs import (
-    TIKTOKEN_ENCODINGS, bundled_encoding, read_tiktoken_document, tiktoken_document,
+    TIKTOKEN_ENCODINGS,
+    bundled_encoding,
+    read_tiktoken_document,
+    tiktoken_document,
 )
 from dsinspect.lru import LRU
 

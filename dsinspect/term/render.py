@@ -21,8 +21,23 @@ from rich.table import Table
 from rich.text import Text
 
 from dsinspect.inspect import (
-    BytesView, ErrorView, Finding, FrameView, HexPage, ImageView, JsonView, NullView, RowHashCheck, Sample,
-    ScalarView, Severity, TextView, TokensView, TrajectoryView, VideoView, View,
+    BytesView,
+    ErrorView,
+    Finding,
+    FrameView,
+    HexPage,
+    ImageView,
+    JsonView,
+    NullView,
+    RowHashCheck,
+    Sample,
+    ScalarView,
+    Severity,
+    TextView,
+    TokensView,
+    TrajectoryView,
+    VideoView,
+    View,
 )
 from dsinspect.inspect.sizes import human_bytes
 

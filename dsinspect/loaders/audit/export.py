@@ -11,9 +11,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dsinspect.loaders.audit.replay import Replay
 from dsinspect.loaders.format.manifest import HASH_COLUMN, sha256_hex
 from dsinspect.loaders.format.pathnames import check_component
-from dsinspect.loaders.audit.replay import Replay
 from dsinspect.loaders.store.storage import join, url_to_fs, write_atomic, write_errors
 
 __all__ = ["RECEIPT_FORMAT", "export_replay", "provenance_table"]

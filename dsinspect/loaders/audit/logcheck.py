@@ -18,14 +18,21 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.order.plan import plan_batch
-from dsinspect.loaders.order.plan import BatchPlan
-from dsinspect.loaders.audit.replay import Sample, SpecSource, Transform, as_batch, load_specs, samples_of, stored_fingerprint
+from dsinspect.loaders.audit.replay import (
+    Sample,
+    SpecSource,
+    Transform,
+    as_batch,
+    load_specs,
+    samples_of,
+    stored_fingerprint,
+)
 from dsinspect.loaders.audit.rows import PlanRows, RowReader
-from dsinspect.loaders.records.runlog import read_fingerprints, spec_for_step
+from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records.runlog import read_fingerprints, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_shard
 
 __all__ = ["Divergence", "LogCheck", "check_log", "parse_steps"]

@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.loader import Batch
+from dsinspect.loaders.audit.rows import PlanRows, RowReader
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
-from dsinspect.loaders.audit.rows import PlanRows, RowReader
-from dsinspect.loaders.records.runlog import batch_fingerprint, read_specs, spec_for_step
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.store.storage import url_to_fs
+from dsinspect.loaders.read.loader import Batch
+from dsinspect.loaders.records.runlog import batch_fingerprint, read_specs, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.storage import url_to_fs
 
 __all__ = ["Replay", "Sample", "SpecSource", "load_specs", "replay", "replay_plans", "parse_rank"]
 

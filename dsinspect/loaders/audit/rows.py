@@ -15,12 +15,12 @@ import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
-from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.format.arrow_indices import int64_array
+from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 

@@ -12,11 +12,11 @@ from typing import Any, Callable
 import numpy as np
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.diff.counts import field_changes
 from dsinspect.loaders.diff.fields import field_detail
 from dsinspect.loaders.diff.rows import Matches, Side, match_by_hash, match_by_key, moved_items, read_side
 from dsinspect.loaders.format.manifest import Manifest
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["SchemaChange", "ShardChanges", "RowChanges", "VersionDiff", "diff", "schema_changes", "shard_changes"]

@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.arrow_kinds import is_fixed_width, is_var_binary
 from dsinspect.loaders.format.canonical import _fixed_rows, encode_column  # the encoding's own bytes (NaNs made one)
-from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 

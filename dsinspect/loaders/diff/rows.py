@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.arrow_indices import int64_array
+from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.version import DatasetVersion
 

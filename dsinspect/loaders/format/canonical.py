@@ -27,7 +27,8 @@ import pyarrow as pa
 import xxhash
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed_width, is_var_binary as _is_var_binary
+from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed_width
+from dsinspect.loaders.format.arrow_kinds import is_var_binary as _is_var_binary
 
 __all__ = ["ENCODING", "ROW_DOMAIN", "encode_column", "field_hashes", "row_hashes", "combine_row_hash"]
 

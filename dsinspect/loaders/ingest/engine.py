@@ -20,18 +20,18 @@ import dataclasses
 import itertools
 import json
 import pkgutil
-from dataclasses import asdict, dataclass
 from contextvars import ContextVar
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 
 from dsinspect.errors import ManifestError, UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.ingest.restore import restore_batches
-from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.format.manifest import Field, Shard, canonical_json, sha256_hex
 from dsinspect.loaders.format.pathnames import check_component
+from dsinspect.loaders.ingest.restore import restore_batches
+from dsinspect.loaders.ingest.source import Part, SourceSpec
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.storage import join, write_atomic
 from dsinspect.loaders.store.writer import VersionWriter, WriteOptions
 

@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KEY
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, sha256_hex
 from dsinspect.loaders.format.pathnames import check_ext, check_sha256
 from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KEY
 from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs, write_atomic
 from dsinspect.loaders.store.version import DatasetVersion
 

@@ -20,10 +20,10 @@ from typing import Any, Iterator, Mapping
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.ingest.infer import role_for_extension
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, SourceFile, is_glob, list_files, read_bytes
-from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.store.storage import url_to_fs
 
 __all__ = ["FilesSource", "NAME", "DATA", "PART_FILES", "PART_BYTES"]

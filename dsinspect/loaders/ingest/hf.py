@@ -19,11 +19,10 @@ import pyarrow.compute as pc
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
+from dsinspect.loaders.format.pathnames import check_component, check_relative
 from dsinspect.loaders.ingest.normalize import normalize_batch, normalize_schema
 from dsinspect.loaders.ingest.source import Part, SourceSpec
-from dsinspect.loaders.ingest.source_files import (BATCH_BYTES, BATCH_ROWS, SourceFile, list_files, open_file,
-                                                   read_bytes)
-from dsinspect.loaders.format.pathnames import check_component, check_relative
+from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, SourceFile, list_files, open_file, read_bytes
 from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["HfSource", "MEDIA_ROLES"]

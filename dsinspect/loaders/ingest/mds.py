@@ -26,11 +26,11 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.ingest.infer import ndarray_role
 from dsinspect.loaders.ingest.ndarrays import check_like, fixed_type, layout, list_type, to_arrow
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, open_file, read_bytes
-from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["MdsSource", "column_type"]

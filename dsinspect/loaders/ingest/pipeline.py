@@ -12,15 +12,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import LATEST, Catalog
-from dsinspect.loaders.ingest.engine import (DEFAULT_OPENER, ROW_PROGRESS, Job, commit_job, convert_part,
-                                             fields_from_json, load_record, open_with, plan_job, record_path)
-from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
-from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
-from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.compute.engines import check_engine, run_tasks
 from dsinspect.loaders.compute.tasks import TaskFailed
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.ingest.engine import (
+    DEFAULT_OPENER,
+    ROW_PROGRESS,
+    Job,
+    commit_job,
+    convert_part,
+    fields_from_json,
+    load_record,
+    open_with,
+    plan_job,
+    record_path,
+)
+from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
+from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
+from dsinspect.loaders.ingest.source import Part, SourceSpec
+from dsinspect.loaders.store.catalog import LATEST, Catalog
 from dsinspect.loaders.store.storage import url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import WriteOptions

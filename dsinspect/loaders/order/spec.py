@@ -13,9 +13,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.address import check_name
 from dsinspect.loaders.format.manifest import canonical_json, sha256_hex
 from dsinspect.loaders.format.pathnames import check_sha256
+from dsinspect.loaders.store.address import check_name
 
 if TYPE_CHECKING:
     from dsinspect.loaders.store.catalog import Catalog

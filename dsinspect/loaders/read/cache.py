@@ -28,12 +28,12 @@ import xxhash
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
-from dsinspect.loaders.read.fetch import fetch_verified
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
+from dsinspect.loaders.read.columns import View, column_view
+from dsinspect.loaders.read.fetch import fetch_verified
 from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.locks import locked_file, open_locked
 from dsinspect.loaders.store.storage import cache_dir
-from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard"]

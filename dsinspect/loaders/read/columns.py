@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.loaders.format.arrow_indices import int64_array
-from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed, is_var_binary as _var_binary
+from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed
+from dsinspect.loaders.format.arrow_kinds import is_var_binary as _var_binary
 from dsinspect.loaders.read.touched import touched_ranges
 
 __all__ = ["column_view", "gather", "gather_column", "dense_to_arrow", "is_numeric_dense",

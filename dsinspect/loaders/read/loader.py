@@ -14,16 +14,16 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.read.columns import dense_to_arrow, is_numeric_dense
 from dsinspect.loaders.order.plan import BatchPlan, epoch_end, locate_step, plan_steps
-from dsinspect.loaders.read.reader import BatchReader, Layout
-from dsinspect.loaders.records.runlog import RunRecorder, batch_fingerprint
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.columns import dense_to_arrow, is_numeric_dense
+from dsinspect.loaders.read.reader import BatchReader, Layout
 from dsinspect.loaders.read.stats import PeriodicLogger
+from dsinspect.loaders.records.runlog import RunRecorder, batch_fingerprint
+from dsinspect.loaders.store.catalog import Catalog
 
 __all__ = ["Batch", "Loader"]
 

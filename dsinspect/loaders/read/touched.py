@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from dsinspect.loaders.format.arrow_kinds import has_large_offsets, is_fixed_width as _fixed, is_var_binary
+from dsinspect.loaders.format.arrow_kinds import has_large_offsets, is_var_binary
+from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed
 
 __all__ = ["touched_ranges"]
 

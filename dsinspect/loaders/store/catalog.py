@@ -7,8 +7,16 @@ import re
 import time
 from typing import Any, Iterable
 
-from dsinspect.errors import (DamagedError, IntegrityError, ManifestError, NotFoundError, RetriesExhausted,
-                             StorageError, UserError, reason_of)
+from dsinspect.errors import (
+    DamagedError,
+    IntegrityError,
+    ManifestError,
+    NotFoundError,
+    RetriesExhausted,
+    StorageError,
+    UserError,
+    reason_of,
+)
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.store.layout import VERSIONS, Layout, display
