@@ -46,7 +46,8 @@ def _text_fields(catalog: Catalog) -> list[Field]:
     blob = catalog.put_blob("demo-text", tokenizer_bytes(), ".json")
     return [Field("doc_id", pa.int64(), "scalar", nullable=False), Field("lang", pa.string(), "scalar"),
             Field("text", pa.string(), "text"),
-            Field("tokens", pa.list_(pa.int32()), "tokens", options={"tokenizer": {"kind": "huggingface", "blob": blob}})]
+            Field("tokens", pa.list_(pa.int32()), "tokens",
+                  options={"tokenizer": {"kind": "huggingface", "blob": blob}})]
 
 
 def _image_fields(_: Catalog) -> list[Field]:

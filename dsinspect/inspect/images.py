@@ -110,7 +110,8 @@ def _orientation(img: Image.Image, findings: list[Finding]) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or value not in _ORIENTATIONS:
-        findings.append(Finding(Severity.WARNING, "image-orientation-invalid", f"EXIF orientation {value!r} is not 1-8"))
+        findings.append(Finding(Severity.WARNING, "image-orientation-invalid",
+                                f"EXIF orientation {value!r} is not 1-8"))
         return None
     return value
 

@@ -181,7 +181,8 @@ class Sample(View):
             spec = {"kind": "tiktoken", "name": override}
         kind = spec.get("kind")
         if not spec:
-            return None, Finding(Severity.WARNING, "token-no-tokenizer", f"field {f.name!r} names no tokenizer: ids only")
+            return None, Finding(Severity.WARNING, "token-no-tokenizer",
+                                 f"field {f.name!r} names no tokenizer: ids only")
         try:
             if kind == "huggingface":
                 sha = spec["blob"]
@@ -202,8 +203,10 @@ class Sample(View):
 
     def _trajectory(self, name: str) -> View:
         view = trajectory_view(self.value(name) or {})
-        for names, label, actual in ((_RETURN_NAMES, "return", view.episode_return), (_LENGTH_NAMES, "length", view.length)):
-            sibling = next((i for i in self.fields if i.name in names and i.role == Role.SCALAR.value and not i.null), None)
+        for names, label, actual in ((_RETURN_NAMES, "return", view.episode_return),
+                                     (_LENGTH_NAMES, "length", view.length)):
+            sibling = next((i for i in self.fields
+                            if i.name in names and i.role == Role.SCALAR.value and not i.null), None)
             if sibling is None or actual is None:
                 continue
             stored = self.value(sibling.name)
@@ -263,7 +266,8 @@ def _value_bytes(col: pa.ChunkedArray) -> bytes:
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if pa.types.is_fixed_size_binary(arr.type):
         return arr[0].as_py() or b""
-    target = pa.large_binary() if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else pa.binary()
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    target = pa.large_binary() if large else pa.binary()
     return arr.view(target)[0].as_py() or b""
 
 

@@ -134,6 +134,7 @@ def _summarise(notes: list[CodePointNote], total: int) -> list[Finding]:
     for cat, first in firsts.items():
         more = f" (listing stopped at the first {MAX_NOTES} of {total})" if total > len(notes) else ""
         findings.append(Finding(_SEVERITY.get(cat, Severity.INFO), f"text-{cat}",
-                                f"{counts[cat]} {cat} {'byte' if cat == 'invalid-utf8' else 'character'}(s){more}, first: {first.label} at byte {first.byte}",
+                                f"{counts[cat]} {cat} {'byte' if cat == 'invalid-utf8' else 'character'}(s){more}, "
+                                f"first: {first.label} at byte {first.byte}",
                                 {"index": first.index, "byte": first.byte}))
     return findings

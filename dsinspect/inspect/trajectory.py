@@ -131,8 +131,8 @@ def _length_findings(columns: dict[str, str], lengths: dict[str, int], length: i
 def _rewards(rewards: list | None, findings: list[Finding]) -> tuple[list, list, float | None]:
     if rewards is None:
         return [], [], None
-    arr = np.array([float(r) if isinstance(r, (int, float)) else math.nan for r in rewards],  # None or a non-number: no reward
-                   dtype=np.float64)
+    # None or a non-number: no reward
+    arr = np.array([float(r) if isinstance(r, (int, float)) else math.nan for r in rewards], dtype=np.float64)
     nulls = [t for t, r in enumerate(rewards) if r is None]
     if nulls:
         findings.append(Finding(Severity.ERROR, "trajectory-null-reward",
@@ -166,7 +166,8 @@ def _flag_findings(columns: dict, term: list | None, trunc: list | None, length:
                                 f"the last step ({length - 1}) is neither terminated nor truncated",
                                 {"step": length - 1}))
     if last_term and last_trunc:
-        findings.append(Finding(Severity.INFO, "trajectory-both-flags", "the last step is both terminated and truncated"))
+        findings.append(Finding(Severity.INFO, "trajectory-both-flags",
+                                "the last step is both terminated and truncated"))
     return findings
 
 

@@ -202,7 +202,8 @@ def _probe(data: bytes) -> VideoView:
     return view
 
 
-def _describe(c: Any, s: Any, data: bytes, packets: list[tuple[int | None, bool]], findings: list[Finding]) -> VideoView:
+def _describe(c: Any, s: Any, data: bytes, packets: list[tuple[int | None, bool]],
+              findings: list[Finding]) -> VideoView:
     seekable = all(pts is not None for pts, _ in packets)
     order = sorted(range(len(packets)), key=lambda i: packets[i][0]) if seekable else list(range(len(packets)))
     pts = [packets[i][0] for i in order] if seekable else []

@@ -149,7 +149,8 @@ def tiktoken_document_vocab(data: bytes, name: str | None = None) -> Vocab:
     return Vocab(name or doc.name, "tiktoken", tuple(pieces), frozenset(special.values()), None, encoder)
 
 
-def _lazy_encoder(name: str, pattern: str, ranks: dict[bytes, int], special: dict[str, int]) -> Callable[[str], list[int]]:
+def _lazy_encoder(name: str, pattern: str, ranks: dict[bytes, int],
+                  special: dict[str, int]) -> Callable[[str], list[int]]:
     built: list = []  # the Encoding, made on first use: viewers only decode, which needs no tiktoken
 
     def encode(text: str) -> list[int]:

@@ -41,8 +41,8 @@ from dsinspect.inspect import (
 )
 from dsinspect.inspect.sizes import human_bytes
 
-__all__ = ["render_sample", "render_view", "hex_panel", "half_blocks", "sparkline", "mismatch_banner", "clean", "Options",
-           "findings_text", "human_bytes"]
+__all__ = ["render_sample", "render_view", "hex_panel", "half_blocks", "sparkline", "mismatch_banner", "clean",
+           "Options", "findings_text", "human_bytes"]
 
 SPARKS = "▁▂▃▄▅▆▇█"
 _PIECE_BG = ["#2d4f7c", "#6b3e75", "#2f6b4f", "#7a5a1e", "#1f6470", "#7a2e3a"]
@@ -76,7 +76,8 @@ def render_sample(sample: Sample, opts: Options) -> RenderableType:
     parts.append(_fields_table(sample, opts))
     for name in opts.fields or [f.name for f in sample.fields]:
         info = sample.field(name)
-        parts.append(Rule(Text.assemble((clean(info.name), "bold"), f" · {info.role} · {clean(info.type)}"), align="left"))
+        title = Text.assemble((clean(info.name), "bold"), f" · {info.role} · {clean(info.type)}")
+        parts.append(Rule(title, align="left"))
         parts.append(render_view(sample.view(name, opts.tokenizer), opts))
         if opts.raw:
             parts.append(_raw_panels(sample, name, opts.page))
@@ -86,7 +87,8 @@ def render_sample(sample: Sample, opts: Options) -> RenderableType:
 
 
 def _row_hash_line(check: RowHashCheck) -> Text:
-    return Text.assemble("row hash ", (check.stored or "-", "bold"), ("  ✓ matches the hash recomputed from the data", "green"))
+    return Text.assemble("row hash ", (check.stored or "-", "bold"),
+                         ("  ✓ matches the hash recomputed from the data", "green"))
 
 
 def mismatch_banner(check: RowHashCheck) -> Panel:
@@ -165,7 +167,8 @@ def _render_text(view: TextView, opts: Options) -> RenderableType:
         if note is None:
             body.append(clean(chunk))
         else:
-            body.append(f"⟨{note.label}⟩", "bold black on yellow" if note.category != "invalid-utf8" else "bold white on red")
+            style = "bold black on yellow" if note.category != "invalid-utf8" else "bold white on red"
+            body.append(f"⟨{note.label}⟩", style)
     if limit is not None and view.chars > limit:
         body.append(f" … ({view.chars - limit:,} more characters; use --field to see all)", "dim")
     return Group(head, body)
@@ -185,7 +188,8 @@ def _render_tokens(view: TokensView, opts: Options) -> RenderableType:
         if not opts.color:
             pieces.append("│", "dim")
     ids = Text("ids " + " ".join(str(p.id) for p in page.pieces), "dim")
-    decoded = Text.assemble(("decoded: ", "dim"), clean(view.text[:_TEXT_LIMIT]) + ("…" if len(view.text) > _TEXT_LIMIT else ""))
+    decoded = Text.assemble(("decoded: ", "dim"),
+                            clean(view.text[:_TEXT_LIMIT]) + ("…" if len(view.text) > _TEXT_LIMIT else ""))
     parts: list[RenderableType] = [head, pieces, ids, decoded]
     if opts.fields and view.vocab is not None:  # a focused look: every piece with its exact byte span
         parts.append(_pieces_table(page.pieces))
@@ -198,7 +202,8 @@ def _pieces_table(pieces: list[Any]) -> Table:
         table.add_column(col, justify="right" if col in ("pos", "id") else "left")
     for p in pieces:
         note = "special" if p.special else "unknown id" if p.unknown else "part of a character" if p.partial else ""
-        table.add_row(str(p.position), str(p.id), p.data.hex(" "), f"{p.start}-{p.end}", clean(_escaped(p.display)), note)
+        table.add_row(str(p.position), str(p.id), p.data.hex(" "), f"{p.start}-{p.end}",
+                      clean(_escaped(p.display)), note)
     return table
 
 

@@ -65,7 +65,8 @@ class DsinspectApp(App):
             return
         version = f"{addr.name}@{addr.ref}"
         top = self.screen
-        if isinstance(top, SampleScreen) and addr.index is not None and (top.addr.name, top.addr.ref) == (addr.name, addr.ref):
+        if (isinstance(top, SampleScreen) and addr.index is not None
+                and (top.addr.name, top.addr.ref) == (addr.name, addr.ref)):
             if top.sample is None or top.sample.index != addr.index:
                 top.load_sample(addr)  # another sample of the same version: stay on this screen
             return

@@ -73,7 +73,8 @@ class CatalogScreen(Screen):
         datasets.focus()
         broken = [b for d in listing["datasets"] for b in d.get("broken", [])]
         if broken:  # listed with the rest; said once more, loudly, since nothing else would open them
-            self.notify(f"{len(broken)} stored file(s) cannot be read, first: {broken[0]['path']}: {broken[0]['reason']}",
+            self.notify(f"{len(broken)} stored file(s) cannot be read, "
+                        f"first: {broken[0]['path']}: {broken[0]['reason']}",
                         title="broken", severity="error", timeout=12, markup=False)
 
     @on(OptionList.OptionHighlighted, "#datasets")

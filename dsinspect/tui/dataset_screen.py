@@ -93,7 +93,8 @@ class DatasetScreen(Screen):
         table = self.query_one("#shards-table", DataTable)
         table.add_columns("#", "first row", "rows", "bytes", "sha256")
         for s in info["shards"]:
-            table.add_row(str(s["index"]), f"{s['first_row']:,}", f"{s['rows']:,}", human_bytes(s["bytes"]), s["sha256"])
+            table.add_row(str(s["index"]), f"{s['first_row']:,}", f"{s['rows']:,}", human_bytes(s["bytes"]),
+                          s["sha256"])
 
     def _fill_history(self, history: list[dict[str, Any]], current: str) -> None:
         table = self.query_one("#history-table", DataTable)

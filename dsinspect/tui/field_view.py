@@ -67,7 +67,7 @@ def raw_renderable(sample: Sample, name: str, page: int = 0) -> RenderableType:
     info = sample.field(name)
     lines = Text.assemble(("field hash (xxh3-128) ", "dim"), (info.hash, "bold"), "\n",
                           ("row hash ", "dim"), (sample.row_hash.stored or "(none)", "bold"),
-                          ("  ✓ matches" if sample.row_hash.ok else "  ✗ MISMATCH", "green" if sample.row_hash.ok else "bold red"))
+                          ("  ✓ matches", "green") if sample.row_hash.ok else ("  ✗ MISMATCH", "bold red"))
     parts: list[Any] = [lines]
     if not info.raw_is_canonical and not info.null:
         parts.append(hex_panel(sample.hex(name, page), f"raw bytes ({info.size:,})"))

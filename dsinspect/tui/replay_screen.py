@@ -127,7 +127,8 @@ class ReplayScreen(Screen):
                  f"{result.spec.batch_size} · ranks {result.ranks}\nfingerprints  {fps}")
         if transform:
             tfps = "  ".join(f"rank {r}: {fp}" for r, fp in result.transformed_fingerprints.items())
-            lines += f"\ntransformed   {tfps or '(none)'}" + (f"  ({result.transform_error})" if result.transform_error else "")
+            lines += f"\ntransformed   {tfps or '(none)'}"
+            lines += f"  ({result.transform_error})" if result.transform_error else ""
         summary = Text(lines)
         if bad:
             summary.append(f"\n{bad} sample(s) no longer match their stored row hash", "bold red")

@@ -82,6 +82,7 @@ class TokenStrip(Widget, can_focus=True):
         if p is None:
             return Text("(no tokens)", "dim")
         kind = " special" if p.special else " unknown" if p.unknown else " partial character" if p.partial else ""
-        return Text.assemble(("token ", "dim"), (f"#{p.position}", "bold"), ("  id ", "dim"), (str(p.id), "bold yellow"),
-                             ("  bytes ", "dim"), p.data.hex(" ") or "-", ("  span ", "dim"), f"{p.start}-{p.end}",
-                             ("  piece ", "dim"), repr(p.display), (kind, "magenta"))
+        return Text.assemble(("token ", "dim"), (f"#{p.position}", "bold"), ("  id ", "dim"),
+                             (str(p.id), "bold yellow"), ("  bytes ", "dim"), p.data.hex(" ") or "-",
+                             ("  span ", "dim"), f"{p.start}-{p.end}", ("  piece ", "dim"), repr(p.display),
+                             (kind, "magenta"))

@@ -23,8 +23,8 @@ st.caption(md(f"Catalog: {url}"))
 rows = or_stop(lambda: web_cache.catalog_rows(url), "Cannot list this catalog")
 broken = _broken(url)
 if broken:
-    lines = [f"{b['dataset']} {b['version']}" + (f" ({b['tags']})" if b["tags"] else "") + f": {b['file']}: {b['reason']}"
-             for b in broken[:BROKEN_SHOWN]]
+    lines = [f"{b['dataset']} {b['version']}" + (f" ({b['tags']})" if b["tags"] else "")
+             + f": {b['file']}: {b['reason']}" for b in broken[:BROKEN_SHOWN]]
     more = f"; {len(broken) - BROKEN_SHOWN} more: dsinspect ls lists them all" if len(broken) > BROKEN_SHOWN else ""
     st.error(md(f"{len(broken)} stored file(s) cannot be read (a failed check){more}; the rest is listed below."))
     for line in lines:

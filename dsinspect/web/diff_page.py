@@ -24,7 +24,8 @@ if (typed_a, typed_b) != (a, b):
             del params[name]
     st.rerun()
 if not (a and b):
-    st.info("Enter two versions to compare, e.g. demo-images@v1 and demo-images@v2; the page's URL then names the diff.")
+    st.info("Enter two versions to compare, e.g. demo-images@v1 and demo-images@v2; "
+            "the page's URL then names the diff.")
     st.stop()
 m = or_stop(lambda: web_cache.diff_model(url, a, b), "Those versions cannot be compared.")
 

@@ -26,7 +26,8 @@ info_col.caption(md(f"sample {sample.index} of {sample.num_rows:,} · version {s
 if sample.row_hash_ok:
     st.success(md(f"row hash {sample.row_hash_recomputed} matches the stored one"), icon=":material/verified:")
 else:
-    st.error(md(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}"), icon=":material/error:")
+    st.error(md(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}"),
+             icon=":material/error:")
 web_fields.findings(sample.findings)
 
 mode = st.segmented_control("View", ["Decoded", "Raw", "Side by side"], default="Decoded", required=True,

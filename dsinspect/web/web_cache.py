@@ -106,4 +106,5 @@ def diff_changed_rows(catalog_url: str, a: str, b: str, page: int) -> list[dict[
     start = page * web_diff.CHANGED_PAGE
     # by full version id, so the rows are those of the versions the model compared
     return web_diff.changed_rows(catalog(catalog_url), f"{m['a']['dataset']}@{m['a']['id']}",
-                                 f"{m['b']['dataset']}@{m['b']['id']}", m["changed"][start:start + web_diff.CHANGED_PAGE])
+                                 f"{m['b']['dataset']}@{m['b']['id']}",
+                                 m["changed"][start:start + web_diff.CHANGED_PAGE])

@@ -61,7 +61,8 @@ def diff_model(catalog: Catalog, a: str, b: str, limit: int = DIFF_LIMIT) -> dic
             "added": _row_list(vb, rows["added"], "index_b", name_b, ident),
             "removed": _row_list(va, rows["removed"], "index_a", name_a, ident),
             "moved": [{ident: _ident(r), "index_a": r["index_a"], "index_b": r["index_b"]} for r in rows["moved"]],
-            "changed": [{ident: _ident(r), "index_a": r["index_a"], "index_b": r["index_b"], "fields": list(r["fields"]),
+            "changed": [{ident: _ident(r), "index_a": r["index_a"], "index_b": r["index_b"],
+                         "fields": list(r["fields"]),
                          "address_a": f"{name_a}:{r['index_a']}", "address_b": f"{name_b}:{r['index_b']}",
                          "details": r["details"]} for r in rows["changed"]]}
 

@@ -210,7 +210,8 @@ def token_html(pieces: list[tuple], start: int = 0, stop: int | None = None) -> 
     spans = []
     for position, tid, display, b0, b1, special, unknown in pieces[start:stop]:
         kind = "u" if unknown else ("s" if special else str(position % len(_COLOURS)))
-        title = f"#{position} id {tid} bytes {b0}–{b1}" + (" special" if special else "") + (" unknown" if unknown else "")
+        title = (f"#{position} id {tid} bytes {b0}–{b1}" + (" special" if special else "")
+                 + (" unknown" if unknown else ""))
         text = display if display else "∅"
         spans.append(f'<span class="dsi-tok" title="{html.escape(title, quote=True)}" data-k="{kind}">'
                      f'{html.escape(text, quote=True)}</span>')

@@ -64,7 +64,8 @@ def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: 
     source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
     check_size([spec_for_step(source, int(step))], rank)
     result = guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
-    rows = [{"rank": s.rank, "position": s.position, "index": s.index, "address": f"{s.source}@{s.version[:12]}:{s.index}",
+    rows = [{"rank": s.rank, "position": s.position, "index": s.index,
+             "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
              "verified": s.verified, "seed": str(s.seed)} for s in result.samples]
     buf = io.BytesIO()

@@ -73,8 +73,8 @@ def _unmark(markers: str, i: int) -> None:
         pass
 
 
-def _collect(submit: Callable[[int], Future], futures: dict[Future, int], results: dict[int, dict], attempts: dict[int, int],
-             retries: int, on_done: OnDone | None, markers: str) -> None:
+def _collect(submit: Callable[[int], Future], futures: dict[Future, int], results: dict[int, dict],
+             attempts: dict[int, int], retries: int, on_done: OnDone | None, markers: str) -> None:
     """Wait for the futures, resubmitting failed tasks while the pool lives (the caller starts a
     new pool for whatever a broken one left unfinished)."""
     pending = set(futures)

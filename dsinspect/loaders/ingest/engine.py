@@ -97,7 +97,8 @@ def load_record(catalog: Catalog, path: str) -> dict | None:
     except (FileNotFoundError, ValueError, KeyError, TypeError, ManifestError):  # ManifestError: a bad shard sha256
         return None
     dataset = record.get("dataset")
-    if not isinstance(dataset, str) or not all(catalog.fs.exists(catalog.layout.shard(dataset, s.sha256)) for s in shards):
+    if not isinstance(dataset, str) or not all(catalog.fs.exists(catalog.layout.shard(dataset, s.sha256))
+                                               for s in shards):
         return None
     return record
 

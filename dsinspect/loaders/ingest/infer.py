@@ -74,8 +74,8 @@ def infer_fields(schema: pa.Schema, sample: pa.RecordBatch | None, hints: Mappin
     user's overrides and always win. `tokenizer` is the field option attached as `{"tokenizer": ...}`
     to every tokens field, in the shape the catalog stores (e.g. `{"kind": "huggingface", "blob":
     "<sha256 of tokenizer.json stored with Catalog.put_blob>"}`, as `dsinspect.demo.build` writes);
-    every integer-list column is tokens (the only role that holds one), which the tokenizer decodes. `key` must name a column (the engine
-    records it in the manifest); it gets the role it would get anyway.
+    every integer-list column is tokens (the only role that holds one), which the tokenizer decodes.
+    `key` must name a column (the engine records it in the manifest); it gets the role it would get anyway.
     """
     names = set(schema.names)
     for name in [*roles, *([key] if key else [])]:

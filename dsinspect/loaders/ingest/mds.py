@@ -1,9 +1,9 @@
 """MosaicML Streaming (MDS) directories: `index.json` plus shard files, decoded without the package.
 
 Shard layout (MDS format, version 2): u32 sample count n, then n + 1 u32 offsets from the start of
-the file, then the writer's config JSON, then the samples; a sample is one u32 size per variable-size column (in column order),
-then every column's bytes in column order. Column encodings map to Arrow as: `str`, `json`,
-`str_decimal` → string (the stored text); `bytes`, `jpeg`, `png` → binary (the stored bytes);
+the file, then the writer's config JSON, then the samples; a sample is one u32 size per variable-size
+column (in column order), then every column's bytes in column order. Column encodings map to Arrow as:
+`str`, `json`, `str_decimal` → string (the stored text); `bytes`, `jpeg`, `png` → binary (the stored bytes);
 `int` → int64; `int8`…`uint64`, `float16`…`float64` → themselves; `str_int` → int64; `str_float` →
 float64; `ndarray:DTYPE:SHAPE` → nested fixed-size lists; `ndarray:DTYPE` and plain `ndarray` (whose
 values carry their dtype and shape, see `_decode_ndarray`) → nested lists, as deep as the first

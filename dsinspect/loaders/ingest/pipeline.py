@@ -201,7 +201,8 @@ def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict |
         fields = fields_from_json(sidecar["fields"], "the export sidecar")
         unknown = set(roles) - {f.name for f in fields}
         if unknown:
-            raise UserError(f"no field {sorted(unknown)[0]!r} in the source (fields: {', '.join(f.name for f in fields)})")
+            raise UserError(f"no field {sorted(unknown)[0]!r} in the source "
+                            f"(fields: {', '.join(f.name for f in fields)})")
         return [Field(f.name, f.type, roles.get(f.name, f.role), f.nullable, f.options) for f in fields]
     from dsinspect.loaders.ingest.infer import infer_fields
 
@@ -244,7 +245,8 @@ def _read_tokenizer(url: str) -> bytes:
     try:
         Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # noqa: BLE001 - any parse failure is the same user mistake
-        raise UserError(f"{url}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{url}: not a Hugging Face tokenizer.json ({reason})") from None
     return data
 
 
@@ -252,7 +254,8 @@ def _put_blobs(catalog: Catalog, name: str, url: str, sidecar: dict) -> None:
     """Copy the side files an export carried (tokenizers) into the catalog, checked by hash."""
     from dsinspect.loaders.ingest.export import read_exported_blobs
 
-    for data, ext in read_exported_blobs(url, sidecar, have=lambda sha, ext: catalog.fs.exists(catalog.layout.blob(name, sha, ext))):
+    for data, ext in read_exported_blobs(url, sidecar,
+                                         have=lambda sha, ext: catalog.fs.exists(catalog.layout.blob(name, sha, ext))):
         catalog.put_blob(name, data, ext)
 
 

@@ -17,8 +17,8 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.order.permutation import Permutation, key_of, sample_seeds
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle
 
-__all__ = ["BatchPlan", "plan_batch", "plan_batches", "plan_steps", "batch_indices", "epoch_order", "samples_at", "locate_step",
-           "steps_in_epoch", "epoch_start_step", "epoch_end", "mixture_counts"]
+__all__ = ["BatchPlan", "plan_batch", "plan_batches", "plan_steps", "batch_indices", "epoch_order", "samples_at",
+           "locate_step", "steps_in_epoch", "epoch_start_step", "epoch_end", "mixture_counts"]
 
 
 @dataclass(frozen=True)

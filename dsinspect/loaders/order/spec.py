@@ -83,7 +83,8 @@ class RunSpec:
         _check(bool(self.sources), "a run needs at least one source")
         for s in self.sources:
             _check(s.rows > 0, f"source {s.name}@{s.version[:12]} has no rows")
-            _check(s.weight > 0 and s.weight != float("inf"), f"source {s.name} has weight {s.weight}; weights must be positive and finite")
+            _check(s.weight > 0 and s.weight != float("inf"),
+                   f"source {s.name} has weight {s.weight}; weights must be positive and finite")
         for name in ("batch_size", "world_size", "window_shards", "mixture_block"):
             _check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
         _check(isinstance(self.seed, int) and self.seed >= 0, "seed must be a non-negative integer")
@@ -141,7 +142,8 @@ class RunSpec:
     def from_json(cls, data: Any, where: str = "run spec") -> "RunSpec":
         try:
             if data.get("format") != SPEC_FORMAT:
-                raise UserError(f"{where}: not a dsinspect run spec (format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
+                raise UserError(f"{where}: not a dsinspect run spec "
+                                f"(format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
             order, start = data["order"], data.get("start", {})
             spec = cls(sources=tuple(Source(*_source_names(s, i), tuple(int(r) for r in s["shard_rows"]),
                                             float(s["weight"]))
@@ -149,7 +151,8 @@ class RunSpec:
                        seed=order["seed"], batch_size=data["batch_size"], world_size=data["world_size"],
                        shuffle=order["shuffle"], window_shards=order["window_shards"], last_batch=data["last_batch"],
                        epoch_size=order["epoch_size"], mixture_block=order["mixture_block"],
-                       start=Start(int(start.get("step", 0)), int(start.get("epoch", 0)), int(start.get("position", 0))))
+                       start=Start(int(start.get("step", 0)), int(start.get("epoch", 0)),
+                                   int(start.get("position", 0))))
         except UserError as e:
             raise UserError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
@@ -168,7 +171,8 @@ class RunSpec:
     # -- building ------------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, catalog: "Catalog", addresses: str | Sequence[str] | Mapping[str, float], **options: Any) -> "RunSpec":
+    def create(cls, catalog: "Catalog", addresses: str | Sequence[str] | Mapping[str, float],
+               **options: Any) -> "RunSpec":
         """A spec over one address or a weighted mixture ({address: weight}); pins version ids."""
         if isinstance(addresses, str):
             addresses = {addresses: 1.0}

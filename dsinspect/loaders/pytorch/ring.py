@@ -4,9 +4,9 @@ arrays to the main process without pickling them (torch-free: numpy and multipro
 The worker writes a batch's arrays into the next slot of its ring and sends only a `RingBatch`
 (segment name, slot offset, sequence number, the batch with each array replaced by a marker, and
 each array's place: offset, size, dtype, shape). The main process copies the arrays out into fresh
-ones, so what it hands on owns its memory and no lifetime protocol is needed. Each slot starts with the sequence number of the batch
-in it; the reader checks it before and after copying, so a slot reused too early is a clear error,
-never a silently wrong batch.
+ones, so what it hands on owns its memory and no lifetime protocol is needed. Each slot starts with
+the sequence number of the batch in it; the reader checks it before and after copying, so a slot
+reused too early is a clear error, never a silently wrong batch.
 
 Segments are named `<prefix>-w<worker>-g<generation>` (a generation is a bigger ring made when a
 batch outgrows the slots), so the main process can remove every one of them by name when a pass

@@ -49,7 +49,7 @@ class ChunkSender:
                     self._ring = RingWriter(transfer.prefix, self.worker, transfer.slots)
                 return self._ring.put(chunk)
             except OSError as e:  # e.g. no room in /dev/shm: the pipe still works
-                warnings.warn(f"shared-memory ring unavailable ({e}); sending batches through the pipe")
+                warnings.warn(f"shared-memory ring unavailable ({e}); sending batches through the pipe", stacklevel=2)
                 self.transfer = transfer._replace(prefix=None)
         return WorkerChunk(chunk)
 

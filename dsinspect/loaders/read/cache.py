@@ -137,7 +137,7 @@ class CachedShard:
         first, last = starts // BLOCK, (ends - 1) // BLOCK
         blocks = np.concatenate([first, last])
         if (last - first > 1).any():  # ranges spanning 3+ blocks: take every block between
-            spans = [np.arange(f, l + 1) for f, l in zip(first, last) if l - f > 1]
+            spans = [np.arange(lo, hi + 1) for lo, hi in zip(first, last) if hi - lo > 1]
             blocks = np.concatenate([blocks, *spans])
         todo = blocks[~self._checked[blocks]]  # the common case, all checked, costs no sort
         if not len(todo):
@@ -250,7 +250,8 @@ class ShardCache:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
         os.close(fd)
         try:
-            table = pq.ParquetFile(parquet).read().combine_chunks()  # read_table would import pyarrow.dataset (and pandas)
+            # not pq.read_table: that would import pyarrow.dataset (and pandas)
+            table = pq.ParquetFile(parquet).read().combine_chunks()
             rows = table.num_rows
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 for rb in table.to_batches():

@@ -25,7 +25,8 @@ from dsinspect.loaders.read.touched import touched_ranges
 __all__ = ["column_view", "gather", "gather_column", "dense_to_arrow", "is_numeric_dense",
            "FixedView", "ListView", "FixedListView", "ArrowView"]
 
-Part = tuple["View", np.ndarray, "np.ndarray | None"]  # (view, rows in its shard, output positions; None: all, in order)
+# (view, rows in its shard, output positions; None: all, in order)
+Part = tuple["View", np.ndarray, "np.ndarray | None"]
 _NO_RANGES = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 

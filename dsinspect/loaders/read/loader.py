@@ -114,8 +114,9 @@ _PLAN_CHUNK = 256    # steps planned per vectorised pass (and looked ahead for s
 class Loader:
     """One rank's batches. `prefetch` batches are assembled ahead in a thread; off by default, since
     assembly is GIL-bound Python (measured: a thread halved throughput) while shard fetches already
-    run ahead in the background along the known order. `cache` is the node-local shard cache (default: $DSINSPECT_CACHE, no
-    bound); `stats_interval` logs a stats line (and a starvation warning) every so many seconds.
+    run ahead in the background along the known order. `cache` is the node-local shard cache
+    (default: $DSINSPECT_CACHE, no bound); `stats_interval` logs a stats line (and a starvation
+    warning) every so many seconds.
     `transform(batch)` runs where the batch is read (prefetch thread, DataLoader worker); its result
     is `batch.transformed`. Seed randomness from `batch.seeds` (one per sample, derived from the
     run seed, epoch and index), so replay re-creates exactly what the model was fed.

@@ -21,7 +21,8 @@ from dsinspect.lru import LRU
 
 __all__ = ["BatchReader", "Layout"]
 
-Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]  # ((source, shard), rows in it, output positions)
+# ((source, shard), rows in it, output positions)
+Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]
 
 
 class BatchReader:
@@ -53,7 +54,8 @@ class BatchReader:
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
 
-    def read(self, plan: BatchPlan, layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+    def read(self, plan: BatchPlan,
+             layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
         """The rows of `plan` in plan order: per requested column a dense numpy array or an Arrow
         array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array.
         `layout` is the plan's from `layouts` (computed here when not given)."""
@@ -208,4 +210,5 @@ class BatchReader:
                 raise UserError(f"{version.address} has no field(s) {missing}")
             differ = [c for c in self.columns if types[c] != first[c]]
             if differ:
-                raise UserError(f"mixture sources disagree on the type of {differ}: pick common columns with columns=[...]")
+                raise UserError(f"mixture sources disagree on the type of {differ}: "
+                                "pick common columns with columns=[...]")

@@ -70,7 +70,8 @@ class ReadStats:
             cause = f"storage: {s['retries']} retried fetches"
         else:
             cause = "reading/decoding rows is slower than the training step; add DataLoader workers"
-        return f"data-starved: the training loop waited {s['recent_wait_fraction']:.0%} of recent time for batches ({cause})"
+        return (f"data-starved: the training loop waited {s['recent_wait_fraction']:.0%} of recent time "
+                f"for batches ({cause})")
 
 
 class PeriodicLogger:

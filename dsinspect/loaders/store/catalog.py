@@ -122,7 +122,8 @@ class Catalog:
                                 + ", ".join(m[:16] for m in matches))
             raise NotFoundError(f"no version of {name!r} starts with {ref!r}")
         hint = f"tags: {', '.join(sorted(tags))}" if tags else "it has no tags"
-        raise NotFoundError(f"{name!r} has no tag {ref!r} ({hint}; or give >= {HEX_PREFIX_MIN} hex digits of a version id)")
+        raise NotFoundError(f"{name!r} has no tag {ref!r} "
+                            f"({hint}; or give >= {HEX_PREFIX_MIN} hex digits of a version id)")
 
     def version(self, name: str, version_id: str) -> DatasetVersion:
         return DatasetVersion(self, name, version_id, self.manifest(name, version_id))

@@ -43,8 +43,8 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
 def catalog_listing(catalog: Catalog) -> dict[str, Any]:
     """Every dataset with its versions (oldest first) and tags. A stored file that cannot be read
     (a truncated manifest, a damaged tags.json) is listed under the dataset's `broken` as
-    {"id", "short_id", "path", "reason", "tags"} (id None for tags.json) and the rest lists as usual; `broken` at the top counts them all.
-    A catalog that does not exist is a NotFoundError."""
+    {"id", "short_id", "path", "reason", "tags"} (id None for tags.json) and the rest lists as usual;
+    `broken` at the top counts them all. A catalog that does not exist is a NotFoundError."""
     catalog.check_exists()
     datasets = [_dataset_listing(catalog, name) for name in catalog.datasets()]
     return {"catalog": catalog.url, "datasets": datasets, "broken": sum(len(d["broken"]) for d in datasets)}

@@ -33,7 +33,8 @@ def verify_shards_task(payload: dict) -> dict:
     version = catalog.version(payload["dataset"], payload["version"])
     first, stop = payload["shards"]
     reports = [verify_shard(version, i) for i in range(first, stop)]
-    return {"shards": [asdict(r) for r in reports], "bytes": sum(version.manifest.shards[i].bytes for i in range(first, stop))}
+    return {"shards": [asdict(r) for r in reports],
+            "bytes": sum(version.manifest.shards[i].bytes for i in range(first, stop))}
 
 
 def verify_parallel(version: DatasetVersion, engine: str = "pool", workers: int | None = None,
