@@ -23,7 +23,8 @@ PUBLIC = {
         "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch",
     ],
     "dsinspect.loaders.pytorch": ["TorchBatches", "TorchLoader", "batch_to_torch"],
-    "dsinspect.loaders.ingest": ["ingest", "run_ingest", "IngestProgress", "IngestResult", "convert_part"],
+    "dsinspect.loaders.ingest": ["ingest", "run_ingest", "IngestProgress", "IngestResult", "convert_part",
+                                 "export_version"],
     "dsinspect.loaders.diff": ["diff", "VersionDiff", "SchemaChange", "ShardChanges", "RowChanges"],
 }
 INTERNAL = ["format", "compute", "store", "order", "records", "read", "audit"]
