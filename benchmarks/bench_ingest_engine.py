@@ -1,6 +1,6 @@
 """Ingest engines compared: inline (this process) against the process pool with 1 and 2 workers, over
-source kinds (JSONL, Parquet, WebDataset tars of binary members), total sizes and numbers of parts. Finds where the pool starts to pay
-for its spawned workers (each imports dsinspect and pyarrow) on this machine; the `auto` engine's
+source kinds (JSONL, Parquet, WebDataset tars of binary members), total sizes and numbers of parts. Finds where
+the pool starts to pay for its spawned workers (each imports dsinspect and pyarrow) on this machine; the `auto` engine's
 thresholds (`dsinspect/loaders/ingest/engine_choice.py`) come from these figures. Not a test.
 
 For every (kind, size, parts) the engines run in turn, `--repeats` times, each into a fresh catalog
@@ -153,7 +153,8 @@ def main() -> None:
                     r1 = times["pool1"]["wall"] / times["inline"]["wall"]
                     r2 = times["pool2"]["wall"] / times["inline"]["wall"]
                     print(f"{kind:<8} {sum(part_bytes) / MB:>5.1f} {parts:>5} {times['inline']['wall']:>9.2f} "
-                          f"{times['pool1']['wall']:>8.2f} {times['pool2']['wall']:>8.2f} {r1:>8.2f} {r2:>8.2f}  {auto}",
+                          f"{times['pool1']['wall']:>8.2f} {times['pool2']['wall']:>8.2f} "
+                          f"{r1:>8.2f} {r2:>8.2f}  {auto}",
                           flush=True)
                     rows.append({"kind": kind, "bytes": sum(part_bytes), "parts": parts, "times": times,
                                  "pool1_over_inline": round(r1, 3), "pool2_over_inline": round(r2, 3), "auto": auto})
@@ -164,7 +165,8 @@ def main() -> None:
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "python": sys.version.split()[0],
             "pyarrow": pa.__version__, "repeats": args.repeats}
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
-    tail = ("-quick" if args.quick else "") + ("" if args.kinds == "jsonl,parquet" else "-" + args.kinds.replace(",", "-"))
+    tail = ("-quick" if args.quick else "") + ("" if args.kinds == "jsonl,parquet"
+                                               else "-" + args.kinds.replace(",", "-"))
     out = Path(__file__).parent / "results" / f"ingest-engine-{dt.date.today().isoformat()}{tail}.json"
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")

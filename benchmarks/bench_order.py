@@ -71,12 +71,16 @@ def bench_pure() -> None:
     for name in names:
         for mode in ("cold", "warm"):
             if mode == "cold":
-                cells = interleaved_medians(lambda step, i: plan_batch(cold[step, i][name], step, 63), STEPS, REPEATS)
+                cells = interleaved_medians(
+                    lambda step, i: plan_batch(cold[step, i][name], step, 63),  # noqa: B023 (run at once)
+                    STEPS, REPEATS)
             else:
                 for step in STEPS:
                     plan_batch(warm[name], step, 63)  # fill the caches of this epoch and block
                     plan_batch(warm[name], step + 1, 63)
-                cells = interleaved_medians(lambda step, i: plan_batch(warm[name], step + i % 2, 63), STEPS, REPEATS)
+                cells = interleaved_medians(
+                    lambda step, i: plan_batch(warm[name], step + i % 2, 63),  # noqa: B023 (run at once)
+                    STEPS, REPEATS)
             cells = [c * 1e6 for c in cells]
             print(f"    {name if mode == 'cold' else '':<24} {mode:<5}" + "".join(f"{c:>12.0f}" for c in cells)
                   + f"{cells[-1] / cells[0]:>9.2f}x")
@@ -127,7 +131,8 @@ def bench_resume() -> None:
         print(f"    {shuffle}: {per_epoch} steps per epoch; first reads (shard cache fill), untimed: "
               f"{time.perf_counter() - t0:.1f} s")
         states = {frac: LoaderState.at(spec, step, 3).to_json() for frac, step in steps.items()}
-        medians = interleaved_medians(lambda frac, i: resume_time(spec, cat, states[frac], 3), list(steps), 11)
+        medians = interleaved_medians(
+            lambda frac, i: resume_time(spec, cat, states[frac], 3), list(steps), 11)  # noqa: B023 (run at once)
         for (frac, step), seconds in zip(steps.items(), medians):
             print(f"      {frac:>4.0%} of epoch 1 (step {step:>5}): {seconds * 1e3:7.2f} ms  "
                   f"({seconds / medians[0]:4.2f}x the 1% figure)")

@@ -66,7 +66,8 @@ CONFIGS = [  # (reader, workload, num_workers)
     ("torch-arrow-rows", "tokens", 2),
     ("hf-datasets-arrow", "tokens", 0),       # HF with_format("arrow") instead of numpy (extra)
     ("hf-datasets-arrow", "tokens", 2),
-    ("dsinspect-run1", "tokens", 2),          # TorchLoader(batches_per_transfer=1): one DataLoader item per batch (extra)
+    # TorchLoader(batches_per_transfer=1): one DataLoader item per batch (extra)
+    ("dsinspect-run1", "tokens", 2),
     ("dsinspect-run1", "images", 2),
 ]
 EXTRA = {"dsinspect-torchloader", "dsinspect-prefetch2", "torch-arrow-rows", "hf-datasets-arrow", "dsinspect-run1"}
@@ -91,8 +92,9 @@ def _dsinspect_writer_key() -> str:
 
 def paths(mode: str) -> dict[str, Path]:
     d = data_dir(mode)
+    key = os.environ.get("DSINSPECT_BENCH_CATALOG_KEY") or _dsinspect_writer_key()
     return {"dir": d, "tokens_arrow": d / "tokens.arrow", "images_arrow": d / "images.arrow",
-            "catalog": d / f"dsinspect-catalog-{os.environ.get('DSINSPECT_BENCH_CATALOG_KEY') or _dsinspect_writer_key()}", "hf_tokens": d / "hf-tokens",
+            "catalog": d / f"dsinspect-catalog-{key}", "hf_tokens": d / "hf-tokens",
             "hf_images": d / "hf-images", "mds_tokens": d / "mds-tokens", "mds_images": d / "mds-images",
             "lit_tokens": d / "litdata-tokens", "lit_images": d / "litdata-images"}
 
@@ -182,10 +184,12 @@ def prepare(mode: str, log) -> dict[str, float]:
     def tokens_source():
         rng = np.random.default_rng(DATA_SEED)
         tok = rng.integers(0, VOCAB, size=(n["tokens"], SEQ), dtype=np.int32)
-        _write_arrow(p["tokens_arrow"], pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(tok.ravel()), SEQ)}))
+        _write_arrow(p["tokens_arrow"],
+                     pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(tok.ravel()), SEQ)}))
 
     def images_source():
-        _write_arrow(p["images_arrow"], pa.table({"image": pa.array([make_image(i) for i in range(n["images"])], pa.binary())}))
+        _write_arrow(p["images_arrow"],
+                     pa.table({"image": pa.array([make_image(i) for i in range(n["images"])], pa.binary())}))
 
     step("tokens.arrow (source, also the torch/torchdata file)", p["tokens_arrow"], tokens_source)
     step("images.arrow (source, also the torch/torchdata file)", p["images_arrow"], images_source)
@@ -448,7 +452,8 @@ class DsinspectReader(Reader):
         cat, spec = self._spec()
         if self.nw == 0 and self.variant != "torch":
             from dsinspect.loaders import Loader
-            transform = (lambda b: decode_many(b.table.column("image").to_pylist())) if self.workload == "images" else None
+            transform = ((lambda b: decode_many(b.table.column("image").to_pylist()))
+                         if self.workload == "images" else None)
             options = {"prefetch": 2} if self.variant == "prefetch2" else {}  # else the library's default
             loader = Loader(spec, 0, cat, columns=[self._column()], transform=transform, **options)
         else:
@@ -1066,7 +1071,8 @@ def summarise(results: dict, base: dict) -> dict:
                                if mine and base.get("gather_sorted_samples_per_s") else None}
         pil = base.get("pillow_1proc_images_per_s" if nw == 0 else "pillow_2proc_images_per_s")
         mine = get("dsinspect", "images", nw, "samples_per_s")
-        s[f"images_nw{nw}"] = {"dsinspect": mine, "pillow": pil, "ratio": round(mine / pil, 3) if mine and pil else None,
+        s[f"images_nw{nw}"] = {"dsinspect": mine, "pillow": pil,
+                               "ratio": round(mine / pil, 3) if mine and pil else None,
                                "target": 0.95 if nw == 0 else 0.85}
     for w in ("tokens", "images"):
         s[f"ttfb_{w}_nw0_ms"] = get("dsinspect", w, 0, "ttfb_ms")
@@ -1083,7 +1089,8 @@ def targets_rows(s: dict, results: dict) -> list[tuple[str, str, str, str]]:
         t = s[f"tokens_nw{nw}"]
         r = t["ratio"]
         rows.append((f"tokens, {nw} workers: dsinspect / best peer", f"≥ {t['target']:.0f}×",
-                     f"{r:.2f}× ({_fmt_rate(t['dsinspect'])}/s vs {t['best_peer']} {_fmt_rate(t['best_peer_samples_per_s'])}/s)"
+                     f"{r:.2f}× ({_fmt_rate(t['dsinspect'])}/s vs {t['best_peer']} "
+                     f"{_fmt_rate(t['best_peer_samples_per_s'])}/s)"
                      if r else "—", ok(r >= t["target"] if r else None)))
     for nw in (0, 2):
         t = s[f"images_nw{nw}"]
@@ -1103,11 +1110,13 @@ def targets_rows(s: dict, results: dict) -> list[tuple[str, str, str, str]]:
         p0, p2 = (results.get(f"torch-arrow|{w}|{nw}") or {} for nw in (0, 2))
         if "rss" in r0 and "rss" in r2:
             peer = (f"; torch-arrow +{p0['rss']['growth_anon_mb']:.0f} / +{p2['rss']['growth_anon_mb']:.0f} and "
-                    f"+{p0['rss']['growth_mb']:.0f} / +{p2['rss']['growth_mb']:.0f}") if "rss" in p0 and "rss" in p2 else ""
+                    f"+{p0['rss']['growth_mb']:.0f} / +{p2['rss']['growth_mb']:.0f}"
+                    if "rss" in p0 and "rss" in p2 else "")
             rows.append((f"{w}: peak RSS bounded by prefetch window + cache bound, not dataset size",
                          "bounded",
-                         f"growth over the process after imports, 0 / 2 workers: private (anon) +{r0['rss']['growth_anon_mb']:.0f}"
-                         f" / +{r2['rss']['growth_anon_mb']:.0f} MB, with mapped file pages +{r0['rss']['growth_mb']:.0f} / "
+                         "growth over the process after imports, 0 / 2 workers: "
+                         f"private (anon) +{r0['rss']['growth_anon_mb']:.0f} / +{r2['rss']['growth_anon_mb']:.0f} MB, "
+                         f"with mapped file pages +{r0['rss']['growth_mb']:.0f} / "
                          f"+{r2['rss']['growth_mb']:.0f} MB{peer}",
                          "private memory: met (at 2 w it is the two worker processes themselves); mapped pages grow "
                          "with the data touched, as for every memory-mapping reader"))
@@ -1151,22 +1160,25 @@ def render(results: dict, base: dict, summary: dict, meta: dict) -> str:
             def exact(r):
                 return "—" if r is None or "error" in r else ("yes" if r["resume_exact"] else "no")
             label = f"{name}" + (" *(extra)*" if name in EXTRA else "")
-            lines.append(f"| {w} | {label} | {cell(r0, 'samples_per_s', _fmt_rate)} | {cell(r2, 'samples_per_s', _fmt_rate)} | "
+            lines.append(f"| {w} | {label} | "
+                         f"{cell(r0, 'samples_per_s', _fmt_rate)} | {cell(r2, 'samples_per_s', _fmt_rate)} | "
                          f"{cell(r0, 'ttfb_ms', _fmt_ms)} / {cell(r2, 'ttfb_ms', _fmt_ms)} | "
                          f"{cell(r0, 'resume_ttfb_ms', _fmt_ms)} / {cell(r2, 'resume_ttfb_ms', _fmt_ms)} | "
                          f"{exact(r0)} / {exact(r2)} | {rss(r0)} | {rss(r2)} |")
     lines.append("")
     lines.append("Baselines (same run): "
-                 f"page-cache read of the memory-mapped token file {base.get('page_cache_bytes_per_s', 0) / 1e9:.1f} GB/s "
+                 "page-cache read of the memory-mapped token file "
+                 f"{base.get('page_cache_bytes_per_s', 0) / 1e9:.1f} GB/s "
                  f"= {_fmt_rate(base.get('page_cache_samples_per_s'))} samples/s; numpy gather of 32 shuffled rows "
                  f"from it {_fmt_rate(base.get('gather_sorted_samples_per_s'))} samples/s; Pillow decode "
                  f"{_fmt_rate(base.get('pillow_1proc_images_per_s'))} images/s (1 process), "
-                 f"{_fmt_rate(base.get('pillow_2proc_images_per_s'))} images/s (2 processes); torch DataLoader transfer "
-                 f"ceiling with 2 workers (a batch that costs nothing to make, one tensor) "
+                 f"{_fmt_rate(base.get('pillow_2proc_images_per_s'))} images/s (2 processes); "
+                 "torch DataLoader transfer ceiling with 2 workers (a batch that costs nothing to make, one tensor) "
                  f"{_fmt_rate(base.get('transfer_2w_tokens_samples_per_s'))} samples/s for token batches, "
                  f"{_fmt_rate(base.get('transfer_2w_images_samples_per_s'))} for image batches.")
     lines.append("")
-    codes = sorted({r.get("dsinspect_code") for k, r in results.items() if k.startswith("dsinspect") and "error" not in r})
+    codes = sorted({r.get("dsinspect_code") for k, r in results.items()
+                    if k.startswith("dsinspect") and "error" not in r})
     if len(codes) > 1:
         lines.append(f"Note: dsinspect's code changed during this run ({', '.join(map(str, codes))}); "
                      "each configuration's `dsinspect_code` is in the JSON.")
@@ -1185,8 +1197,9 @@ def render(results: dict, base: dict, summary: dict, meta: dict) -> str:
                      "the number is from the second try): treat it as a lower bound.")
         lines.append("")
     lines.append("RSS is the sum over the main process and its DataLoader workers, sampled every 10 ms; it counts the "
-                 "touched pages of memory-mapped files (shared, reclaimable page cache), so a reader that maps its data "
-                 "grows with the data it has touched; anon = private (anonymous) memory only. See benchmarks/README.md.")
+                 "touched pages of memory-mapped files (shared, reclaimable page cache), so a reader that maps its "
+                 "data grows with the data it has touched; anon = private (anonymous) memory only. "
+                 "See benchmarks/README.md.")
     return "\n".join(lines) + "\n"
 
 
@@ -1226,7 +1239,6 @@ def main() -> int:
     env = {**os.environ, "DSINSPECT_CACHE": cache, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(run_dir / "hf-cache")}
     try:
-        t = time.perf_counter()
         warm_s = warm_shard_cache(mode, cache)
         log(f"dsinspect shard cache (temp {cache}) warmed in {warm_s:.1f} s")
         nbytes, secs = warm_page_cache(mode)
@@ -1241,7 +1253,8 @@ def main() -> int:
             base = {"error": base["error"]}
         else:
             log(f"baselines: page cache {base['page_cache_bytes_per_s'] / 1e9:.1f} GB/s = "
-                f"{_fmt_rate(base['page_cache_samples_per_s'])} samples/s; gather {_fmt_rate(base['gather_sorted_samples_per_s'])}"
+                f"{_fmt_rate(base['page_cache_samples_per_s'])} samples/s; "
+                f"gather {_fmt_rate(base['gather_sorted_samples_per_s'])}"
                 f"/s; Pillow {_fmt_rate(base['pillow_1proc_images_per_s'])}/s (1 proc), "
                 f"{_fmt_rate(base['pillow_2proc_images_per_s'])}/s (2 procs)")
         base["contention"] = contention
@@ -1262,7 +1275,8 @@ def main() -> int:
                 log(f"  {key:<38} ERROR {res['error'][:400]}")
             else:
                 log(f"  {key:<38} {_fmt_rate(res['samples_per_s']):>9}/s  ttfb {_fmt_ms(res['ttfb_ms']):>6} ms  "
-                    f"resume {_fmt_ms(res['resume_ttfb_ms']):>6} ms ({'exact' if res['resume_exact'] else 'NOT exact'})  "
+                    f"resume {_fmt_ms(res['resume_ttfb_ms']):>6} ms "
+                    f"({'exact' if res['resume_exact'] else 'NOT exact'})  "
                     f"rss {res['rss']['peak_mb']:.0f} MB (anon {res['rss']['peak_anon_mb']:.0f})  "
                     f"[{contention['wall_s']:.0f} s{', contended' if res['contended'] else ''}]")
         loadavg_end = list(os.getloadavg())
@@ -1282,7 +1296,8 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     suffix = "" if mode == "full" else "-quick"
     out = RESULTS / f"read-{date}{suffix}.json"
-    out.write_text(json.dumps({"meta": meta, "baselines": base, "summary": summary, "results": results}, indent=1) + "\n")
+    out.write_text(json.dumps({"meta": meta, "baselines": base, "summary": summary, "results": results},
+                              indent=1) + "\n")
     (RESULTS / f"latest{suffix}.md").write_text(table)
     print(f"wrote {out.relative_to(REPO)} and {(RESULTS / f'latest{suffix}.md').relative_to(REPO)}; "
           f"total {time.perf_counter() - started:.0f} s")

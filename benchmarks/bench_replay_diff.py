@@ -74,8 +74,8 @@ def main() -> None:
         replay(spec, step, 0, cat)  # warm the OS page cache alike for both
     near, far = [], []
     for i in range(15):
-        near.append(timed(lambda: replay(spec, 10 + i, i % 8, cat)))
-        far.append(timed(lambda: replay(spec, 10**7 + i, i % 8, cat)))
+        near.append(timed(lambda: replay(spec, 10 + i, i % 8, cat)))  # noqa: B023 (run at once)
+        far.append(timed(lambda: replay(spec, 10**7 + i, i % 8, cat)))  # noqa: B023 (run at once)
     r_near, r_far = statistics.median(near), statistics.median(far)
     epoch = replay(spec, 10**7, 0, cat).epoch
     print("\n(a) replay of one rank's batch (32 rows), median of 15")
@@ -101,11 +101,14 @@ def main() -> None:
         diffs, alls, reads = [], [], []
         for _ in range(5):  # interleaved, so a busy spell on the machine lands on all alike
             diffs.append(timed(lambda: diff(Catalog(cat.url).version("bench", v1.id),
-                                            Catalog(cat.url).version("bench", v2.id), limit=100)))
+                                            Catalog(cat.url).version("bench", v2.id),  # noqa: B023 (run at once)
+                                            limit=100)))
             alls.append(timed(lambda: diff(Catalog(cat.url).version("bench", v1.id),
-                                           Catalog(cat.url).version("bench", v2.id), limit=None)))
-            reads.append(timed(lambda: (read_fully(Catalog(cat.url).version("bench", v1.id)),
-                                        read_fully(Catalog(cat.url).version("bench", v2.id)))))
+                                           Catalog(cat.url).version("bench", v2.id),  # noqa: B023 (run at once)
+                                           limit=None)))
+            reads.append(timed(lambda: (
+                read_fully(Catalog(cat.url).version("bench", v1.id)),
+                read_fully(Catalog(cat.url).version("bench", v2.id)))))  # noqa: B023 (run at once)
         d, every, full = statistics.median(diffs), statistics.median(alls), statistics.median(reads)
         shared = len(result.shards.shared)
         print(f"  {label:9s}  shards shared {shared:2d}/{len(v1.manifest.shards)}  "

@@ -178,8 +178,8 @@ def main() -> None:
     for name in args.datasets.split(","):
         r = asyncio.run(bench_open(name, args.repeat))
         flag = "" if r["median"] <= 0.2 else "  over target"
-        print(f"  {name:<30}" + "".join(f"{r[k] * 1000:>8.0f}" for k in ("first", "text", "median", "max", "cpu", "key"))
-              + flag)
+        print(f"  {name:<30}"
+              + "".join(f"{r[k] * 1000:>8.0f}" for k in ("first", "text", "median", "max", "cpu", "key")) + flag)
     print("  first: the first open (composes the sample screen); text: the field's text drawn; all: with its\n"
           "  picture / video frame; cpu: the process's CPU time for an open (all threads; on a shared machine\n"
           "  the steadier figure); key: a cursor-moving key press through Pilot, for scale")

@@ -106,7 +106,7 @@ def main() -> int:
             print(text[text.find("   ncalls"):])
         # per batch, the functions that matter most
         rows = []
-        for (file, line, fn), (cc, nc, tt, ct, _) in stats.stats.items():
+        for (file, line, fn), (_, nc, tt, ct, _) in stats.stats.items():
             rows.append((ct, tt, nc, f"{Path(file).name}:{line}({fn})"))
         rows.sort(reverse=True)
         print("--- per batch (us), cumulative / own / calls per batch, top 30 by cumulative ---")
@@ -133,7 +133,8 @@ def main() -> int:
         others = first_batch_others(p, ids, args.prefetch)
         print(f"\n--- time to first batch: median {walls[2] * 1e3:.1f} ms unprofiled ({others}); "
               "profile of 5 (ms per first batch) ---")
-        rows = [(ct, tt, nc, f"{Path(f).name}:{ln}({fn})") for (f, ln, fn), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
+        rows = [(ct, tt, nc, f"{Path(f).name}:{ln}({fn})")
+                for (f, ln, fn), (cc, nc, tt, ct, _) in pstats.Stats(prof).stats.items()]
         rows.sort(reverse=True)
         for ct, tt, nc, name in rows[:args.top + 10]:
             print(f"{ct / 5 * 1e3:9.2f} {tt / 5 * 1e3:9.2f} {nc / 5:8.1f}  {name}")
@@ -156,7 +157,7 @@ def first_batch_others(p: dict, ids: dict, prefetch: int) -> str:
         if workload == "images":
             transform = lambda b: br.decode_many(b.table.column("image").to_pylist())  # noqa: E731
             with Loader(spec, 0, cat, columns=["image"], transform=transform, prefetch=prefetch) as ld:
-                next(iter(ld)).transformed
+                next(iter(ld))
         else:
             with Loader(spec, 0, cat, columns=["tokens"], prefetch=prefetch) as ld:
                 if resume:

@@ -39,7 +39,8 @@ TOY_FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens",
 
 
 def toy_rows(n, start=0):
-    return [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)} for i in range(start, start + n)]
+    return [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)}
+            for i in range(start, start + n)]
 
 
 def forge_rl_version(catalog_dir, tmp_path):
@@ -63,7 +64,8 @@ def forge_rl_version(catalog_dir, tmp_path):
     sha = hashlib.sha256(raw).hexdigest()
     (catalog_dir / "datasets" / "demo-rl" / "shards" / f"{sha}.parquet").write_bytes(raw)
     shards = (Shard(sha, len(raw), v.manifest.shards[0].rows), *v.manifest.shards[1:])
-    publish(cat.fs, cat.layout, "demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}), ["forged"])
+    publish(cat.fs, cat.layout, "demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}),
+            ["forged"])
     return cat
 
 

@@ -32,7 +32,8 @@ def mutate_bytes(data: bytes, rng: random.Random, rounds: int = 3) -> bytes:
         elif op == 5:
             del out[rng.randrange(len(out) + 1):]
         else:  # overwrite a 4-byte run with an extreme size (headers declaring huge lengths)
-            out[i:i + 4] = rng.choice((b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00", b"\x00\x01\x00\x00"))
+            out[i:i + 4] = rng.choice((b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff",
+                                       b"\x00\x00\x00\x00", b"\x00\x01\x00\x00"))
     return bytes(out)
 
 
@@ -53,7 +54,8 @@ def _mutate_node(node: Any, rng: random.Random, depth: int) -> Any:
     if action < 0.1:
         node.pop(key) if isinstance(node, dict) else node.pop(key)
     elif action < 0.15 and isinstance(node, dict):
-        node[rng.choice(["extra", "", "format", "shards", "num_rows", "meta", "order"])] = copy.deepcopy(rng.choice(HOSTILE_VALUES))
+        node[rng.choice(["extra", "", "format", "shards", "num_rows", "meta", "order"])] = copy.deepcopy(
+            rng.choice(HOSTILE_VALUES))
     else:
         node[key] = _mutate_node(child, rng, depth + 1)
     return node

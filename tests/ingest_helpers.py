@@ -3,8 +3,8 @@
 The failing opener is named by "module:function" like any opener, so it runs in pool workers and
 Ray tasks too (they import this module from `tests/`). It wraps the real JSONL reader and, on
 the first attempt at the parts listed in `spec.options["fail"]`, raises an OSError (`"raise"`) or
-kills its own process with SIGKILL (`"kill"`), or raises on every attempt (`"always"`). Attempts are counted with marker files, so a
-retry in another process sees them.
+kills its own process with SIGKILL (`"kill"`), or raises on every attempt (`"always"`). Attempts are
+counted with marker files, so a retry in another process sees them.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def fork_rank(*args) -> int:
             os.setpgid(0, 0)
             run_rank(*args)
             code = 0
-        except BaseException:
+        except BaseException:  # noqa: BLE001 (the forked child prints any failure, then exits 1)
             import traceback
             traceback.print_exc()
         finally:

@@ -75,7 +75,8 @@ def test_every_input_form_gives_the_same_version(catalog):
 
 
 def test_row_groups_and_shards_follow_the_options(catalog):
-    v = catalog.write_version("toy", toy_rows(1000), TOY_FIELDS, options=WriteOptions(row_group_rows=64, shard_rows=300))
+    v = catalog.write_version("toy", toy_rows(1000), TOY_FIELDS,
+                              options=WriteOptions(row_group_rows=64, shard_rows=300))
     assert [s.rows for s in v.manifest.shards] == [300, 300, 300, 100]
     groups = [v.parquet(i).metadata.num_row_groups for i in range(4)]
     assert groups == [math.ceil(300 / 64)] * 3 + [2]

@@ -71,7 +71,8 @@ def test_verify_passes_on_the_sample_catalog():
 
 def test_verify_names_the_shard_with_a_flipped_byte(catalog_copy):
     info = json.loads(run("info", "demo-images@v2", "--json", catalog=catalog_copy).stdout)
-    v1_shards = {s["sha256"] for s in json.loads(run("info", "demo-images@v1", "--json", catalog=catalog_copy).stdout)["shards"]}
+    v1_shards = {s["sha256"]
+                 for s in json.loads(run("info", "demo-images@v1", "--json", catalog=catalog_copy).stdout)["shards"]}
     victim = next(s for s in info["shards"] if s["sha256"] in v1_shards and s["index"] > 0)
     path = catalog_copy / "datasets" / "demo-images" / "shards" / f"{victim['sha256']}.parquet"
     data = bytearray(path.read_bytes())
@@ -134,7 +135,8 @@ def test_sample_data_command_writes_a_usable_catalog(tmp_path):
     record = json.loads(done.stdout)
     assert sorted(record["datasets"]) == sorted(DATASETS)
     listing = json.loads(run("ls", "--json", catalog=tmp_path / "demo").stdout)
-    assert {d["name"]: d["tags"]["v2"] for d in listing["datasets"]} == {n: r["v2"] for n, r in record["datasets"].items()}
+    assert ({d["name"]: d["tags"]["v2"] for d in listing["datasets"]}
+            == {n: r["v2"] for n, r in record["datasets"].items()})
 
 
 def test_version_and_help():

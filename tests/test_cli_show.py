@@ -193,10 +193,11 @@ def test_data_cannot_drive_the_terminal(tmp_path):
     catalog = Catalog(str(tmp_path / "c"))
     evil = "title\x1b]0;pwned\x07 clear\x1b[2J c1\x9b31m"
     fields = [Field("name", pa.string(), "scalar"), Field("body", pa.string(), "text"),
-              Field("tokens", pa.list_(pa.int64()), "tokens", options={"tokenizer": {"kind": "tiktoken", "name": "cl100k_base"}}),
+              Field("tokens", pa.list_(pa.int64()), "tokens",
+                    options={"tokenizer": {"kind": "tiktoken", "name": "cl100k_base"}}),
               Field("doc", pa.string(), "json")]
-    catalog.write_version("evil", [{"name": evil, "body": evil, "tokens": [27, 58, 17, 41], "doc": json.dumps({"k": evil})}],
-                          fields)
+    catalog.write_version("evil", [{"name": evil, "body": evil, "tokens": [27, 58, 17, 41],
+                                    "doc": json.dumps({"k": evil})}], fields)
     done = show("evil:0", catalog=tmp_path / "c")
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x9b" not in done.stdout

@@ -98,7 +98,7 @@ def run_taggers(tmp: Path, rounds: int = 12, url: str | None = None) -> dict:
     assert not lost, f"{len(lost)} tag updates lost: {lost[:6]}"
     assert all(tags[t] == v for t, v in written.items())
     assert tags["moving"] in {written[f"{me}-r{rounds - 1}"] for me in ("a", "b")}, "moving = some writer's last"
-    for tag, vid in tags.items():  # every tag names a whole version
+    for vid in tags.values():  # every tag names a whole version
         Catalog(catalog.url).version("tags", vid)
     return {"tag_updates": 4 * rounds, "lost": len(lost), "reader_checks": watched["checks"]}
 

@@ -119,7 +119,8 @@ def test_corpus_has_multibyte_and_markers():
     corpus = tokenizer.corpus_text()
     assert 25_000 <= len(corpus.encode("utf-8")) <= 60_000
     assert sum(ord(c) > 127 for c in corpus) > 1000
-    for needle in ["é", "ß", "ł", "α", "ж", "の", "中", "한", "ع", "👩‍💻", "🇯🇵", *tokenizer.SPECIAL_TOKENS[:1], "<|user|>"]:
+    for needle in ["é", "ß", "ł", "α", "ж", "の", "中", "한", "ع", "👩‍💻", "🇯🇵",
+                   *tokenizer.SPECIAL_TOKENS[:1], "<|user|>"]:
         assert needle in corpus, needle
     assert len(tokenizer.documents()) > 50
 

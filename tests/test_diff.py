@@ -229,7 +229,8 @@ def spy_row_group_reads(monkeypatch) -> list[tuple]:
     monkeypatch.setattr(DatasetVersion, "read_row_group", lambda self, shard, group, columns=None: (
         reads.append((self.id, shard, group, tuple(columns or ()))) or one(self, shard, group, columns)))
     monkeypatch.setattr(DatasetVersion, "read_row_groups", lambda self, shard, groups, columns=None: (
-        reads.extend((self.id, shard, g, tuple(columns or ())) for g in groups) or several(self, shard, groups, columns)))
+        reads.extend((self.id, shard, g, tuple(columns or ())) for g in groups)
+        or several(self, shard, groups, columns)))
     return reads
 
 

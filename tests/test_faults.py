@@ -51,7 +51,8 @@ def epoch(catalog: Catalog, cache_root, retries: int = 4) -> list:
 
 def test_spec_grammar_round_trips_and_refuses_bad_specs():
     spec = FaultSpec.parse("seed=7, error=0.05,truncate=0.02,flip=0.02,slow=0.01,delay=0,match=*.parquet")
-    assert (spec.seed, spec.error, spec.truncate, spec.flip, spec.slow, spec.match) == (7, 0.05, 0.02, 0.02, 0.01, "*.parquet")
+    assert ((spec.seed, spec.error, spec.truncate, spec.flip, spec.slow, spec.match)
+            == (7, 0.05, 0.02, 0.02, 0.01, "*.parquet"))
     assert FaultSpec.parse(spec.to_text()) == spec
     for bad, word in [("error=2", "error"), ("seed=x", "seed"), ("bogus=1", "bogus"), ("error", "error"),
                       ("error=0.6,flip=0.6", "sum"), ("flip=nan", "flip"), ("error=0.1,error=0.2", "twice"),
@@ -138,7 +139,8 @@ def test_loader_epochs_survive_ten_thousand_faults_with_exact_output(catalog_dir
     flipped download fails its sha256 check and is fetched again. fetch.py's contract is to re-fetch
     once on a hash mismatch and then refuse: when one shard's download is damaged twice, the round ends
     in an IntegrityError naming the shard URL and both hashes (asserted) and is run again, as a
-    restarted job would; so does the rare round where one fetch exhausts its retries. Only faults of rounds that ended in exactly the clean output are counted."""
+    restarted job would; so does the rare round where one fetch exhausts its retries. Only faults of
+    rounds that ended in exactly the clean output are counted."""
     clean = epoch(Catalog(str(catalog_dir)), tmp_path / "clean")
     stats = FaultStats()
     spec = FaultSpec(seed=11, error=0.3, timeout=0.15, slow=0.15, truncate=0.015, flip=0.015, delay=0.0002,
@@ -237,7 +239,8 @@ def test_verify_never_passes_damaged_reads_and_never_raises(catalog_dir):
     assert clean.ok
     damaged = verify_version(faulty_catalog(catalog_dir, FaultSpec(seed=2, flip=1.0, match="*.parquet")).resolve("fz"))
     assert all(not s.ok for s in damaged.shards)
-    slow = verify_version(faulty_catalog(catalog_dir, FaultSpec(seed=2, slow=1.0, delay=0, match="*.parquet")).resolve("fz"))
+    slow = verify_version(
+        faulty_catalog(catalog_dir, FaultSpec(seed=2, slow=1.0, delay=0, match="*.parquet")).resolve("fz"))
     assert slow.ok
     stats = FaultStats()
     mixed = verify_version(faulty_catalog(catalog_dir, FaultSpec(seed=3, error=0.1, truncate=0.1, flip=0.1,

@@ -81,7 +81,7 @@ def _small_inputs(kind: str):
             if kind == "text":
                 yield raw if rng.random() < 0.5 else raw.decode("utf-8", "surrogateescape")
             elif kind == "json":
-                yield rng.choice((lambda: raw, lambda: b'{"a": [1, ' + raw + b"]}",
+                yield rng.choice((lambda: raw, lambda: b'{"a": [1, ' + raw + b"]}",  # noqa: B023 (called at once)
                                   lambda: b"[" * rng.randrange(600) + b"]" * rng.randrange(600)))()
             elif kind == "scalar":
                 yield rng.choice(HOSTILE_VALUES + [raw, 1.5, -0.0])
@@ -125,7 +125,8 @@ def test_trajectories():
     def inputs(rng):
         for _ in range(PER_SEED):
             n = rng.choice((0, 1, 3, 17))
-            value = {"observation": [[rng.choice((0.0, math.nan, math.inf, -1e308))] * rng.randrange(3) for _ in range(n)],
+            value = {"observation": [[rng.choice((0.0, math.nan, math.inf, -1e308))] * rng.randrange(3)
+                                     for _ in range(n)],
                      "action": [rng.choice((0, -1, 2 ** 31)) for _ in range(n + rng.choice((0, 0, 1, -1)))],
                      "reward": [rng.choice((1.0, math.nan, -math.inf, None)) for _ in range(rng.choice((n, n + 2)))],
                      "terminated": [rng.random() < 0.1 for _ in range(n)], "truncated": None}

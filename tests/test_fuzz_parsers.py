@@ -69,7 +69,8 @@ def test_manifest_parsing(manifests):
 
 def test_address_parsing():
     good = ["demo-text", "demo-text@v1:17", "a@latest:0", "x.y_z@0123abcd:0", "A" * 128]
-    pieces = ["@", ":", "..", "/", "\\", "\0", "\n", "%2e", "é", "ａ", "-", "_", ".", "0", "-5", "1e3", " ", "s3://", "C:"]
+    pieces = ["@", ":", "..", "/", "\\", "\0", "\n", "%2e", "é", "ａ",
+              "-", "_", ".", "0", "-5", "1e3", " ", "s3://", "C:"]
 
     def inputs(rng):
         for _ in range(PER_SEED):

@@ -134,6 +134,7 @@ def test_cli_lists_by_default_and_removes_with_apply(litter):
     assert "no garbage" in run("gc", catalog=catalog.url).stdout
 
 
-@pytest.mark.parametrize("args, fragment", [(["nosuch"], "no dataset 'nosuch'"), (["--older-than", "-1"], "--older-than")])
+@pytest.mark.parametrize("args, fragment", [(["nosuch"], "no dataset 'nosuch'"),
+                                            (["--older-than", "-1"], "--older-than")])
 def test_cli_mistakes_are_one_line(litter, args, fragment):
     assert_one_line_error(run("gc", *args, catalog=litter[0].url), 2, fragment)

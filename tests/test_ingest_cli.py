@@ -103,5 +103,6 @@ def test_a_failing_part_names_its_file_and_line_and_publishes_nothing(tmp_path):
     with open(src / "part-001.jsonl", "a") as f:
         f.write('{"id": 1, "text": 5, "input_ids": [], "score": 1.0}\n')
     catalog = tmp_path / "c"
-    one_line_error(run("ingest", str(src), "x", "--engine", "inline", catalog=catalog), 2, "part 1", "part-001.jsonl:1101")
+    one_line_error(run("ingest", str(src), "x", "--engine", "inline", catalog=catalog), 2,
+                   "part 1", "part-001.jsonl:1101")
     assert not (catalog / "datasets" / "x" / "versions").exists()

@@ -73,7 +73,8 @@ def test_no_key_declares_none_and_an_explicit_key_wins(v1, tmp_path):
 
 def test_a_source_that_cannot_keep_the_key_is_refused_and_publishes_nothing(v1, tmp_path):
     missing = write_rows(tmp_path / "m" / "a.jsonl", [{"doc": r["id"], "text": r["text"]} for r in rows_v1()])
-    with pytest.raises(UserError, match=r"key 'id' \(int64\), but the source has no such field: pass --key .* --no-key"):
+    with pytest.raises(UserError,
+                       match=r"key 'id' \(int64\), but the source has no such field: pass --key .* --no-key"):
         ingest(v1, str(missing), "docs", engine="inline")
     retyped = write_rows(tmp_path / "t" / "a.jsonl", [{**r, "id": str(r["id"])} for r in rows_v1()])
     with pytest.raises(UserError, match="holds it as string"):

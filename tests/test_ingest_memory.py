@@ -46,7 +46,8 @@ main(sys.argv[2:])
 def _write_source(path: Path) -> int:
     """An uncompressed Parquet file of SOURCE_MB MiB: 64 KiB binary rows, each unique (its id in front)."""
     rows = (SOURCE_MB << 20) // ROW_BYTES
-    block = np.tile(np.frombuffer(np.random.default_rng(0).bytes(ROW_BYTES), np.uint8), GROUP_ROWS).reshape(GROUP_ROWS, -1)
+    block = np.tile(np.frombuffer(np.random.default_rng(0).bytes(ROW_BYTES), np.uint8),
+                    GROUP_ROWS).reshape(GROUP_ROWS, -1)
     offsets = pa.py_buffer(np.arange(0, (GROUP_ROWS + 1) * ROW_BYTES, ROW_BYTES, dtype=np.int32).tobytes())
     schema = pa.schema([("id", pa.int64()), ("blob", pa.binary())])
     with pq.ParquetWriter(path, schema, compression="none") as writer:

@@ -160,7 +160,8 @@ F32 = bytes([34])  # the MDS dtype code of float32
     (F32 + bytes([3 << 2 | 3]) + np.array([2**40] * 3, "<u8").tobytes() + bytes(16), r"needs \d+ bytes of values"),
     (F32 + bytes([2 << 2 | 3]) + np.array([0, 2**62], "<u8").tobytes(), r"every axis holds at least one value"),
     (bytes([200, 1 << 2, 1]) + bytes(4), r"not an MDS ndarray value \(bad dtype or shape header\)"),
-    (F32 + bytes([1 << 2, 5]) + bytes(4), r"shape \(5,\) and dtype float32 needs 20 bytes of values, the sample holds 4"),
+    (F32 + bytes([1 << 2, 5]) + bytes(4),
+     r"shape \(5,\) and dtype float32 needs 20 bytes of values, the sample holds 4"),
 ])
 def test_a_damaged_mds_ndarray_value_is_one_line_naming_shard_and_sample(tmp_path, value, message):
     good = F32 + bytes([1 << 2, 1]) + np.float32(1).tobytes()

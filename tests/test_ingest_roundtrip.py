@@ -158,7 +158,8 @@ def test_big_rows_cut_by_bytes_round_trip_with_default_options(tmp_path, fmt):
     rng = np.random.default_rng(7)
     blobs = [rng.bytes(int(n)) for n in rng.integers(10_000, 60_000, 400)]
     (tmp_path / "src").mkdir()
-    pq.write_table(pa.table({"id": np.arange(400), "blob": pa.array(blobs, pa.binary())}), tmp_path / "src" / "a.parquet")
+    pq.write_table(pa.table({"id": np.arange(400), "blob": pa.array(blobs, pa.binary())}),
+                   tmp_path / "src" / "a.parquet")
     small = WriteOptions(shard_bytes=3 << 20, row_group_bytes=1 << 20)
     original = run_ingest(Catalog(str(tmp_path / "c1")), str(tmp_path / "src"), "big", engine="inline",
                           write=small).version

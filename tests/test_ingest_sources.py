@@ -354,7 +354,8 @@ def mds_samples(n: int, photo_path) -> list[dict]:
 
     floats = odd_floats()
     return [{"text": f"doc {i} ✓", "n": i - 50, "i8": np.int8(i % 256 - 128), "u64": np.uint64(2**64 - 1 - i),
-             "h": np.float16((-1) ** i * i / 7), "f": np.float32(floats[i % 8] if i % 8 != 3 else 3e38), "d": floats[i % 8],
+             "h": np.float16((-1) ** i * i / 7), "f": np.float32(floats[i % 8] if i % 8 != 3 else 3e38),
+             "d": floats[i % 8],
              "clip": mp4_bytes(), "photo": Image.open(photo_path), "meta": {"i": i},
              "num": i * 7, "input_ids": np.arange(i % 5 + 1, dtype=np.int32) + i,
              "grid": np.full((2, 3), i % 256, np.uint8)} for i in range(n)]

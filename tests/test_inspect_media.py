@@ -30,7 +30,8 @@ def png_declaring(width, height):
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64))
+            + chunk(b"IEND", b""))
 
 
 def encode(fmt, frames=24, size=(64, 48), fps=12, **options):
@@ -62,11 +63,13 @@ def test_exif_orientation_turns_the_picture_upright(images):
     row = next(images.row(i) for i in range(images.num_rows) if "orientation 6" in images.row(i)["caption"])
     view = image_view(row["image"])
     assert view.orientation == 6 and (view.display_width, view.display_height) == (view.height, view.width)
-    assert view.image().size == (view.height, view.width) and view.image(oriented=False).size == (view.width, view.height)
+    assert (view.image().size == (view.height, view.width)
+            and view.image(oriented=False).size == (view.width, view.height))
     assert view.findings[0].code == "image-orientation"
     upright = np.asarray(view.image(), dtype=float).mean(axis=2)
     # the demo draws an arrow pointing up: the upper rows hold less of it than the lower rows
-    assert (upright[: upright.shape[0] // 3] != upright[0, 0]).sum() < (upright[upright.shape[0] // 3:] != upright[0, 0]).sum()
+    assert ((upright[: upright.shape[0] // 3] != upright[0, 0]).sum()
+            < (upright[upright.shape[0] // 3:] != upright[0, 0]).sum())
 
 
 def test_thumbnail_png_and_pixels(images):

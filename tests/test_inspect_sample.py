@@ -150,7 +150,8 @@ def broken(tmp_path_factory, bundled):
             "terminated": [False, True, False, True], "truncated": [False] * 4}
     good = good_png()
     rows = [
-        {"id": 0, "tokens": [36, 99999, -3, 1181], "text": b"ok \xff\xfe bad \xe2\x80\xae", "image": good[:len(good) // 2],
+        {"id": 0, "tokens": [36, 99999, -3, 1181], "text": b"ok \xff\xfe bad \xe2\x80\xae",
+         "image": good[:len(good) // 2],
          "video": mp4[:len(mp4) // 2], "trajectory": traj, "meta": b'{"a": 1,', "blob": b"\x80\x04\x95junk",
          "episode_return": 3.5},
         {"id": 1, "tokens": None, "text": None, "image": None, "video": None, "trajectory": None, "meta": None,
@@ -228,8 +229,10 @@ def test_the_good_row_of_the_broken_catalog(broken):
 
 def test_missing_tokenizer_blob_leaves_the_ids_visible(tmp_path):
     catalog = Catalog(str(tmp_path / "c"))
-    fields = [Field("tokens", pa.list_(pa.int32()), "tokens", options={"tokenizer": {"kind": "huggingface", "blob": "0" * 64}}),
-              Field("more", pa.list_(pa.int64()), "tokens", options={"tokenizer": {"kind": "tiktoken", "name": "cl100k_base"}})]
+    fields = [Field("tokens", pa.list_(pa.int32()), "tokens",
+                    options={"tokenizer": {"kind": "huggingface", "blob": "0" * 64}}),
+              Field("more", pa.list_(pa.int64()), "tokens",
+                    options={"tokenizer": {"kind": "tiktoken", "name": "cl100k_base"}})]
     catalog.write_version("t", [{"tokens": [1, 2, 3], "more": [15339, 1917]}], fields)
     sample = open_address(catalog, "t:0")
     view = sample.view("tokens")

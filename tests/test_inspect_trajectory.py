@@ -54,7 +54,8 @@ def test_nan_rewards_and_a_step_after_termination():
     view = trajectory_view(episode(6, reward=[1.0, math.nan, 1.0, math.inf, 1.0, 1.0],
                                    terminated=[False, False, True, False, False, True]))
     assert isinstance(view, TrajectoryView)
-    assert set(codes(view)) == {"trajectory-nan-reward", "trajectory-infinite-reward", "trajectory-step-after-terminated"}
+    assert set(codes(view)) == {"trajectory-nan-reward", "trajectory-infinite-reward",
+                                "trajectory-step-after-terminated"}
     after = next(f for f in view.findings if f.code == "trajectory-step-after-terminated")
     assert after.at == {"step": 2} and "3 more step(s)" in after.message
     assert math.isnan(view.episode_return) and view.terminated_at == 2

@@ -38,14 +38,17 @@ def test_the_contracts_hold_on_the_package():
 
 # (module that gains an import, the import, the contract id that must break, what the report names)
 VIOLATIONS = [
-    ("loaders/format/manifest.py", "import dsinspect.tui", "faces", "dsinspect.loaders.format.manifest -> dsinspect.tui"),
-    ("tui/help_screen.py", "import dsinspect.web.web_model", "faces", "dsinspect.tui.help_screen -> dsinspect.web.web_model"),
+    ("loaders/format/manifest.py", "import dsinspect.tui", "faces",
+     "dsinspect.loaders.format.manifest -> dsinspect.tui"),
+    ("tui/help_screen.py", "import dsinspect.web.web_model", "faces",
+     "dsinspect.tui.help_screen -> dsinspect.web.web_model"),
     ("inspect/hexdump.py", "import dsinspect.term", "faces", "dsinspect.inspect.hexdump -> dsinspect.term"),
     ("loaders/format/canonical.py", "from dsinspect.loaders.store import catalog", "engine",
      "dsinspect.loaders.format.canonical -> dsinspect.loaders.store.catalog"),
     ("loaders/read/stats.py", "import dsinspect.loaders.audit.export", "engine",
      "dsinspect.loaders.read.stats -> dsinspect.loaders.audit.export"),
-    ("loaders/pytorch/ring.py", "import dsinspect.loaders.diff", "engine", "dsinspect.loaders.pytorch.ring -> dsinspect.loaders.diff"),
+    ("loaders/pytorch/ring.py", "import dsinspect.loaders.diff", "engine",
+     "dsinspect.loaders.pytorch.ring -> dsinspect.loaders.diff"),
     ("loaders/order/plan.py", "import dsinspect", "root", "dsinspect.loaders.order.plan -> dsinspect"),
     ("term/preview.py", "import textual", "no-ui", "dsinspect.term.preview -> textual"),
     ("cli/show_cmd.py", "import dsinspect.tui.app", "cli-no-ui", "dsinspect.cli.show_cmd -> dsinspect.tui.app"),

@@ -151,7 +151,8 @@ def wide_rows(n, seed=0):
                      "perlen": [i % 100] * (3 + shard), "empty": [],
                      "maybe": None if i % 7 == 3 else rng.integers(0, 9, i % 3).tolist(),
                      "fsl": rng.integers(-9, 9, 3).tolist(), "f": float(rng.random()),
-                     "ts": int(rng.integers(0, 2**50)), "fb": rng.bytes(5), "blob": rng.bytes(int(rng.integers(0, 30)))})
+                     "ts": int(rng.integers(0, 2**50)), "fb": rng.bytes(5),
+                     "blob": rng.bytes(int(rng.integers(0, 30)))})
     return rows
 
 

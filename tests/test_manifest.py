@@ -25,7 +25,8 @@ def test_version_id_is_sha256_of_canonical_manifest_without_meta(good):
 
 
 def test_equal_content_gives_equal_id_and_second_write_is_a_noop(catalog):
-    a = catalog.write_version("toy", toy_rows(20), TOY_FIELDS, key="id", message="one", created_at="2020-01-01T00:00:00Z")
+    a = catalog.write_version("toy", toy_rows(20), TOY_FIELDS, key="id", message="one",
+                              created_at="2020-01-01T00:00:00Z")
     b = catalog.write_version("toy", toy_rows(20), TOY_FIELDS, key="id", message="two")
     assert a.id == b.id and b.manifest.meta["message"] == "one"
     assert len(catalog.version_ids("toy")) == 1

@@ -61,7 +61,8 @@ def data(s3, tmp_path_factory):
     rows = random_rows(SHARDS * SHARD_ROWS)
     options = WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=25)
     remote = Catalog(url).write_version("rand", rows, FIELDS, key="id", options=options)
-    local = Catalog(str(tmp_path_factory.mktemp("local"))).write_version("rand", rows, FIELDS, key="id", options=options)
+    local = Catalog(str(tmp_path_factory.mktemp("local"))).write_version(
+        "rand", rows, FIELDS, key="id", options=options)
     assert remote.id == local.id, "content addressing: the same rows make the same version anywhere"
     stored = pa.concat_tables([local.read_shard(s) for s in range(SHARDS)])
     return {"remote": remote, "local": local, "rows": stored.select(NAMES).to_pylist(),
@@ -275,7 +276,8 @@ def test_an_outage_fails_after_the_retries_naming_the_shard(s3, data, cache_root
 
 def test_a_short_burst_is_absorbed_by_botocore_with_its_default_retries(s3, data, cache_root):
     """With botocore's own retries on (the default outside these tests), dsinspect never sees a
-    short burst of 503s (one here: botocore's backoff is slow): `retries` in the loader stats counts only what survived botocore."""
+    short burst of 503s (one here: botocore's backoff is slow): `retries` in the loader stats counts
+    only what survived botocore."""
     server, url, _ = s3
     with s3_environment(server):  # no retry config: botocore's defaults
         catalog = fresh_catalog(url)

@@ -42,7 +42,8 @@ def _unsafe_uses(path: Path) -> list[tuple[str, str]]:
             f = node.func
             if isinstance(f, ast.Name) and f.id in UNSAFE_CALLS:
                 found.append((f.id, f"{f.id}()"))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in UNSAFE_ATTRS:
+            elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                  and (f.value.id, f.attr) in UNSAFE_ATTRS):
                 safe_loader = any(k.arg == "Loader" and "Safe" in ast.unparse(k.value) for k in node.keywords)
                 numpy_safe = f.attr == "load" and f.value.id in ("np", "numpy") and not any(
                     k.arg == "allow_pickle" and ast.unparse(k.value) != "False" for k in node.keywords)
@@ -225,7 +226,7 @@ def _plain_ending(name: str) -> bool:
 def _refused(fn, *errors) -> bool:
     try:
         fn()
-    except (errors or (DsinspectError,)):
+    except (errors or (DsinspectError,)):  # noqa: B030 (either way a tuple of exception classes)
         return True
     return False
 

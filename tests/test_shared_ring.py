@@ -230,7 +230,7 @@ def test_torch_loader_batches_equal_zero_workers_while_the_ring_grows(torch_cata
 def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
     from dsinspect.loaders.pytorch import TorchLoader
     loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
-    for batch in loader:
+    for _ in loader:
         assert any("-w0-g" in name for name in own_segments())  # the workers' rings exist while the pass runs
         break
     assert own_segments() == []  # the abandoned pass was collected: workers stopped, segments gone

@@ -71,7 +71,8 @@ def test_torchrun_four_ranks_read_s3_through_one_bounded_cache(tmp_path):
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
         except subprocess.TimeoutExpired as e:
             pytest.fail(f"torchrun timed out\n--- stdout\n{e.stdout}\n--- stderr\n{e.stderr}")
-        assert done.returncode == 0, f"torchrun failed ({done.returncode})\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        assert done.returncode == 0, (f"torchrun failed ({done.returncode})\n"
+                                      f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
         requests = server.requests()
 
     steps = steps_in_epoch(spec, 0)

@@ -152,7 +152,7 @@ async def test_opening_a_row_of_a_tag_addressed_version_reuses_its_dataset_scree
             table.cursor = index
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample
-                        and app.screen.sample.index == index, what=f"sample {index}")
+                        and app.screen.sample.index == index, what=f"sample {index}")  # noqa: B023 (awaited here)
             assert app.screen_stack[-2] is dataset
             await pilot.press("escape")
             await until(pilot, lambda: app.screen is dataset)

@@ -176,7 +176,8 @@ def test_step_cells_fit_their_columns_and_flag_bad_numbers():
     from dsinspect.inspect import StepRow
     from dsinspect.tui.step_rows_view import STEP_COLUMNS, StepRowsView, fit_cell, step_cells
 
-    rows = [StepRow(0, "観測値の要約がとても長い観測値の要約", 3, None, float("inf"), True, None, {"info": "x\x1b[31m"}),
+    rows = [StepRow(0, "観測値の要約がとても長い観測値の要約", 3, None, float("inf"), True, None,
+                    {"info": "x\x1b[31m"}),
             StepRow(1, "short", 1, -1.234e5, -0.003394, False, False, {"info": "ok"})]
     cells = step_cells(rows[0], ["info"])
     assert [c.style for c in cells[3:7]] == ["red", "bold red", "bold", "dim"] and cells[6].text == "-"

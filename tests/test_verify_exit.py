@@ -45,7 +45,8 @@ def test_verify_in_parts_uses_the_same_arrow_owned_read(monkeypatch):
     version = dsinspect.open_catalog().resolve("demo-text@v1")
     kinds = []
     real = verify._check_rows
-    monkeypatch.setattr(verify, "_check_rows", lambda v, s, data, rep: (kinds.append(type(data)), real(v, s, data, rep)))
+    monkeypatch.setattr(verify, "_check_rows",
+                        lambda v, s, data, rep: (kinds.append(type(data)), real(v, s, data, rep)))
     from dsinspect.loaders.store.verify_parts import verify_shards_task
     result = verify_shards_task({"catalog": version.catalog.url, "dataset": version.name, "version": version.id,
                                  "shards": [0, len(version.manifest.shards)]})

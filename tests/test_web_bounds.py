@@ -39,11 +39,14 @@ def write_big_catalog(root: str) -> Catalog:
     cat.write_version("small", [{"id": i, "text": f"row {i}", "name": "n"} for i in range(2)], fields, tags=["v1"],
                       created_at="2026-01-01T00:00:00Z")
     trajectory = pa.struct([("action", pa.list_(pa.int32())), ("reward", pa.list_(pa.float32()))])
-    cat.write_version("long", [{"id": 0, "trajectory": {"action": [t % 4 for t in range(LONG)], "reward": [1.0] * LONG}}],
-                      [Field("id", pa.int64(), "scalar", nullable=False), Field("trajectory", trajectory, "trajectory")],
+    cat.write_version("long", [{"id": 0, "trajectory": {"action": [t % 4 for t in range(LONG)],
+                                                        "reward": [1.0] * LONG}}],
+                      [Field("id", pa.int64(), "scalar", nullable=False),
+                       Field("trajectory", trajectory, "trajectory")],
                       tags=["v1"], created_at="2026-01-01T00:00:00Z")
     cat.write_version("toks", [{"id": 0, "tokens": list(range(LONG))}],
-                      [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens")],
+                      [Field("id", pa.int64(), "scalar", nullable=False),
+                       Field("tokens", pa.list_(pa.int32()), "tokens")],
                       tags=["v1"], created_at="2026-01-01T00:00:00Z")
     return cat
 

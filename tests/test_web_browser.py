@@ -21,7 +21,8 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
-                                 reason="needs Debian's chromium (apt-get install -y chromium); in CI it must be there")]
+                                 reason="needs Debian's chromium (apt-get install -y chromium); "
+                                        "in CI it must be there")]
 
 
 _CATALOGS = {}
@@ -135,7 +136,8 @@ def test_picture_with_payload_caption_and_dataset_page(server, page):
 
 def test_replay_run_record_with_a_typed_transform_and_the_log(server, page):
     page.goto(f"{server}/?run=job1&step=0&rank=all&log=job1")
-    page.get_by_text("step 0: ✓ matches the log (2 line(s), 2 stored", exact=False).filter(visible=True).first.wait_for()
+    page.get_by_text("step 0: ✓ matches the log (2 line(s), 2 stored",
+                     exact=False).filter(visible=True).first.wait_for()
     page.locator('[data-testid="stDataFrame"]').first.wait_for()
     assert page.get_by_text("as fed to the model", exact=False).count() == 0
     box = page.get_by_label("The job's transform (package.module:function)")

@@ -85,7 +85,8 @@ def test_deep_link_shows_summary_changed_pairs_and_added_removed(demo_env):
     captions = [plain(img.caption) for el in at.image for img in el.proto.imgs]
     assert any(c.startswith("before: PNG 128×96 P") for c in captions)
     assert any(c.startswith("pixel difference") for c in captions)
-    added = next(d.value for d in at.dataframe if "image_id" in d.value.columns and list(d.value["image_id"]) == want["added"])
+    added = next(d.value for d in at.dataframe
+                 if "image_id" in d.value.columns and list(d.value["image_id"]) == want["added"])
     assert added["address"].iloc[0].startswith("demo-images@df104cc7dc2f:")
     assert any(list(d.value.get("image_id", [])) == want["removed"] for d in at.dataframe)
     assert "pixels changed" in "\n".join(texts(at))
@@ -136,7 +137,8 @@ def write_payload_catalog(root: str) -> None:
     cat = Catalog(root)
     fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("image", pa.binary(), "image"),
               Field("caption", pa.string(), "text")]
-    cat.write_version("pp", [{"id": 0, "image": png(), "caption": "plain"}, {"id": 1, "image": png(), "caption": "gone"}],
+    cat.write_version("pp", [{"id": 0, "image": png(), "caption": "plain"},
+                             {"id": 1, "image": png(), "caption": "gone"}],
                       fields, key="id", tags=["v1"], created_at="2026-01-01T00:00:00Z")
     cat.write_version("pp", [{"id": 0, "image": png(colour=(0, 200, 0)), "caption": SCRIPT_PAYLOAD},
                              {"id": 2, "image": png(8, 8), "caption": IMG_PAYLOAD}],

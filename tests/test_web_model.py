@@ -158,7 +158,8 @@ def test_web_and_tui_never_import_each_other():
             assert not any(m == f"dsinspect.{other}" or m.startswith(f"dsinspect.{other}.")
                            for m in _imports(script)), script
     code = "import sys, dsinspect.web.web_model, dsinspect.web.web_nav; print('dsinspect.tui' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
 
 
 def test_spec_round_trips_through_the_url(demo):
