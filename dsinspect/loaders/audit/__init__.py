@@ -2,4 +2,6 @@
 row groups, a job's fingerprint log checked against replay, and a replayed batch exported for a report.
 
 May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
+
+Internal: use it through `dsinspect.loaders` (or `dsinspect`); its modules may change without notice.
 """

@@ -2,4 +2,6 @@
 reader, the stateful `Loader` and its `Batch`, and the counters a person debugging a job needs.
 
 May import `records`, `order`, `store`, `format`, `dsinspect.errors`; never a UI or torch.
+
+Internal: use it through `dsinspect.loaders` (or `dsinspect`); its modules may change without notice.
 """

@@ -2,4 +2,6 @@
 fingerprint of a batch, and a job's own batch transform with the fingerprint of what it produced.
 
 May import `order`, `store`, `format`, `dsinspect.errors`.
+
+Internal: use it through `dsinspect.loaders` (or `dsinspect`); its modules may change without notice.
 """

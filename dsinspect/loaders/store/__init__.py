@@ -2,4 +2,6 @@
 catalog and its path layout, immutable versions, tags, the writer, derive, verify, gc and addresses.
 
 May import `format`, `compute` and `dsinspect.errors`.
+
+Internal: use it through `dsinspect.loaders` (or `dsinspect`); its modules may change without notice.
 """
