@@ -160,7 +160,7 @@ def wide_rows(n, seed=0):
 def test_fast_gathers_equal_arrows_take(tmp_path, shuffle):
     """Dense (numpy) and list gathers, across shards and with ragged, empty and null rows, give the
     rows, Arrow table and numpy arrays that Arrow's generic take of the stored table gives."""
-    from dsinspect.loaders.read.loader import _column_to_numpy
+    from dsinspect.loaders.read.batch import _column_to_numpy
     c = Catalog(str(tmp_path / "cat"))
     rows = wide_rows(60)
     c.write_version("wide", rows, WIDE_FIELDS, key="id", options=WriteOptions(shard_rows=20, row_group_rows=8))

@@ -243,7 +243,7 @@ def test_torchloader_workers_send_numpy_and_yield_what_batch_to_torch_gives(cata
     """TorchLoader's workers send numpy through the pipe (not a shared-memory segment per tensor);
     what the consumer gets equals batch_to_torch of the same rows read through Arrow alone, and
     the transform's output equals what the DataLoader's own conversion makes of it."""
-    from dsinspect.loaders.read.loader import Batch
+    from dsinspect.loaders.read.batch import Batch
     spec = make_spec(catalog, "mixture", world_size=1)
     dataset = TorchBatches(spec, catalog, transform=_decode_like)
     got = [comparable(b) for b in TorchLoader(dataset, num_workers=2)]

@@ -37,7 +37,8 @@ _HOMES = {name: f"dsinspect.loaders.{module}" for module, names in {
     "order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
     "order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
     "order.state": ("LoaderState",),
-    "read.loader": ("Batch", "Loader"),
+    "read.batch": ("Batch",),
+    "read.loader": ("Loader",),
     "store.address": ("parse_address",),
     "store.catalog": ("Catalog",),
     "store.derive": ("derive_version",),
@@ -66,7 +67,8 @@ if TYPE_CHECKING:
     from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
     from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
     from dsinspect.loaders.order.state import LoaderState
-    from dsinspect.loaders.read.loader import Batch, Loader
+    from dsinspect.loaders.read.batch import Batch
+    from dsinspect.loaders.read.loader import Loader
     from dsinspect.loaders.store.address import parse_address
     from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.loaders.store.derive import derive_version

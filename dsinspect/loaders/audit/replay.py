@@ -19,7 +19,7 @@ from dsinspect.loaders.audit.rows import PlanRows, RowReader
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.read.loader import Batch
+from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.records.runlog import batch_fingerprint, read_specs, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import torch
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.read.columns import is_numeric_dense
-from dsinspect.loaders.read.loader import Batch
 
 __all__ = ["batch_to_torch", "batch_arrays", "unpack", "split_ragged", "check_columns", "METADATA"]
 
