@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from dsinspect.inspect.sizes import human_bytes
 
 # the function, not the submodule of the same name, is `dsinspect.term.preview`
-from dsinspect.term.preview import preview, size_text, sniff_format
+from dsinspect.term.preview import preview, sniff_format
 
 __all__ = ["Options", "clean", "findings_text", "half_blocks", "hex_panel", "human_bytes", "mismatch_banner",
-           "preview", "render_sample", "render_view", "size_text", "sniff_format", "sparkline"]
+           "preview", "render_sample", "render_view", "sniff_format", "sparkline"]
 
 _RENDER = ("Options", "clean", "findings_text", "half_blocks", "hex_panel", "mismatch_banner", "render_sample",
            "render_view", "sparkline")

@@ -13,10 +13,11 @@ from typing import Any
 from rich.cells import cell_len
 
 from dsinspect.inspect.cells import clip
+from dsinspect.inspect.sizes import human_bytes
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.format.roles import Role
 
-__all__ = ["preview", "sniff_format", "size_text"]
+__all__ = ["preview", "sniff_format"]
 
 WIDTH = 48
 _MAGIC = [
@@ -66,17 +67,9 @@ def sniff_format(data: bytes) -> str | None:
     return None
 
 
-def size_text(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
-
-
 def _binary(data: bytes, role: Role | None) -> str:
     kind = sniff_format(data) or "binary"
-    text = f"{size_text(len(data))} {kind}"
+    text = f"{human_bytes(len(data))} {kind}"
     if role is Role.IMAGE or kind in ("PNG", "JPEG", "GIF", "BMP", "TIFF", "WEBP"):
         dims = _image_header(data)
         if dims:
