@@ -6,10 +6,10 @@ which imports this package first) costs nothing until a name is used."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsinspect._version import __version__
+from dsinspect.lazy import lazy_names as _lazy_names
 
 __all__ = [
     "__version__", "open_catalog", "Catalog", "DatasetVersion", "Field", "Role", "WriteOptions", "derive_version",
@@ -18,29 +18,15 @@ __all__ = [
 ]
 
 # where each public name lives; imported when first asked for
-_HOMES = {
-    "open_catalog": "dsinspect.defaults",
-    **dict.fromkeys(("Catalog", "DatasetVersion", "Field", "Role", "WriteOptions", "derive_version",
-                     "verify_version", "parse_address", "RunSpec", "Loader", "LoaderState", "Batch",
-                     "batch_indices"), "dsinspect.loaders"),
-    "replay": "dsinspect.loaders.audit.replay",
-    "diff": "dsinspect.loaders.diff",
-    **dict.fromkeys(("DsinspectError", "UserError", "NotFoundError", "StorageError", "IntegrityError"),
-                    "dsinspect.errors"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dsinspect' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_names(__name__, {
+    "dsinspect.defaults": ("open_catalog",),
+    "dsinspect.loaders": ("Catalog", "DatasetVersion", "Field", "Role", "WriteOptions", "derive_version",
+                          "verify_version", "parse_address", "RunSpec", "Loader", "LoaderState", "Batch",
+                          "batch_indices"),
+    "dsinspect.loaders.audit.replay": ("replay",),
+    "dsinspect.loaders.diff": ("diff",),
+    "dsinspect.errors": ("DsinspectError", "UserError", "NotFoundError", "StorageError", "IntegrityError"),
+})
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly

@@ -55,9 +55,8 @@ def test_the_kernel_releases_the_lock_of_a_killed_process(tmp_path):
             "open_locked(sys.argv[1]); pathlib.Path(sys.argv[2]).touch(); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(path), str(ready)])
     try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert time.monotonic() < deadline and holder.poll() is None, "the holder did not start"
+        while not ready.exists():  # however loaded the machine; pytest's timeout ends a hang
+            assert holder.poll() is None, "the holder died before taking the lock"
             time.sleep(0.02)
         assert open_locked(path, wait=False) is None
     finally:

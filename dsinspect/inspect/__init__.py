@@ -10,21 +10,22 @@ image and video modules, which need Pillow and PyAV (the `media` extra).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-_HOMES = {name: f"dsinspect.inspect.{module}" for module, names in {
-    "hexdump": ("HexLine", "HexPage", "hex_page"),
-    "images": ("ImageView", "fit_pixels", "image_view"),
-    "sample": ("TOKENIZER_CHOICES", "FieldInfo", "RowHashCheck", "Sample", "open_address", "open_sample"),
-    "structured": ("BytesView", "JsonView", "ScalarView", "bytes_view", "json_view", "scalar_view", "sniff"),
-    "text": ("CodePointNote", "TextView", "text_view"),
-    "tokens": ("TokenPage", "TokenPiece", "TokensView", "TokenStats", "encode_text", "tokens_view"),
-    "trajectory": ("StepRow", "TrajectoryPage", "TrajectoryView", "trajectory_view"),
-    "video": ("FrameView", "VideoView", "video_view"),
-    "views": ("ErrorView", "Finding", "NullView", "Severity", "View", "jsonable", "safely"),
-    "vocab": ("TIKTOKEN_ENCODINGS", "Vocab", "huggingface_vocab", "tiktoken_encoding", "tiktoken_vocab"),
-}.items() for name in names}
+from dsinspect.lazy import lazy_names as _lazy_names
+
+_HOMES = {  # module (relative to this package) -> the names it holds
+    ".hexdump": ("HexLine", "HexPage", "hex_page"),
+    ".images": ("ImageView", "fit_pixels", "image_view"),
+    ".sample": ("TOKENIZER_CHOICES", "FieldInfo", "RowHashCheck", "Sample", "open_address", "open_sample"),
+    ".structured": ("BytesView", "JsonView", "ScalarView", "bytes_view", "json_view", "scalar_view", "sniff"),
+    ".text": ("CodePointNote", "TextView", "text_view"),
+    ".tokens": ("TokenPage", "TokenPiece", "TokensView", "TokenStats", "encode_text", "tokens_view"),
+    ".trajectory": ("StepRow", "TrajectoryPage", "TrajectoryView", "trajectory_view"),
+    ".video": ("FrameView", "VideoView", "video_view"),
+    ".views": ("ErrorView", "Finding", "NullView", "Severity", "View", "jsonable", "safely"),
+    ".vocab": ("TIKTOKEN_ENCODINGS", "Vocab", "huggingface_vocab", "tiktoken_encoding", "tiktoken_vocab"),
+}
 
 __all__ = [
     "open_address", "open_sample", "Sample", "FieldInfo", "RowHashCheck", "TOKENIZER_CHOICES",
@@ -40,17 +41,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dsinspect.inspect' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES)
 
 
 if TYPE_CHECKING:

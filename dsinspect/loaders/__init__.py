@@ -22,8 +22,9 @@ the store) does not import all of it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dsinspect.lazy import lazy_names as _lazy_names
 
 __all__ = [
     "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
@@ -31,34 +32,24 @@ __all__ = [
     "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch",
 ]
 
-_HOMES = {name: f"dsinspect.loaders.{module}" for module, names in {
-    "format.manifest": ("HASH_COLUMN", "Field", "Manifest"),
-    "format.roles": ("Role",),
-    "order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
-    "order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
-    "order.state": ("LoaderState",),
-    "read.batch": ("Batch",),
-    "read.loader": ("Loader",),
-    "store.address": ("parse_address",),
-    "store.catalog": ("Catalog",),
-    "store.derive": ("derive_version",),
-    "store.verify": ("verify_version",),
-    "store.version": ("DatasetVersion",),
-    "store.writer": ("WriteOptions",),
-}.items() for name in names}
+_HOMES = {  # module (relative to this package) -> the names it holds
+    ".format.manifest": ("HASH_COLUMN", "Field", "Manifest"),
+    ".format.roles": ("Role",),
+    ".order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
+    ".order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
+    ".order.state": ("LoaderState",),
+    ".read.batch": ("Batch",),
+    ".read.loader": ("Loader",),
+    ".store.address": ("parse_address",),
+    ".store.catalog": ("Catalog",),
+    ".store.derive": ("derive_version",),
+    ".store.verify": ("verify_version",),
+    ".store.version": ("DatasetVersion",),
+    ".store.writer": ("WriteOptions",),
+}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'dsinspect.loaders' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES)
 
 
 if TYPE_CHECKING:

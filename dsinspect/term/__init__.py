@@ -7,10 +7,10 @@ needs) come without the inspection views and their Pillow and PyAV."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsinspect.inspect.sizes import human_bytes
+from dsinspect.lazy import lazy_names as _lazy_names
 
 # the function, not the submodule of the same name, is `dsinspect.term.preview`
 from dsinspect.term.preview import preview, sniff_format
@@ -18,20 +18,9 @@ from dsinspect.term.preview import preview, sniff_format
 __all__ = ["Options", "clean", "findings_text", "half_blocks", "hex_panel", "human_bytes", "mismatch_banner",
            "preview", "render_sample", "render_view", "sniff_format", "sparkline"]
 
-_RENDER = ("Options", "clean", "findings_text", "half_blocks", "hex_panel", "mismatch_banner", "render_sample",
-           "render_view", "sparkline")
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _RENDER:
-        raise AttributeError(f"module 'dsinspect.term' has no attribute {name!r}")
-    value = getattr(importlib.import_module("dsinspect.term.render"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_names(__name__, {".render": (
+    "Options", "clean", "findings_text", "half_blocks", "hex_panel", "mismatch_banner", "render_sample", "render_view",
+    "sparkline")})
 
 
 if TYPE_CHECKING:
