@@ -13,7 +13,7 @@ from dsinspect.loaders.order.plan import batch_indices, steps_in_epoch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.records.runlog import batch_fingerprint, read_fingerprints, read_specs, spec_for_step
+from dsinspect.loaders.records.runlog import batch_fingerprint, read_log, read_specs, spec_for_step
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.writer import WriteOptions
 
@@ -91,16 +91,23 @@ def test_records_specs_and_fingerprints(cat, tmp_path):
     for rank in (0, 1):
         with Loader(spec, rank=rank, catalog=cat, record_dir=str(tmp_path / "run")) as loader:
             logs[rank] = {b.step: b.fingerprint for b in loader}
-    assert read_specs(str(tmp_path / "run")) == [spec]
-    entries = list(read_fingerprints(str(tmp_path / "run")))
-    assert len(entries) == 2 * steps_in_epoch(spec, 0)
-    for e in entries:
+    assert [s for _, s in read_specs(str(tmp_path / "run"))] == [spec]
+    entries = list(read_log(str(tmp_path / "run")))
+    headers = [e for e in entries if "segment" in e]
+    lines = [e for e in entries if "step" in e]
+    assert len(headers) == 2 and {h["rank"] for h in headers} == {0, 1} and headers[0]["parent"] is None
+    assert len(lines) == 2 * steps_in_epoch(spec, 0)
+    for e in lines:
         assert e["fingerprint"] == logs[e["rank"]][e["step"]] and e["of"] == "stored" and e["n"] == 6
-    # a resumed segment with another world size is recorded as its own spec
+        assert e["seg"] == headers[0]["segment"]
+    # a resumed segment with another world size is recorded as its own spec, naming its parent
     resumed = Loader(spec.replace(world_size=3), rank=0, catalog=cat, record_dir=str(tmp_path / "run"))
-    resumed.load_state_dict(LoaderState.at(spec, 4, 0).to_json())
-    specs = read_specs(str(tmp_path / "run"))
+    resumed.load_state_dict(LoaderState.at(spec, 4, 0, segment=headers[0]["segment"]).to_json())
+    specs = [s for _, s in read_specs(str(tmp_path / "run"))]
     assert [s.start.step for s in specs] == [0, 4] and spec_for_step(specs, 10).world_size == 3
+    resumed.close()
+    header = [e for e in read_log(str(tmp_path / "run")) if "segment" in e and e["rank"] == 0][-1]
+    assert (header["parent"], header["start"], header["world_size"]) == (headers[0]["segment"], 4, 3)
     resumed.close()
 
 

@@ -15,7 +15,8 @@ from dsinspect.loaders.order.plan import batch_indices, plan_batch, steps_in_epo
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.records.runlog import RunRecorder, read_fingerprints, read_specs
+from dsinspect.loaders.records.recorder import RunRecorder
+from dsinspect.loaders.records.runlog import read_fingerprints, read_specs
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog
 
@@ -105,7 +106,7 @@ def test_resumed_segment_with_another_world_size(cat, tmp_path):
         state = loader.state_dict()
     second = LoaderState.from_json(state).resume_spec(first.replace(world_size=3, batch_size=4))
     seen.update(run_job(cat, second, 25, record))  # crosses into epoch 1
-    assert [(s.start.step, s.world_size) for s in read_specs(record)] == [(0, 2), (10, 3)]
+    assert [(s.start.step, s.world_size) for _, s in read_specs(record)] == [(0, 2), (10, 3)]
     for (step, rank), batch in seen.items():
         assert_same(replay(record, step, rank, cat).batches[0], batch)
     assert check_log(record, record, catalog=fresh(cat)).checked == len(seen)
@@ -121,7 +122,7 @@ def test_resuming_loader_keeps_the_first_segment_spec(cat, tmp_path):
         state = a.state_dict()
     with Loader(spec.replace(world_size=2), rank=0, catalog=cat, record_dir=record) as b:
         b.load_state_dict(state)
-    assert [(s.start.step, s.world_size) for s in read_specs(record)] == [(0, 1), (3, 2)]
+    assert [(s.start.step, s.world_size) for _, s in read_specs(record)] == [(0, 1), (3, 2)]
 
 
 # -- the log check finds the first divergence -------------------------------------------------------
@@ -317,7 +318,7 @@ def test_mixture_of_different_schemas_shows_common_fields(tmp_path):
 def test_recorder_log_side_is_read_back(cat, tmp_path):
     spec = RunSpec.create(cat, "toy", batch_size=4)
     rec = RunRecorder(str(tmp_path / "run"), 0)
-    rec.write_spec(spec)
+    rec.begin(spec)
     rec.record(0, 0, replay(spec, 0, 0, cat).fingerprints[0], 4)
     rec.close()
     assert check_log(str(tmp_path / "run"), str(tmp_path / "run"), catalog=cat).ok

@@ -12,7 +12,7 @@ from web_server import running_web
 
 from dsinspect.loaders.audit.replay import replay
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.records.runlog import RunRecorder
+from dsinspect.loaders.records.recorder import RunRecorder
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -44,7 +44,7 @@ def server(tmp_path_factory):
     spec = RunSpec.create(cat, "pics@v1", batch_size=1, world_size=2, shuffle="none")
     for rank in (0, 1):  # what the job's Loader logs (tests/test_replay.py proves the two agree)
         recorder = RunRecorder(str(root / "cat" / "runs" / "job1"), rank)
-        recorder.write_spec(spec)
+        recorder.begin(spec)
         for step in (0, 1):
             batch = replay(spec, step, rank, catalog=cat)
             recorder.record(step, batch.epoch, batch.fingerprints[rank], 1)

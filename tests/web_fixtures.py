@@ -59,7 +59,7 @@ def write_markup_catalog(root: str) -> Catalog:
     import json
 
     from dsinspect.loaders.order.spec import RunSpec
-    from dsinspect.loaders.records.runlog import RunRecorder
+    from dsinspect.loaders.records.recorder import RunRecorder
 
     cat = Catalog(root)
     key, text = f"key {MD_IMG}", f"text {HTML_IMG}"
@@ -82,7 +82,7 @@ def write_markup_catalog(root: str) -> Catalog:
     tags_path.write_text(json.dumps(tags))
     spec = RunSpec.create(cat, "mk@v2", batch_size=2, world_size=1, shuffle="none")
     recorder = RunRecorder(str(Path(root) / "runs" / UNC_IMG), 0)
-    recorder.write_spec(spec)
+    recorder.begin(spec)
     recorder.close()
     return cat
 

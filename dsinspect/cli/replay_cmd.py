@@ -126,7 +126,7 @@ def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, s
     ranks = None if rank in (None, "all") else parse_rank(rank)  # a filter: any rank the log may hold
     with progress("checking log", None) as advance:
         result = guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
-                                            rehash=rehash, on_step=advance), transform)
+                                            rehash=rehash, on_progress=lambda done, total: advance(1)), transform)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -11,7 +11,6 @@ line may carry `row_hashes` (32-hex each, batch order); then positions are compa
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -30,7 +29,8 @@ from dsinspect.loaders.audit.replay import (
 from dsinspect.loaders.audit.rows import PlanRows, RowReader
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.records.runlog import read_fingerprints, spec_for_step
+from dsinspect.loaders.records.run import Gap, RunRecord, is_run_dir, read_run
+from dsinspect.loaders.records.runlog import decode_digests, digests_of, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_shard
@@ -62,14 +62,21 @@ class LogCheck:
     steps: tuple[int, int] | None = None       # first and last step compared
     sides: dict[str, int] = field(default_factory=dict)
     divergence: Divergence | None = None
+    superseded: int = 0                        # lines of segments the job did not keep (re-run later)
+    gaps: list[Gap] = field(default_factory=list)  # (step, rank) in the checked range with no kept line
+    allow_gaps: bool = False
+    record_end: int | None = None              # the last step the kept history logged
+    segments: int = 0                          # segments in the record
 
     @property
     def ok(self) -> bool:
-        return self.divergence is None
+        return self.divergence is None and (self.allow_gaps or not self.gaps)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "checked": self.checked, "steps": list(self.steps) if self.steps else None,
-                "sides": self.sides, "divergence": self.divergence.to_json() if self.divergence else None}
+                "sides": self.sides, "divergence": self.divergence.to_json() if self.divergence else None,
+                "superseded": self.superseded, "gaps": [g.to_json() for g in self.gaps],
+                "allow_gaps": self.allow_gaps, "record_end": self.record_end, "segments": self.segments}
 
 
 def parse_steps(text: str | range | None) -> range | None:
@@ -89,46 +96,49 @@ def parse_steps(text: str | range | None) -> range | None:
 
 def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps: range | str | None = None,
               catalog: Catalog | None = None, transform: Transform = None, *, ranks: Iterable[int] | None = None,
-              columns: Sequence[str] | None = None, rehash: bool = True,
-              on_step: Callable[[int], None] | None = None) -> LogCheck:
-    """Compare the log's lines (in `steps`, for `ranks`) with replay, step by step, up to the first
-    divergence. `log` is a fingerprint file, a run record directory, or parsed lines; `columns`
-    what the job's transform saw (as in its Loader)."""
+              columns: Sequence[str] | None = None, rehash: bool = True, allow_gaps: bool = False,
+              on_progress: Callable[[int, int], None] | None = None) -> LogCheck:
+    """Compare the kept lines of the record `log` (in `steps`, for `ranks`) with replay, up to the
+    first divergence; report the lines later segments superseded and the gaps. `log` is a run record
+    directory, one rank's log file, or parsed lines. With `specs` a run record directory each line is
+    checked against the spec of the segment that wrote it; a spec or spec file given instead stands
+    for every line (to check a job's record against another version, say). `columns`: what the
+    job's transform saw (as in its Loader). `on_progress(done, total)` after each step's lines."""
     if catalog is None:
         raise UserError("check_log needs a catalog: check_log(specs, log, steps, catalog=Catalog(url))")
-    segments = load_specs(specs)
+    own = isinstance(specs, (str, os.PathLike)) and is_run_dir(specs)
+    given = None if own else load_specs(specs)
+    record = read_run(log, specs if own else None, given or ())
     fn = load_transform(transform) if isinstance(transform, str) else transform
-    by_step = _lines_by_step(log, parse_steps(steps), None if ranks is None else set(ranks))
-    result = LogCheck()
+    wanted = parse_steps(steps)
+    chosen = None if ranks is None else set(ranks)
+    lines = record.kept(wanted, chosen)
+    result = LogCheck(superseded=record.superseded, gaps=record.gaps(wanted, chosen), allow_gaps=allow_gaps,
+                      record_end=record.end, segments=len(record.segments))
     readers: dict[str, RowReader] = {}
-    for step in sorted(by_step):
-        spec = spec_for_step(segments, step)
+    for i, line in enumerate(lines):
+        step = int(line["step"])
+        spec = spec_for_step(given, step) if given is not None else _segment_spec(record, line)
         reader = readers.get(spec.order_hash)
         if reader is None:
             reader = readers[spec.order_hash] = RowReader(catalog, spec, columns)
-        for line in by_step[step]:
-            divergence = _check_line(spec, reader, line, fn, rehash)
-            result.checked += 1
-            result.sides[line.get("of", "stored")] = result.sides.get(line.get("of", "stored"), 0) + 1
-            result.steps = (result.steps[0] if result.steps else step, step)
-            if divergence is not None:
-                result.divergence = divergence
-                return result
-        if on_step:
-            on_step(1)
+        divergence = _check_line(spec, reader, line, fn, rehash)
+        result.checked += 1
+        result.sides[line.get("of", "stored")] = result.sides.get(line.get("of", "stored"), 0) + 1
+        result.steps = (result.steps[0] if result.steps else step, step)
+        if divergence is not None:
+            result.divergence = divergence
+            return result
+        if on_progress:
+            on_progress(i + 1, len(lines))
     return result
 
 
-def _lines_by_step(log: Any, steps: range | None, ranks: set[int] | None) -> dict[int, list[dict]]:
-    lines = read_fingerprints(os.fspath(log)) if isinstance(log, (str, os.PathLike)) else log
-    out: dict[int, list[dict]] = defaultdict(list)
-    for line in lines:
-        step, rank = int(line["step"]), int(line["rank"])
-        if (steps is None or step in steps) and (ranks is None or rank in ranks):
-            out[step].append(line)
-    for entries in out.values():
-        entries.sort(key=lambda e: int(e["rank"]))
-    return out
+def _segment_spec(record: RunRecord, line: dict) -> RunSpec:
+    segment = record.segments.get(line.get("seg")) if line.get("seg") else None
+    if segment is not None and segment.spec is not None:
+        return segment.spec
+    return record.spec_at(int(line["step"]))
 
 
 def _check_line(spec: RunSpec, reader: RowReader, line: dict, fn: Callable | None, rehash: bool) -> Divergence | None:
@@ -176,6 +186,18 @@ def _explain(spec: RunSpec, reader: RowReader, plan: BatchPlan, line: dict, repl
         now = [h.hex() for h in (rows.rehashed or rows.stored)]
         div.positions = [i for i, (a, b) in enumerate(zip(line["row_hashes"], now)) if a != b]
         div.reason = "these rows differ from the ones the job logged"
+    elif isinstance(line.get("samples"), str) and decode_digests(line["samples"], n) is not None:
+        logged = decode_digests(line["samples"], n)
+        now = digests_of(rows.rehashed or rows.stored)
+        div.positions = [i for i, (a, b) in enumerate(zip(logged, now)) if a != b]
+        if div.positions:
+            div.reason = ("the rows at these positions are not the rows the job read (their digests differ from "
+                          "the logged ones): " + _stored_or_changed(rows, div.positions))
+        elif of == "transformed":
+            div.reason = ("the rows as stored are the ones the job read; the transform's output differs (is it the "
+                          "job's transform, and does it draw randomness only from batch.seeds?)")
+        else:
+            _attribute(div, reader, plan, rows)
     else:
         _attribute(div, reader, plan, rows)
     div.samples = [samples[i] for i in div.positions]
@@ -208,3 +230,11 @@ def _attribute(div: Divergence, reader: RowReader, plan: BatchPlan, rows: PlanRo
     else:
         div.reason = ("every row matches its stored hash and its shard its sha256: the job read other rows "
                       "(is this the job's run spec and catalog?)")
+
+
+def _stored_or_changed(rows: PlanRows, positions: list[int]) -> str:
+    """Whether the rows now in the catalog were edited in place or are other rows altogether."""
+    verified = rows.verified
+    if verified is not None and not all(bool(verified[i]) for i in positions):
+        return "their bytes no longer hash to their stored row hash (the shard changed in place)"
+    return "the catalog holds other rows there (another version, or another order)"

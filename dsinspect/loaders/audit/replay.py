@@ -20,6 +20,7 @@ from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.read.batch import Batch
+from dsinspect.loaders.records.run import is_run_dir, read_run
 from dsinspect.loaders.records.runlog import batch_fingerprint, read_specs, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog
@@ -67,6 +68,12 @@ class Replay:
     fields: tuple[Field, ...] = ()  # the columns' fields (roles, options) from the first source's manifest
     transform_error: str | None = None
     transformed_fingerprints: dict[int, str] = field(default_factory=dict)
+    record_end: int | None = None  # replayed from a run record: the last step it logged (None: none, or no record)
+
+    @property
+    def beyond_record(self) -> bool:
+        """Replayed from a run record, for a step after the last one the run logged."""
+        return self.record_end is not None and self.step > self.record_end
 
     @property
     def ranks(self) -> list[int]:
@@ -95,7 +102,8 @@ class Replay:
                 "samples": [s.to_json() for s in self.samples],
                 "fingerprints": {str(r): fp for r, fp in self.fingerprints.items()},
                 "transformed_fingerprints": {str(r): fp for r, fp in self.transformed_fingerprints.items()},
-                "transform_error": self.transform_error}
+                "transform_error": self.transform_error,
+                "record_end": self.record_end, "beyond_record": self.beyond_record}
 
 
 def load_specs(source: SpecSource) -> list[RunSpec]:
@@ -106,7 +114,7 @@ def load_specs(source: SpecSource) -> list[RunSpec]:
         path = os.fspath(source)
         fs, root = url_to_fs(path)
         if fs.isdir(root):
-            specs = read_specs(path)
+            specs = [spec for _, spec in read_specs(path)]
             if not specs:
                 raise UserError(f"{path}: the run record holds no spec files")
             return specs
@@ -148,9 +156,16 @@ def replay(spec: SpecSource, step: int, rank: int | str = 0, catalog: Catalog | 
     if step < 0:
         raise UserError(f"step {step} is negative")
     step = int(step)
-    run = spec_for_step(load_specs(spec), step)
+    record = read_run(spec) if isinstance(spec, (str, os.PathLike)) and is_run_dir(spec) else None
+    if record is not None and record.chain:  # the segment the job kept for this step
+        run = record.spec_at(step)
+    else:
+        run = spec_for_step(load_specs(spec), step)
     plans = [plan_batch(run, step, r) for r in parse_rank(rank, run)]
-    return replay_plans(run, plans, RowReader(catalog, run, columns), transform, verify=verify)
+    result = replay_plans(run, plans, RowReader(catalog, run, columns), transform, verify=verify)
+    if record is not None:
+        result.record_end = record.end
+    return result
 
 
 def replay_plans(spec: RunSpec, plans: list[BatchPlan], reader: RowReader, transform: Transform = None,

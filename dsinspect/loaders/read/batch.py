@@ -78,6 +78,13 @@ class Batch:
         return f"Batch(step={self.step}, epoch={self.epoch}, rank={self.rank}, rows={len(self)})"
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the batch's columns as read (what a run record's per-sample digests are weighed against)."""
+        if self._columns is not None:
+            return sum(int(v.nbytes) for v in self._columns.values())
+        return int(self.table.nbytes)
+
+    @property
     def fingerprint(self) -> str:
         return batch_fingerprint([self.hash_array.tobytes()])  # = the joined row hashes
 

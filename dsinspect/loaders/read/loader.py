@@ -21,7 +21,7 @@ from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.read.reader import BatchReader, Layout
 from dsinspect.loaders.read.stats import PeriodicLogger
-from dsinspect.loaders.records.runlog import RunRecorder
+from dsinspect.loaders.records.recorder import RunRecorder
 from dsinspect.loaders.store.catalog import Catalog
 
 __all__ = ["Loader"]
@@ -39,14 +39,17 @@ class Loader:
     `transform(batch)` runs where the batch is read (prefetch thread, DataLoader worker); its result
     is `batch.transformed`. Seed randomness from `batch.seeds` (one per sample, derived from the
     run seed, epoch and index), so replay re-creates exactly what the model was fed.
-    `record_dir` writes run records (docs/RUN_RECORDS.md): the spec at `load_state_dict` or with the
-    first batch read, and a fingerprint per step of the rows as stored, or, with
-    `fingerprint_of="transformed"`, of the transform's output."""
+    `record_dir` writes run records (docs/RUN_RECORDS.md): a segment (its spec and a header) at
+    `load_state_dict` or with the first batch read, and a line per step: the fingerprint of the rows
+    as stored (or, with `fingerprint_of="transformed"`, of the transform's output), per-sample
+    digests (`record_samples`: True, False or "auto") and the time waited for the batch.
+    `state_dict()` makes every line so far durable first."""
 
     def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
                  columns: Sequence[str] | None = None, prefetch: int = 0, record_dir: str | None = None,
                  cache: ShardCache | None = None, stats_interval: float | None = None,
-                 transform: Callable[[Batch], Any] | None = None, fingerprint_of: str = "stored"):
+                 transform: Callable[[Batch], Any] | None = None, fingerprint_of: str = "stored",
+                 record_samples: bool | str = "auto"):
         if catalog is None:
             raise UserError("Loader needs a catalog: Loader(spec, rank, catalog=Catalog(url))")
         if not 0 <= rank < spec.world_size:  # now, not at the first batch (plan_batch's words)
@@ -57,9 +60,10 @@ class Loader:
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: deque[tuple[int, Future]] = deque()
-        self._recorder = RunRecorder(record_dir, rank) if record_dir else None
-        self._spec_recorded = False  # written at the first batch or restore, so a resuming job's
-        # construction never overwrites the first segment's spec
+        self._recorder = RunRecorder(record_dir, rank, samples=record_samples) if record_dir else None
+        self._parent: str | None = None  # the segment whose state this loader resumed from
+        # the segment begins at the first batch or restore, never at construction: a resuming job's
+        # loader is built with the spec of step 0 and restored just after
         if fingerprint_of not in ("stored", "transformed"):
             raise UserError(f"fingerprint_of must be 'stored' or 'transformed', not {fingerprint_of!r}")
         if fingerprint_of == "transformed" and transform is None:
@@ -156,19 +160,18 @@ class Loader:
         self._last_yield = now
         self._logger.tick()
         if self._recorder:
-            self._record(batch)
+            self._record(batch, now - asked)
         return batch
 
-    def _record(self, batch: Batch) -> None:
-        if not self._spec_recorded:
-            self._recorder.write_spec(self.spec)
-            self._spec_recorded = True
+    def _record(self, batch: Batch, wait: float) -> None:
+        self._recorder.begin(self.spec, self._parent)
         if self._fingerprint_of == "transformed":
             from dsinspect.loaders.records.transforms import transformed_fingerprint
             fingerprint = transformed_fingerprint(batch.transformed)
         else:
             fingerprint = batch.fingerprint
-        self._recorder.record(batch.step, batch.epoch, fingerprint, len(batch), of=self._fingerprint_of)
+        self._recorder.record(batch.step, batch.epoch, fingerprint, len(batch), of=self._fingerprint_of,
+                              row_hashes=batch.hash_array, data_bytes=batch.nbytes, wait=wait)
 
     def stats(self) -> dict[str, Any]:
         """Counters for debugging a slow or stuck job: fetches, cache hits and misses, fetch
@@ -198,13 +201,20 @@ class Loader:
     # -- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Tiny JSON-able state: where the next batch starts, and a receipt of what it holds."""
-        return LoaderState.at(self.spec, self._step, self.rank).to_json()
+        """Tiny JSON-able state: where the next batch starts, and a receipt of what it holds. When
+        recording, every line up to here is durable before it returns, and the state names the
+        record's segment (so a resume from it is known to continue this segment)."""
+        segment = None
+        if self._recorder:
+            segment = self._recorder.begin(self.spec, self._parent)
+            self._recorder.sync()
+        return LoaderState.at(self.spec, self._step, self.rank, segment).to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state`, saved by a loader of the same data order with any world size,
         batch size or worker count. O(1): nothing is read or skipped."""
-        resumed = LoaderState.from_json(state).resume_spec(self.spec)
+        saved = LoaderState.from_json(state)
+        resumed = saved.resume_spec(self.spec)
         self._drop_ahead()
         self.spec = resumed
         self._plans = {}
@@ -212,10 +222,9 @@ class Loader:
         self._reader.close()
         self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
         self._last_yield = None
-        self._spec_recorded = False
-        if self._recorder:
-            self._recorder.write_spec(resumed)
-            self._spec_recorded = True
+        self._parent = saved.segment
+        if self._recorder:  # a new segment: which state it resumed from, its world and batch size
+            self._recorder.begin(resumed, self._parent)
 
     def close(self) -> None:
         self._drop_ahead()

@@ -1,87 +1,94 @@
-"""Run records: the run spec of each stretch of a run, and a per-step fingerprint log per rank.
+"""The run record format: file names, line kinds, batch fingerprints and per-sample digests.
 
-    <dir>/specs/step-<start step, 12 digits>.json      the spec in force from that step (rank 0 writes)
-    <dir>/fingerprints/rank-<rank, 5 digits>.jsonl     {"step", "rank", "epoch", "fingerprint", "n", "of"}
+    <dir>/specs/step-<start, 12 digits>-<segment id>.json   the spec of one segment (its first writer)
+    <dir>/fingerprints/rank-<rank, 5 digits>.jsonl          segment headers and step lines of one rank
+
+A segment header:  {"segment", "parent", "start", "world_size", "batch_size", "spec", "rank", "time"}
+A step line:       {"step", "rank", "epoch", "fingerprint", "n", "of", "seg", "samples"?, "wait"?}
 
 A batch fingerprint is XXH3-128 over the batch's 16-byte row hashes in batch order (padding
-included), hex; "of" says whether the hashes are of the rows as stored or as transformed.
+included), hex; "of" says whether the hashes are of the rows as stored or as transformed. "samples"
+is the base64 of the first DIGEST_BYTES of each stored row hash: which position changed. Records
+written before segments existed (`specs/step-<12 digits>.json`, lines without "seg") still read.
 docs/RUN_RECORDS.md is the prose version.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-import os
 import re
-from typing import IO, Iterable, Iterator
+from typing import Iterable, Iterator
 
+import numpy as np
 import xxhash
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs, write_atomic
+from dsinspect.loaders.store.storage import join, url_to_fs
 
-__all__ = ["batch_fingerprint", "RunRecorder", "read_fingerprints", "read_specs", "spec_for_step"]
+__all__ = ["batch_fingerprint", "sample_digests", "digests_of", "segment_id", "spec_file_name", "read_specs",
+           "spec_for_step", "read_fingerprints", "read_log", "DIGEST_BYTES", "SPEC_FILE"]
 
-_SPEC_FILE = re.compile(r"^step-(\d{12})\.json$")
+DIGEST_BYTES = 4  # per sample: a changed row shows with probability 1 - 2^-32
+SPEC_FILE = re.compile(r"^step-(\d{12})(?:-([0-9a-f]{16}))?\.json$")
 
 
-def batch_fingerprint(row_hashes: Iterable[bytes]) -> str:
+def batch_fingerprint(row_hashes: Iterable[bytes] | np.ndarray) -> str:
+    if isinstance(row_hashes, np.ndarray):
+        return xxhash.xxh3_128_hexdigest(np.ascontiguousarray(row_hashes).tobytes())
     return xxhash.xxh3_128_hexdigest(b"".join(row_hashes))
 
 
-class RunRecorder:
-    """Writes a run's records; lines are buffered, so the cost per step is one small write."""
-
-    def __init__(self, directory: str, rank: int, flush_every: int = 64):
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
-            raise UserError(f"bad rank {rank!r}: a run record's rank is an integer >= 0")  # it names a file
-        self.fs, self.root = url_to_fs(directory)
-        refuse_read_only(self.fs, self.root)
-        self.rank, self.flush_every = rank, flush_every
-        self._lines: list[str] = []
-        self._file: IO[str] | None = None
-
-    def write_spec(self, spec: RunSpec) -> None:
-        if self.rank == 0:
-            write_atomic(self.fs, join(self.root, "specs", f"step-{spec.start.step:012d}.json"), spec.dumps().encode())
-
-    def record(self, step: int, epoch: int, fingerprint: str, n: int, of: str = "stored") -> None:
-        self._lines.append(json.dumps({"step": step, "rank": self.rank, "epoch": epoch, "fingerprint": fingerprint,
-                                       "n": n, "of": of}) + "\n")
-        if len(self._lines) >= self.flush_every:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._lines:
-            return
-        if self._file is None:
-            path = join(self.root, "fingerprints", f"rank-{self.rank:05d}.jsonl")
-            self.fs.makedirs(os.path.dirname(path), exist_ok=True)
-            self._file = self.fs.open(path, "a")
-        self._file.write("".join(self._lines))
-        self._file.flush()
-        self._lines.clear()
-
-    def close(self) -> None:
-        self.flush()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+def sample_digests(row_hashes: np.ndarray) -> str:
+    """The per-sample digests of an (n, 16) uint8 array of row hashes, as a log line carries them."""
+    return base64.b64encode(np.ascontiguousarray(row_hashes[:, :DIGEST_BYTES]).tobytes()).decode("ascii")
 
 
-def read_specs(directory: str) -> list[RunSpec]:
-    """Every spec segment of a run, in start-step order."""
+def digests_of(row_hashes: Iterable[bytes]) -> list[bytes]:
+    """Each row hash cut to its digest, to compare with a line's decoded "samples"."""
+    return [h[:DIGEST_BYTES] for h in row_hashes]
+
+
+def decode_digests(text: str, n: int) -> list[bytes] | None:
+    """A line's "samples" as n digests, or None when it is missing or malformed (then unused)."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (ValueError, TypeError):
+        return None
+    if len(raw) != n * DIGEST_BYTES:
+        return None
+    return [raw[i:i + DIGEST_BYTES] for i in range(0, len(raw), DIGEST_BYTES)]
+
+
+def segment_id(spec: RunSpec, parent: str | None) -> str:
+    """The same on every rank and worker of a segment: the spec (its start, world size and batch
+    size included) and the segment whose state it resumed from."""
+    return xxhash.xxh3_64_hexdigest(f"{spec.hash}|{parent or ''}".encode())
+
+
+def spec_file_name(spec: RunSpec, segment: str) -> str:
+    return f"step-{spec.start.step:012d}-{segment}.json"
+
+
+def read_specs(directory: str) -> list[tuple[str | None, RunSpec]]:
+    """Every spec file of a run as (segment id or None for an old record, spec), in start-step order."""
     fs, root = url_to_fs(directory)
     base = join(root, "specs")
     if not fs.isdir(base):
         raise UserError(f"{directory}: no run records here (no specs/ folder)")
-    names = sorted(n for n in (p.rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)) if _SPEC_FILE.match(n))
-    return [RunSpec.loads(fs.cat_file(join(base, n)).decode(), f"{directory}/specs/{n}") for n in names]
+    found = []
+    for name in sorted(p.rsplit("/", 1)[-1] for p in fs.ls(base, detail=False)):
+        match = SPEC_FILE.match(name)
+        if match:
+            spec = RunSpec.loads(fs.cat_file(join(base, name)).decode(), f"{directory}/specs/{name}")
+            found.append((match.group(2), spec))
+    return sorted(found, key=lambda item: item[1].start.step)
 
 
 def spec_for_step(specs: list[RunSpec], step: int) -> RunSpec:
-    """The segment in force at `step`: the last one starting at or before it."""
+    """The segment in force at `step` among specs given in start-step order: the last one starting
+    at or before it (a run record directory knows better: `RunRecord.spec_at`)."""
     covering = [s for s in specs if s.start.step <= step]
     if not covering:
         raise UserError(f"no run spec covers step {step}")
@@ -89,7 +96,13 @@ def spec_for_step(specs: list[RunSpec], step: int) -> RunSpec:
 
 
 def read_fingerprints(path: str) -> Iterator[dict]:
-    """Fingerprint log lines from a file or a run directory (all ranks), checked as they are read."""
+    """The step lines of a fingerprint log file or of a run directory (all ranks)."""
+    return (entry for entry in read_log(path) if "segment" not in entry)
+
+
+def read_log(path: str) -> Iterator[dict]:
+    """Every line of a fingerprint log file or of a run directory (all ranks, file by file, each in
+    written order), checked as it is read; segment headers carry "segment", step lines "step"."""
     fs, root = url_to_fs(path)
     files = (sorted(fs.glob(join(root, "fingerprints", "rank-*.jsonl"))) if fs.isdir(root) else [root])
     for f in files:
@@ -99,7 +112,12 @@ def read_fingerprints(path: str) -> Iterator[dict]:
                     continue
                 try:
                     entry = json.loads(line)
-                    entry["step"], entry["rank"], entry["fingerprint"]
+                    if "segment" in entry:
+                        entry["segment"], entry["start"], entry["world_size"]
+                    else:
+                        entry["step"], entry["rank"], entry["fingerprint"]
                 except (json.JSONDecodeError, KeyError, TypeError):
+                    if not line.endswith("\n"):  # the last line of a killed writer, cut short: never whole
+                        continue
                     raise UserError(f"{f}:{number}: not a fingerprint log line") from None
                 yield entry
