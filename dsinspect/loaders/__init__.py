@@ -29,7 +29,8 @@ from dsinspect.lazy import lazy_names as _lazy_names
 __all__ = [
     "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
     "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
-    "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch",
+    "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch", "check_states",
+    "read_run", "RunRecord",
 ]
 
 _HOMES = {  # module (relative to this package) -> the names it holds
@@ -37,9 +38,10 @@ _HOMES = {  # module (relative to this package) -> the names it holds
     ".format.roles": ("Role",),
     ".order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
     ".order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
-    ".order.state": ("LoaderState",),
+    ".order.state": ("LoaderState", "check_states"),
     ".read.batch": ("Batch",),
     ".read.loader": ("Loader",),
+    ".records.run": ("RunRecord", "read_run"),
     ".store.address": ("parse_address",),
     ".store.catalog": ("Catalog",),
     ".store.derive": ("derive_version",),
@@ -57,9 +59,10 @@ if TYPE_CHECKING:
     from dsinspect.loaders.format.roles import Role
     from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
     from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
-    from dsinspect.loaders.order.state import LoaderState
+    from dsinspect.loaders.order.state import LoaderState, check_states
     from dsinspect.loaders.read.batch import Batch
     from dsinspect.loaders.read.loader import Loader
+    from dsinspect.loaders.records.run import RunRecord, read_run
     from dsinspect.loaders.store.address import parse_address
     from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.loaders.store.derive import derive_version
