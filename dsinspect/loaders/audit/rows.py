@@ -8,7 +8,7 @@ second read path, and reads a few row groups of a remote version instead of whol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,9 +24,36 @@ from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 
-__all__ = ["PlanRows", "RowReader"]
+__all__ = ["PlanRows", "RowReader", "ByteLRU", "conformed"]
 
 _GROUPS_KEPT = 64  # row groups kept in memory: consecutive steps of a check often share them
+
+
+class ByteLRU:
+    """An LRU bounded by the bytes its values hold (each `put` says how many), not by their count;
+    the newest entry stays even when it alone exceeds the bound."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max(0, int(max_bytes))
+        self.bytes = 0
+        self._items: LRU[Any, tuple[Any, int]] = LRU(2**62)
+
+    def get(self, key: Any) -> Any:
+        found = self._items.get(key)
+        return None if found is None else found[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        old = self._items.pop(key)
+        if old is not None:
+            self.bytes -= old[1]
+        self._items.put(key, (value, nbytes))
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes and len(self._items) > 1:
+            oldest = next(iter(self._items))
+            self.bytes -= self._items.pop(oldest)[1]  # type: ignore[index]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass
@@ -48,10 +75,12 @@ class PlanRows:
 
 
 class RowReader:
-    """Reads plans of one run spec's sources; keeps recently read row groups for the next plan.
-    `columns` default: the fields every source has with one type."""
+    """Reads plans of one run spec's sources; keeps recently read row groups for the next plan (the
+    last 64, or up to `cache_bytes` of them when given). `columns` default: the fields every source
+    has with one type."""
 
-    def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None):
+    def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None, *,
+                 cache_bytes: int | None = None):
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
             if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
@@ -67,7 +96,8 @@ class RowReader:
             if [c for c in self.columns if _type(version, c) != first.field(c).type]:
                 raise UserError(f"mixture sources disagree on the types of some of {self.columns}: pick common columns")
         self.schema = pa.schema([first.field(c) for c in self.columns])
-        self._groups: LRU[tuple[int, int, int], pa.Table] = LRU(_GROUPS_KEPT)
+        self._groups: LRU[tuple[int, int, int], pa.Table] | ByteLRU = (
+            LRU(_GROUPS_KEPT) if cache_bytes is None else ByteLRU(cache_bytes))
 
     def read(self, plan: BatchPlan, rehash: bool = True) -> PlanRows:
         """The plan's rows; `rehash` recomputes each row's hash from its bytes (needs every field)."""
@@ -106,16 +136,25 @@ class RowReader:
         if cached is not None and all(c in cached.column_names for c in columns):
             return cached.select(list(columns))
         version = self.versions[k]
-        table = version.read_row_group(shard, group, columns)
-        want = _schema_of(version, columns)
-        if table.schema != want:  # a shard written by another writer (or edited): one schema for the gather
-            try:
-                table = table.select(list(columns)).cast(want)
-            except (*NOT_CONVERTIBLE, KeyError) as e:
-                raise arrow_error(e, f"shard {shard} of {version.address} does not match its manifest's schema "
-                                     f"({version.shard_url(shard)})", IntegrityError) from None
-        self._groups.put(key, table)
+        table = conformed(version, shard, version.read_row_group(shard, group, columns), columns)
+        if isinstance(self._groups, ByteLRU):
+            self._groups.put(key, table, table.nbytes)
+        else:
+            self._groups.put(key, table)
         return table
+
+
+def conformed(version: DatasetVersion, shard: int, table: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """`table` (read from `shard`) in the manifest's schema for `columns`: a shard written by another
+    writer (or edited) may differ; one that cannot be cast is an IntegrityError."""
+    want = _schema_of(version, columns)
+    if table.schema == want:
+        return table
+    try:
+        return table.select(list(columns)).cast(want)
+    except (*NOT_CONVERTIBLE, KeyError) as e:
+        raise arrow_error(e, f"shard {shard} of {version.address} does not match its manifest's schema "
+                             f"({version.shard_url(shard)})", IntegrityError) from None
 
 
 def _type(version: DatasetVersion, name: str) -> pa.DataType | None:
