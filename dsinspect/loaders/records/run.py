@@ -88,7 +88,6 @@ class RunRecord:
                                                                 spec.batch_size, spec.hash, float("-inf")))
                 segment.spec = spec
         self.chain = self._chain()
-        self._starts = [s.start for s in self.chain]  # descending
         self._steps = steps
         self._kept, self.superseded = self._keep(steps)
         kept_steps = [int(line["step"]) for line in self._kept]

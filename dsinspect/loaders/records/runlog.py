@@ -113,10 +113,10 @@ def read_log(path: str) -> Iterator[dict]:
                 try:
                     entry = json.loads(line)
                     if "segment" in entry:
-                        entry["segment"], entry["start"], entry["world_size"]
+                        str(entry["segment"]), int(entry["start"]), int(entry["world_size"])
                     else:
-                        entry["step"], entry["rank"], entry["fingerprint"]
-                except (json.JSONDecodeError, KeyError, TypeError):
+                        int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     if not line.endswith("\n"):  # the last line of a killed writer, cut short: never whole
                         continue
                     raise UserError(f"{f}:{number}: not a fingerprint log line") from None
