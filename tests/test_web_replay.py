@@ -156,6 +156,12 @@ def test_only_listed_run_records_open(job, name):
 def test_parse_log_and_verdicts():
     line = {"step": 1, "rank": 0, "fingerprint": "ab", "of": "stored"}
     assert web_replay.parse_log((json.dumps(line) + "\n\n").encode(), "x") == [line]
+    header = {"segment": "ab12", "parent": None, "start": 0, "world_size": 2, "batch_size": 4, "rank": 0}
+    assert web_replay.parse_log(f"{json.dumps(header)}\n{json.dumps(line)}\n".encode(), "x") == [header, line]
+    with pytest.raises(UserError, match="x:1: not a fingerprint log line"):  # a header needs its start
+        web_replay.parse_log(json.dumps({"segment": "ab12", "world_size": 2}).encode(), "x")
+    with pytest.raises(UserError, match="no fingerprint log lines"):  # headers alone are no log
+        web_replay.parse_log(json.dumps(header).encode(), "x")
     for bad in (b"", b"not json\n", b'{"step": "x", "rank": 0, "fingerprint": "a"}\n'):
         with pytest.raises(UserError):
             web_replay.parse_log(bad, "x")

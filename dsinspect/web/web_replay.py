@@ -111,18 +111,23 @@ def import_transform(name: str) -> Callable[[Any], Any]:
 
 
 def parse_log(data: bytes, where: str) -> list[dict[str, Any]]:
-    """Fingerprint log lines from an uploaded JSONL file, checked as `runlog.read_fingerprints` checks a file."""
-    lines = []
+    """The lines of an uploaded rank log (JSONL), checked as `runlog.read_log` checks a file: segment
+    headers ("segment", "start", "world_size") and step lines ("step", "rank", "fingerprint")."""
+    lines, steps = [], 0
     for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
-            int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
+            if "segment" in entry:
+                str(entry["segment"]), int(entry["start"]), int(entry["world_size"])
+            else:
+                int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
+                steps += 1
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise UserError(f"{where}:{number}: not a fingerprint log line") from None
         lines.append(entry)
-    if not lines:
+    if not steps:
         raise UserError(f"{where}: no fingerprint log lines")
     return lines
 

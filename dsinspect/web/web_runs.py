@@ -8,33 +8,20 @@ The runs directory is the one `dsinspect web --runs URL` names (see `settings`),
 from __future__ import annotations
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.store.storage import join, url_to_fs
+from dsinspect.inspect.runs import default_runs_dir, run_names
+from dsinspect.loaders.store.storage import join
 from dsinspect.web import settings
 
 __all__ = ["runs_url", "run_names", "run_path"]
 
 
 def runs_url(catalog_url: str) -> str:
-    return settings.runs_url() or join(str(catalog_url), "runs")
-
-
-def run_names(runs: str) -> list[str]:
-    """The run record folders (those holding specs/ or fingerprints/) directly inside `runs`."""
-    fs, root = url_to_fs(runs)
-    if not fs.isdir(root):
-        return []
-    names = []
-    for entry in fs.ls(root, detail=True):
-        if entry.get("type") != "directory":
-            continue
-        path = entry["name"].rstrip("/")
-        if fs.isdir(join(path, "specs")) or fs.isdir(join(path, "fingerprints")):
-            names.append(path.rsplit("/", 1)[-1])
-    return sorted(names)
+    return settings.runs_url() or default_runs_dir(catalog_url)
 
 
 def run_path(runs: str, name: str) -> str:
-    """The run record called `name`, if the runs directory lists it; else one clear error."""
+    """The run record called `name`, if the runs directory lists it (`run_names`: the folders holding
+    specs/ or fingerprints/ directly inside it); else one clear error."""
     if name not in run_names(runs):
         raise UserError(f"no run record {name!r} in the runs directory {runs}")
     return join(runs.rstrip("/"), name)
