@@ -77,10 +77,20 @@ def row_hashes(table: pa.Table | pa.RecordBatch, names: list[str]) -> list[bytes
 
 # -- payloads: the bytes after the tag, for every row (whatever is there for null rows is dropped) --
 
+# Arrays become numpy through their buffers: Array.to_numpy(zero_copy_only=False), fill_null and
+# pa.scalar make pyarrow import pandas (~0.2 s of a `dsinspect replay` that needs none of it).
+
 def _validity(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    if arr.null_count == len(arr):
+        return np.zeros(len(arr), dtype=bool)
+    return _bits(arr.buffers()[0], arr.offset, len(arr))
+
+
+def _bits(buffer: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """n bits of an Arrow bitmap (validity or boolean values) from bit `offset`, as bools."""
+    return np.unpackbits(np.frombuffer(buffer, dtype=np.uint8), bitorder="little")[offset:offset + n].astype(bool)
 
 
 def _payloads(arr: pa.Array) -> list[bytes]:
@@ -101,7 +111,7 @@ def _payloads(arr: pa.Array) -> list[bytes]:
 
 
 def _bool_values(arr: pa.Array) -> np.ndarray:
-    return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)
+    return _bits(arr.buffers()[1], arr.offset, len(arr)).astype(np.uint8)  # values under nulls are dropped
 
 
 def _fixed_rows(arr: pa.Array) -> np.ndarray:
@@ -131,7 +141,9 @@ def _var_binary_payloads(arr: pa.Array) -> list[bytes]:
 def _list_payloads(arr: pa.Array) -> list[bytes]:
     import pyarrow.compute as pc  # here, not at the top: it costs ~0.1 s, and reading a manifest needs none
 
-    lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    counts = pc.list_value_length(arr)
+    lengths = np.frombuffer(counts.buffers()[1], dtype=np.int32 if counts.type == pa.int32() else np.int64)
+    lengths = np.where(_validity(arr), lengths[counts.offset:counts.offset + len(counts)], 0).astype(np.int64)
     items = arr.flatten()  # drops the items under null slots, which count 0 here
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     pack = _U64.pack
