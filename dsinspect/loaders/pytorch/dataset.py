@@ -5,11 +5,15 @@ Worker w of W makes exactly the steps first + w, first + w + W, ... of a pass; t
 workers round-robin in order, so the consumer sees first, first + 1, ... whatever W is. Under a
 TorchLoader, workers make runs of consecutive steps instead (run c = steps first + cK ... first +
 cK + K - 1, worker w makes runs w, w + W, ...) and send each run as one DataLoader item (transfer.py).
+
+With `record_dir`, the process that makes a batch writes its run record line (recording.py); under
+a TorchLoader the TorchLoader records instead, at the consumer.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from typing import Any, Sequence
 
@@ -20,7 +24,9 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import epoch_end, epoch_start_step, locate_step
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.pytorch.consistency import check_same_step
 from dsinspect.loaders.pytorch.conversion import batch_arrays, batch_to_torch, check_columns
+from dsinspect.loaders.pytorch.recording import RankRecord
 from dsinspect.loaders.pytorch.ring import RingBatch
 from dsinspect.loaders.pytorch.transfer import ChunkSender, Transfer, WorkerChunk, tensors_to_numpy
 from dsinspect.loaders.read.cache import ShardCache
@@ -36,11 +42,25 @@ class TorchBatches(IterableDataset):
     """One rank's batches for a torch DataLoader (use batch_size=None): each pass yields the rest of
     the current epoch. Workers open their own catalog and Loader; only the URL and the spec JSON
     cross (a memory:// catalog reaches forked workers only). Worker copies cannot report progress to
-    the parent: wrap it in TorchLoader, or call set_epoch(e) before each epoch as with a sampler."""
+    the parent: wrap it in TorchLoader, or call set_epoch(e) before each epoch as with a sampler.
+
+    `record_dir` writes run records as `Loader` does (docs/RUN_RECORDS.md): a segment at
+    `load_state_dict` or with the first batch, then a line per step with the fingerprint of the rows
+    as stored and per-sample digests (`record_samples`: True, False or "auto"). The line is written
+    by the process that makes the batch (with DataLoader workers: each worker, every line handed to
+    the OS before its batch leaves), or, under a TorchLoader, by the consumer. `state_dict()` in the
+    main process makes every line so far durable and names the segment. Fingerprints of a
+    transform's output (`fingerprint_of="transformed"`) are Loader-only.
+
+    Under torch.distributed each pass started in the main process begins with one all_gather of
+    the ranks' next steps; ranks at different steps (states of different checkpoints) all raise
+    UserError before the first batch. Every rank must iterate; `check_ranks=False` skips it (a
+    loader only some ranks iterate)."""
 
     def __init__(self, spec: RunSpec, catalog: str | Catalog, columns: Sequence[str] | None = None,
                  rank: int | None = None, *, dense: Sequence[str] = (), transform=None,
-                 cache_bytes: int | None = None):
+                 cache_bytes: int | None = None, record_dir: str | None = None,
+                 record_samples: bool | str = "auto", check_ranks: bool = True):
         if catalog is None:
             raise UserError("TorchBatches needs a catalog: TorchBatches(spec, Catalog(url) or its URL)")
         self.spec, self.rank = _placement(spec, rank)
@@ -54,6 +74,11 @@ class TorchBatches(IterableDataset):
         self._loader_pid = 0
         self._transfer: Transfer | None = None  # set by TorchLoader for its workers: how they send batches
         self._sender: ChunkSender | None = None  # this worker's side of the transfer, made at its first run
+        self.check_ranks = check_ranks
+        self._record = RankRecord(record_dir, self.rank, record_samples) if record_dir else None
+        self._parent: str | None = None  # the record segment of the state this dataset resumed from
+        self._kept_segment: tuple[RunSpec, str | None] | None = None  # a worker continuing a saved segment
+        self._consumer_records = False  # set by TorchLoader while it starts a pass: producers stay quiet
         source = self.spec.sources[0]
         fields = self._reader().catalog.version(source.name, source.version).fields
         check_columns({f.name: f.type for f in fields}, self.columns, self.dense)
@@ -73,7 +98,10 @@ class TorchBatches(IterableDataset):
         transfer = getattr(self, "_transfer", None)
         if transfer is not None and get_worker_info() is not None:
             return _ChunkProducer(self, self._base, end, workers, worker, transfer.chunk)
-        return _Producer(self, self._base + worker, end, workers, worker)
+        mine = not self._consumer_records  # under a TorchLoader, it records and checks the ranks
+        check = mine and self.check_ranks and get_worker_info() is None
+        return _Producer(self, self._base + worker, end, workers, worker, record=mine and self._record is not None,
+                         check=check)
 
     def batch_at(self, step: int) -> dict[str, Any]:
         """The batch of any step as tensors, read now."""
@@ -102,20 +130,50 @@ class TorchBatches(IterableDataset):
     # -- state: a LoaderState, global and world-size free --------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the next pass starts, as a loader state (workers: the start of their pass)."""
-        return LoaderState.at(self.spec, self._base, self.rank).to_json()
+        """Where the next pass starts, as a loader state (workers: the start of their pass). When
+        recording, it names the record's segment, and in the main process every line so far is
+        durable before it returns."""
+        return LoaderState.at(self.spec, self._base, self.rank, self._sync_record()).to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Start the next pass where `state` stood; the state may come from any world size."""
-        self.spec = LoaderState.from_json(state).resume_spec(self.spec)
+        """Start the next pass where `state` stood; the state may come from any world size. When
+        recording, a new segment of the record begins (in the main process: now)."""
+        saved = LoaderState.from_json(state)
+        self.spec = saved.resume_spec(self.spec)
         self.close()
         self._seek(self.spec.start.step)
+        self._parent, self._kept_segment = saved.segment, None
+        if self._record is not None and get_worker_info() is None:
+            self._record.recorder().begin(*self._segment_args())
+
+    def _segment_args(self) -> tuple[RunSpec, str | None]:
+        """(spec, parent) of the record segment this dataset's batches belong to."""
+        return self._kept_segment or (self.spec, self._parent)
+
+    def _segment(self) -> str | None:
+        return self._record.segment(*self._segment_args()) if self._record is not None else None
+
+    def _sync_record(self) -> str | None:
+        """The segment, begun (its spec file and header written) and, in the main process, every
+        line so far durable. A DataLoader worker only names it: its lines reach the OS one by one,
+        and an fsync per batch (torchdata snapshots a worker's state every step) would cost."""
+        if self._record is None:
+            return None
+        if get_worker_info() is not None:
+            return self._segment()
+        recorder = self._record.recorder()
+        segment = recorder.begin(*self._segment_args())
+        recorder.sync()
+        return segment
 
     def close(self) -> None:
-        """Release this process's Loader (its shard pins); the next read opens a new one."""
+        """Release this process's Loader (its shard pins); the next read opens a new one. Pending
+        run record lines go to the OS."""
         if self._loader is not None and self._loader_pid == os.getpid():
             self._loader.close()
         self._loader = None
+        if self._record is not None:
+            self._record.flush()
 
     def _seek(self, step: int) -> None:
         self._base = step
@@ -129,41 +187,66 @@ class TorchBatches(IterableDataset):
         return self._loader
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_sender": None}
+        kept = self._kept_segment
+        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_sender": None,
+                "_kept_segment": (kept[0].to_json(), kept[1]) if kept else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, spec=RunSpec.from_json(state["spec"]))
+        kept = state.get("_kept_segment")
+        self.__dict__.update(state, spec=RunSpec.from_json(state["spec"]),
+                             _kept_segment=(RunSpec.from_json(kept[0]), kept[1]) if kept else None)
 
 
 class _Producer:
     """The steps one process makes in one pass: next, next + stride, ... before `end`. torchdata's
-    StatefulDataLoader saves and restores it in each worker."""
+    StatefulDataLoader saves and restores it in each worker. `record`: write each batch's run
+    record line here; `check`: begin the pass with the ranks' step check (check_same_step)."""
 
-    def __init__(self, dataset: TorchBatches, next_step: int, end: int, stride: int, worker: int):
+    def __init__(self, dataset: TorchBatches, next_step: int, end: int, stride: int, worker: int, *,
+                 record: bool = False, check: bool = False):
         self.dataset, self.next, self.end, self.stride, self.worker = dataset, next_step, end, stride, worker
         self._made = 0
+        self._record = dataset._record if record else None
+        self._check = check
 
     def __iter__(self) -> "_Producer":
         return self
 
     def __next__(self) -> dict[str, Any]:
+        if self._check:  # at the first batch, so a state torchdata restores after iter() counts
+            self._check = False
+            check_same_step(self.next)  # before the end test: every rank takes part, even one at its end
         if self.next >= self.end:
             self.dataset._seek(self.end)  # the pass is over: the next one reads the next epoch
             raise StopIteration
         step = self.next
+        ds = self.dataset
         if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
-            self.dataset._reader().set_stride(self.stride)
-        batch = self.dataset.batch_at(step)
+            ds._reader().set_stride(self.stride)
+        asked = time.monotonic()
+        read = ds._reader().batch_at(step)
+        batch = batch_to_torch(read, ds.dense)
+        if self._record is not None:  # before the batch leaves this process
+            recorder = self._record.recorder()
+            recorder.begin(*ds._segment_args())
+            wait = time.monotonic() - asked if get_worker_info() is None else None  # a worker's time is not the wait
+            recorder.record(read.step, read.epoch, read.fingerprint, len(read), row_hashes=read.hash_array,
+                            data_bytes=read.nbytes, wait=wait)
         self._made += 1
         self.next = step + self.stride
         if self.stride == 1:
-            self.dataset._seek(self.next)  # one producer: a new pass continues right here
+            ds._seek(self.next)  # one producer: a new pass continues right here
         return batch
 
     def state_dict(self) -> dict[str, Any]:
         ds = self.dataset
-        return {"format": PRODUCER_FORMAT, "next": LoaderState.at(ds.spec, self.next, ds.rank).to_json(),
-                "end": self.end, "stride": self.stride, "worker": self.worker}
+        segment = ds._segment()
+        state = {"format": PRODUCER_FORMAT, "next": LoaderState.at(ds.spec, self.next, ds.rank, segment).to_json(),
+                 "end": self.end, "stride": self.stride, "worker": self.worker}
+        if segment is not None:  # what a worker restored from this state needs to continue the segment
+            spec, parent = ds._segment_args()
+            state["segment"] = {"spec": ds._record.spec_json(spec), "parent": parent}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != PRODUCER_FORMAT:
@@ -172,9 +255,18 @@ class _Producer:
             raise UserError(f"state of worker {state['worker']} of {state['stride']} cannot restore into worker "
                             f"{self.worker} of {self.stride}: keep num_workers, or restore elastic_state(...)")
         saved = LoaderState.from_json(state["next"])
-        if saved.order_hash != self.dataset.spec.order_hash:
+        ds = self.dataset
+        if saved.order_hash != ds.spec.order_hash:
             raise UserError("producer state belongs to another data order")
         self.next, self.end = saved.step, int(state["end"])
+        kept = state.get("segment")
+        if ds._record is not None and get_worker_info() is not None and saved.segment and isinstance(kept, dict):
+            # A worker cannot know the consumer's step (the least of all workers' next steps), so
+            # it cannot start a segment there: it continues the saved one, whose lines past the
+            # restored step are superseded by the lines written now (the last written wins).
+            spec = RunSpec.from_json(kept["spec"])
+            if ds._record.segment(spec, kept.get("parent")) == saved.segment:
+                ds._kept_segment = (spec, kept.get("parent"))
 
 
 class _ChunkProducer:

@@ -1,10 +1,12 @@
 """TorchLoader: a torch DataLoader over TorchBatches whose state is the global step of the next batch
 the consumer gets. Its workers send runs of batches through shared-memory rings (transfer.py), which
-it sets up before the workers start and removes however the pass ends.
+it sets up before the workers start and removes however the pass ends. With a recording dataset,
+it writes the run record at the consumer: a line per batch it hands over (recording.py).
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any, Iterator
 
@@ -13,6 +15,7 @@ from torch.utils.data import DataLoader
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import epoch_end, locate_step
 from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.pytorch.consistency import check_same_step
 from dsinspect.loaders.pytorch.dataset import TorchBatches
 from dsinspect.loaders.pytorch.ring import RingReader, new_prefix, ring_slots
 from dsinspect.loaders.pytorch.transfer import Transfer, receive
@@ -22,7 +25,15 @@ __all__ = ["TorchLoader"]
 
 class TorchLoader:
     """A torch DataLoader over TorchBatches whose state is the global step of the next batch the
-    consumer gets, so it restores into any number of workers, ranks or batch size."""
+    consumer gets, so it restores into any number of workers, ranks or batch size.
+
+    When the dataset records (`TorchBatches(..., record_dir=...)`), the TorchLoader writes the run
+    record in this process, of what the consumer received: a segment with the first batch or at
+    `load_state_dict`, then per batch its fingerprint, per-sample digests and the seconds the
+    consumer waited for it; the workers write nothing. `state_dict()` makes every line so far
+    durable before it returns and names the segment. Under torch.distributed each pass begins
+    with one all_gather of the ranks' next steps (see TorchBatches): ranks resumed from states of
+    different steps all raise UserError before the first batch."""
 
     def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 8,
                  **dataloader_options: Any):
@@ -59,8 +70,14 @@ class TorchLoader:
         return batches
 
     def _batches(self) -> Iterator[dict[str, Any]]:
-        self.dataset._seek(self._next)
-        end = epoch_end(self.dataset.spec, self._next)
+        dataset = self.dataset
+        if dataset.check_ranks:
+            check_same_step(self._next)
+        dataset._seek(self._next)
+        end = epoch_end(dataset.spec, self._next)
+        record = dataset._record
+        if record is not None:
+            record.flush()  # nothing pending for forked workers to inherit
         # Workers write each batch's arrays into a shared-memory ring and send a small descriptor;
         # the arrays are copied out here into tensors. torch's own transfer (a new shared-memory
         # segment per tensor) and pickling numpy through the pipe both cost far more (measured).
@@ -71,20 +88,26 @@ class TorchLoader:
         ring = RingReader(new_prefix(), self.num_workers) if numpy else None
         if ring is not None:
             slots = ring_slots(loader.prefetch_factor or 2, self.num_workers)
-            self.dataset._transfer = Transfer(ring.prefix, slots, self.batches_per_transfer)
+            dataset._transfer = Transfer(ring.prefix, slots, self.batches_per_transfer)
+        dataset._consumer_records = True  # the producers (here or in workers) neither record nor check
         try:
-            source = iter(loader)  # starts the workers, which take the setting above with them
+            source = iter(loader)  # starts the workers, which take the settings above with them
         except BaseException:
             if ring is not None:
                 ring.close()
             raise
         finally:
-            self.dataset._transfer = None
+            dataset._transfer = None
+            dataset._consumer_records = False
         try:
+            asked = time.monotonic()
             for item in source:
                 for batch in receive(item, ring):
                     self._next = int(batch["step"]) + 1  # handed over: a state saved now resumes after it
+                    if record is not None:
+                        record.record_tensors(batch, *dataset._segment_args(), wait=time.monotonic() - asked)
                     yield batch
+                    asked = time.monotonic()
             self._next = end
         finally:  # however the pass ends: stop the workers, then remove every segment they made
             shutdown = getattr(source, "_shutdown_workers", None)
@@ -100,7 +123,9 @@ class TorchLoader:
         self._pass = None
 
     def state_dict(self) -> dict[str, Any]:
-        return LoaderState.at(self.dataset.spec, self._next, self.dataset.rank).to_json()
+        """The state of the next batch the consumer gets. When recording, every line up to here is
+        durable before it returns, and the state names the record's segment."""
+        return LoaderState.at(self.dataset.spec, self._next, self.dataset.rank, self.dataset._sync_record()).to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state` (from a TorchLoader, Loader or elastic_state), whatever its workers or ranks."""
