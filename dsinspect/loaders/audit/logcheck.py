@@ -160,16 +160,21 @@ class _Checker:
         self.cache_bytes = cache_bytes
         self.hashes = RowHashes(rehash, cache_bytes)
         self._readers: dict[str, RowReader] = {}
+        self._by_spec: dict[int, tuple[RunSpec, RowReader]] = {}  # by id(): order_hash is not free
 
     def spec(self, line: dict) -> RunSpec:
         return spec_for_step(self.given, int(line["step"])) if self.given is not None else _segment_spec(
             self.record, line)
 
     def reader(self, spec: RunSpec) -> RowReader:
+        known = self._by_spec.get(id(spec))
+        if known is not None:
+            return known[1]
         reader = self._readers.get(spec.order_hash)
         if reader is None:
             reader = self._readers[spec.order_hash] = RowReader(self.catalog, spec, self.columns,
                                                                  cache_bytes=self.cache_bytes)
+        self._by_spec[id(spec)] = (spec, reader)  # the spec kept alive, so its id stays its own
         return reader
 
     def window(self, lines: list[dict]) -> list[tuple[BatchPlan | None, bool]]:
@@ -214,10 +219,11 @@ class _Checker:
             for k in np.unique(sources).tolist():
                 sel = np.flatnonzero(sources == k)
                 hashes[sel], ok[sel] = self.hashes.gather(reader.versions[k], indices[sel])
+            sizes = [len(stored[j][1].indices) for j in members]
+            whole = np.logical_and.reduceat(ok, np.concatenate([[0], np.cumsum(sizes)[:-1]])) if len(ok) else ok
             at = 0
-            for j in members:
-                n = len(stored[j][1].indices)
-                if ok[at:at + n].all():
+            for j, n, fine in zip(members, sizes, whole.tolist()):
+                if fine and n:
                     found[j] = batch_fingerprint(hashes[at:at + n])
                 at += n
         return found
