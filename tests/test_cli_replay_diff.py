@@ -12,6 +12,7 @@ from replay_diff_fixtures import STEP_FIELDS, make_catalog, rewrite_shard, run_j
 from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
+from dsinspect.loaders import Loader
 from dsinspect.loaders.audit.replay import replay
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.store.catalog import Catalog
@@ -102,7 +103,8 @@ def test_check_log_passes_then_names_the_first_divergence(cli, job):
                  if any(k == 0 and i == target for k, i in zip(b.sources, b.indices)))
     code, out, err = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--steps", "0:12")
     assert code == 1 and f"first divergence at step {first[0]}, rank {first[1]}" in out
-    one_line_error(err, f"step {first[0]}, rank {first[1]}")
+    position = [int(i) for i in seen[first].indices].index(target)  # the record's per-sample digests name it
+    one_line_error(err, f"step {first[0]}, rank {first[1]}, position {position} (index {target})")
     code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log",
                        record / "fingerprints" / f"rank-{first[1]:05d}.jsonl", "--json")
     report = json.loads(out)
@@ -111,6 +113,82 @@ def test_check_log_passes_then_names_the_first_divergence(cli, job):
     code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record,
                        "--steps", f"0:{first[0]}", "--json")
     assert code == 0 and json.loads(out)["ok"] is True
+
+
+def test_replay_of_a_damaged_row_shows_the_batch_then_exits_1(cli, job):
+    cat, _, record, seen = job
+    target = next(int(i) for k, i in zip(seen[(4, 0)].sources, seen[(4, 0)].indices) if k == 0)
+    position = [int(i) for i in seen[(4, 0)].indices].index(target)
+    rewrite_shard(cat.resolve("toy"), target, "tokens", [9, 9, 9], rehash=False)  # the stored row hash stays
+    code, out, err = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 4, "--rank", 0)
+    assert code == 1 and "fingerprint (stored)" in out and f"position {position} (index {target}" in out
+    one_line_error(err, f"step 4: rank 0 position {position} (index {target}", "no longer hash")
+    code, out, err = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 4, "--rank", 0, "--json")
+    samples = json.loads(out)["samples"]  # the JSON is printed whole before the exit
+    assert code == 1 and [s["verified"] for s in samples].count(False) == 1 and samples[position]["verified"] is False
+    one_line_error(err, "no longer hash")
+
+
+def test_replay_past_the_record_says_where_the_record_ends(cli, job):
+    cat, spec, record, _ = job
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 10**6, "--rank", 1)
+    assert code == 0 and "the run's record ends at step 11; step 1000000 is past it" in out
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 10**6, "--rank", 1, "--json")
+    data = json.loads(out)
+    assert code == 0 and data["record_end"] == 11 and data["beyond_record"] is True
+    assert data["fingerprints"] == {"1": replay(spec, 10**6, 1, cat).fingerprints[1]}
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 11, "--rank", 1)
+    assert code == 0 and "record ends" not in out
+
+
+def drop_lines(record, rank, steps):
+    """Lose a rank's lines for `steps` from the record, as a kill that lost them would."""
+    path = record / "fingerprints" / f"rank-{rank:05d}.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(x for x in lines if json.loads(x).get("step") not in steps))
+
+
+def test_check_log_names_gaps_and_fails_unless_allowed(cli, job):
+    cat, _, record, _ = job
+    drop_lines(record, 1, range(4, 7))
+    code, out, err = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record)
+    assert code == 1 and "21 log lines" in out and "gaps: 1 gap (3 (step, rank) pairs)" in out
+    assert "steps 4..6, rank 1" in out and "record: ends at step 11 in 1 segment; 0 superseded lines" in out
+    one_line_error(err, "1 gap", "steps 4..6, rank 1", "--allow-gaps")
+    code, out, err = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--allow-gaps")
+    assert code == 0 and err == "" and "allowed by --allow-gaps" in out
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--steps", "0:20",
+                       "--json")
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and report["record_end"] == 11
+    assert report["gaps"] == [{"steps": [4, 6], "ranks": [1]}, {"steps": [12, 19], "ranks": [0, 1]}]
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--steps", "7:12")
+    assert code == 0 and "gaps" not in out
+    code, _, err = cli("--catalog", cat.url, "replay", "--spec", record, "--step", 3, "--allow-gaps")
+    assert code == 2
+    one_line_error(err, "--allow-gaps goes with --check-log")
+
+
+def test_check_log_of_a_resumed_run_counts_superseded_lines_and_passes(cli, tmp_path):
+    cat = make_catalog(tmp_path / "cat")
+    spec = RunSpec.create(cat, "toy", batch_size=3, world_size=1, seed=4)
+    record = tmp_path / "run"
+    with Loader(spec, rank=0, catalog=cat, record_dir=str(record)) as first:
+        batches = iter(first)
+        for _ in range(4):
+            next(batches)
+        state = first.state_dict()  # a checkpoint after step 3; the job goes on to step 6, then dies
+        for _ in range(3):
+            next(batches)
+    with Loader(spec, rank=0, catalog=cat, record_dir=str(record)) as resumed:
+        resumed.load_state_dict(state)
+        batches = iter(resumed)
+        assert [next(batches).step for _ in range(5)] == [4, 5, 6, 7, 8]
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record)
+    assert code == 0 and "ok: 9 log lines (steps 0..8" in out
+    assert "record: ends at step 8 in 2 segments; 3 superseded lines" in out
+    code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--json")
+    assert code == 0 and json.loads(out)["superseded"] == 3 and json.loads(out)["segments"] == 2
 
 
 def test_transform_shows_the_batch_as_stored_and_as_transformed(cli, tmp_path):

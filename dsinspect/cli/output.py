@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -86,3 +87,24 @@ def progress(description: str, total: int | None, unit_bytes: bool = False) -> I
     with Progress(*columns, console=err.console, disable=not err.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+@contextmanager
+def count_progress(description: str, unit: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr when it is a terminal, fed `update(done, total)`: done/total `unit` and their
+    rate per second. Off a terminal it draws nothing."""
+    if not err.is_terminal:
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    started = time.monotonic()
+    columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[counts]}"),
+               TimeRemainingColumn()]
+    with Progress(*columns, console=err.console, transient=True) as bar:
+        task = bar.add_task(description, total=None, counts="")
+
+        def update(done: int, total: int) -> None:
+            rate = done / max(time.monotonic() - started, 1e-6)
+            bar.update(task, completed=done, total=total, counts=f"{done:,}/{total:,} {unit}, {rate:,.0f} {unit}/s")
+        yield update

@@ -7,15 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
+from dsinspect.cli.output import catalog_from, catalog_option, count_progress, emit_json, fail, json_option, out
 from dsinspect.errors import UserError
 
 if TYPE_CHECKING:  # the engine and rich load when the command runs, not for `dsinspect --help`
     from rich.table import Table
 
-    from dsinspect.loaders.audit.logcheck import LogCheck
-    from dsinspect.loaders.audit.replay import Replay
-    from dsinspect.loaders.order.spec import RunSpec
+    from dsinspect.loaders.audit.logcheck import Divergence, LogCheck
+    from dsinspect.loaders.audit.replay import Replay, SpecSource
     from dsinspect.loaders.store.catalog import Catalog
 
 _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",
@@ -40,6 +39,8 @@ _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "
 @click.option("--steps", metavar="A:B", help="With --check-log: the steps to compare (B excluded).")
 @click.option("--trust-stored-hashes", is_flag=True,
               help="With --check-log: read only the stored row-hash column instead of re-hashing the rows.")
+@click.option("--allow-gaps", is_flag=True,
+              help="With --check-log: steps with no kept line (gaps) are reported but do not fail the check.")
 @click.option("--columns", metavar="A,B", help="The columns the job's Loader read (default: every field).")
 @click.option("--transform", metavar="package.module:function", help="The job's batch transform, re-run seeded.")
 @click.option("--export", "export_dir", metavar="DIR", help="Write the batch as Parquet plus a JSON receipt.")
@@ -47,38 +48,70 @@ _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "
 @json_option
 @click.pass_context
 def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, ...], step: int | None,
-               rank: str | None, log: str | None, steps: str | None, trust_stored_hashes: bool,
+               rank: str | None, log: str | None, steps: str | None, trust_stored_hashes: bool, allow_gaps: bool,
                columns: str | None, transform: str | None, export_dir: str | None, catalog_url: str | None,
                as_json: bool, **spec_flags: Any) -> None:
     """The exact batch a rank read at a step, computed from the run spec (no iteration): per sample
     its position, global index, source version, shard and row, row hash and seed, a preview of each
-    field, then the batch fingerprint."""
-    from dsinspect.loaders.audit.export import export_replay
+    field, then the batch fingerprint. Exit 1 when a row's bytes no longer hash to its stored row
+    hash (the batch is still shown). With --check-log: exit 1 at a divergence, or at a gap unless
+    --allow-gaps."""
+    # Only what this run needs is imported: the CLI answers one step from the shell in well under a second.
     from dsinspect.loaders.audit.replay import replay
-    from dsinspect.loaders.records.transforms import guarded, load_job_transform
+    from dsinspect.loaders.records.transforms import guarded
 
     catalog = catalog_from(ctx, catalog_url)
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
-    fn = load_job_transform(transform) if transform else None
+    fn = _job_transform(transform)
     picked = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     if log:
         if export_dir:
             raise UserError("--export replays one step; run it without --check-log")
-        return _check(catalog, specs, log, step, steps, rank, fn, transform, picked, not trust_stored_hashes, as_json)
+        return _check(catalog, specs, log, step, steps, rank, fn, transform, picked, not trust_stored_hashes,
+                      allow_gaps, as_json)
     if step is None:
         raise UserError("give --step N (or --check-log FILE to compare a range of steps)")
     if steps:
         raise UserError("--steps goes with --check-log")
+    if allow_gaps:
+        raise UserError("--allow-gaps goes with --check-log")
     rank = rank if rank is not None else "0"
     result = guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked), transform)
-    receipt = export_replay(result, export_dir) if export_dir else None
+    receipt = _export(result, export_dir) if export_dir else None
     if as_json:
-        return emit_json({**result.to_json(), "fields": _field_previews(result),
-                          "transformed": _transformed_previews(result) if fn else None,
-                          "export": _export_json(receipt)})
-    _print_replay(result, fn is not None)
-    if receipt:
-        out.print(f"exported to {receipt['directory']}: {receipt['parquet']['file']}, {receipt['receipt_file']}")
+        emit_json({**result.to_json(), "fields": _field_previews(result),
+                   "transformed": _transformed_previews(result) if fn else None, "export": _export_json(receipt)})
+    else:
+        _print_replay(result, fn is not None)
+        if receipt:
+            out.print(f"exported to {receipt['directory']}: {receipt['parquet']['file']}, {receipt['receipt_file']}")
+    if result.unverified:
+        fail(_damaged(result), 1)
+
+
+def _job_transform(transform: str | None):
+    if not transform:
+        return None
+    from dsinspect.loaders.records.transforms import load_job_transform
+
+    return load_job_transform(transform)
+
+
+def _export(result: Replay, directory: str) -> dict:
+    from dsinspect.loaders.audit.export import export_replay  # pyarrow.parquet's writer: only for --export
+
+    return export_replay(result, directory)
+
+
+def _damaged(result: Replay) -> str:
+    """The one error line for a batch holding rows whose bytes no longer hash to their stored row hash."""
+    bad = result.unverified
+    first = bad[0]
+    where = f"rank {first.rank} position {first.position} (index {first.index}, shard {first.shard} row " \
+            f"{first.shard_row})"
+    if len(bad) == 1:
+        return f"step {result.step}: {where}: its bytes no longer hash to the stored row hash"
+    return f"step {result.step}: {len(bad)} rows no longer hash to their stored row hash, the first at {where}"
 
 
 COMMANDS = [replay_cmd]
@@ -87,16 +120,20 @@ COMMANDS = [replay_cmd]
 # -- the spec ------------------------------------------------------------------------------------
 
 def _specs(ctx: click.Context, catalog: Catalog, spec_path: str | None, addresses: tuple[str, ...],
-           flags: dict[str, Any]) -> list[RunSpec]:
+           flags: dict[str, Any]) -> SpecSource:
+    """The run's specs; a run record directory stays a path (checked to hold specs), so replay and the
+    check take each step's spec from the segment the job kept for it, and know where the record ends."""
     from dsinspect.loaders.audit.replay import load_specs
     from dsinspect.loaders.order.spec import RunSpec
+    from dsinspect.loaders.records.run import is_run_dir
 
     given = [name for name in _SPEC_FLAGS
              if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE]
     if spec_path and (addresses or given):
         raise UserError("give either --spec or the spec flags (--address, --seed, ...), not both")
     if spec_path:
-        return load_specs(spec_path)
+        specs = load_specs(spec_path)
+        return spec_path if is_run_dir(spec_path) else specs
     if not addresses:
         raise UserError("name the run: --spec RUN.json (or a run record directory), or --address with the spec flags")
     return [RunSpec.create(catalog, dict(_weighted(a) for a in addresses), **flags)]
@@ -114,8 +151,8 @@ def _weighted(address: str) -> tuple[str, float]:
 
 # -- the log check -------------------------------------------------------------------------------
 
-def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, steps: str | None, rank: str | None,
-           fn, transform: str | None, columns: list[str] | None, rehash: bool, as_json: bool) -> None:
+def _check(catalog: Catalog, specs: SpecSource, log: str, step: int | None, steps: str | None, rank: str | None,
+           fn, transform: str | None, columns: list[str] | None, rehash: bool, allow_gaps: bool, as_json: bool) -> None:
     from dsinspect.loaders.audit.logcheck import check_log, parse_steps
     from dsinspect.loaders.audit.replay import parse_rank
     from dsinspect.loaders.records.transforms import guarded
@@ -124,27 +161,51 @@ def _check(catalog: Catalog, specs: list[RunSpec], log: str, step: int | None, s
         raise UserError("give --step or --steps, not both")
     wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
     ranks = None if rank in (None, "all") else parse_rank(rank)  # a filter: any rank the log may hold
-    with progress("checking log", None) as advance:
+    with count_progress("checking log", "lines") as update:
         result = guarded(lambda: check_log(specs, log, wanted, catalog, fn, ranks=ranks, columns=columns,
-                                            rehash=rehash, on_progress=lambda done, total: advance(1)), transform)
+                                            rehash=rehash, allow_gaps=allow_gaps, on_progress=update), transform)
     if as_json:
         emit_json(result.to_json())
     else:
         _print_check(result)
+    if result.divergence is not None:
+        fail(_divergence_line(result.divergence), 1)
+    if result.gaps and not allow_gaps:
+        fail(f"{log}: {_gap_count(result)} with no kept line ({result.gaps[0]}"
+             f"{', …' if len(result.gaps) > 1 else ''}); --allow-gaps to accept them", 1)
     if result.checked == 0:
         fail(f"{log}: no fingerprint lines in the steps asked for", 2)
-    if not result.ok:
-        d = result.divergence
-        fail(f"first divergence at step {d.step}, rank {d.rank}", 1)
+
+
+def _divergence_line(d: Divergence) -> str:
+    """Where the first divergence is: (step, rank) and, when known, the position and index of the first
+    sample that differs."""
+    text = f"first divergence at step {d.step}, rank {d.rank}"
+    if d.samples:
+        s = d.samples[0]
+        text += f", position {s.position} (index {s.index})"
+    elif d.positions:
+        text += f", position {d.positions[0]}"
+    return text
+
+
+def _gap_count(result: LogCheck) -> str:
+    pairs = sum((g.last - g.first + 1) * len(g.ranks) for g in result.gaps)
+    return f"{len(result.gaps):,} gap{'s' if len(result.gaps) != 1 else ''} ({pairs:,} (step, rank) pairs)"
+
+
+_GAPS_SHOWN = 20
 
 
 def _print_check(result: LogCheck) -> None:
     sides = ", ".join(f"{n:,} {side}" for side, n in sorted(result.sides.items()))
     span = f"steps {result.steps[0]}..{result.steps[1]}" if result.steps else "no steps"
     d = result.divergence
+    if d is None and result.checked:
+        verdict = "[green]ok[/]" if not result.gaps else "[yellow]lines ok[/]"
+        out.print(f"{verdict}: {result.checked:,} log lines ({span}; {sides}) match the data")
+    _print_record(result)
     if d is None:
-        if result.checked:
-            out.print(f"[green]ok[/]: {result.checked:,} log lines ({span}; {sides}) match the data")
         return
     out.print(f"[red]first divergence[/] at step {d.step}, rank {d.rank} (epoch {d.epoch}, of={d.of}) "
               f"after {result.checked - 1:,} matching lines")
@@ -160,6 +221,22 @@ def _print_check(result: LogCheck) -> None:
             table.add_row(str(s.position), str(s.index), f"{s.source}@{s.version[:12]}", f"{s.shard}:{s.shard_row}",
                           s.row_hash.hex())
         out.print(table)
+
+
+def _print_record(result: LogCheck) -> None:
+    """What the record holds besides the checked lines: where it ends, superseded lines, gaps."""
+    if result.record_end is not None:
+        segments = f" in {result.segments:,} segment{'s' if result.segments != 1 else ''}" if result.segments else ""
+        out.print(f"record: ends at step {result.record_end:,}{segments}; {result.superseded:,} superseded "
+                  "line" + ("s" if result.superseded != 1 else "") + " (of steps a later segment re-ran: not evidence)")
+    if not result.gaps:
+        return
+    allowed = " (allowed by --allow-gaps)" if result.allow_gaps else ""
+    out.print(f"[{'yellow' if result.allow_gaps else 'red'}]gaps[/]: {_gap_count(result)} with no kept line{allowed}")
+    for gap in result.gaps[:_GAPS_SHOWN]:
+        out.print(f"  {gap}", markup=False)
+    if len(result.gaps) > _GAPS_SHOWN:
+        out.print(f"  … and {len(result.gaps) - _GAPS_SHOWN:,} more (--json lists them all)")
 
 
 # -- replay output -------------------------------------------------------------------------------
@@ -206,7 +283,7 @@ def _print_replay(result: Replay, transformed: bool) -> None:
     out.print(_provenance_table(result, many))
     out.print(_fields_table(result, many))
     for s in result.unverified:
-        out.print(f"[red]warning[/]: rank {s.rank} position {s.position} (index {s.index}, shard {s.shard} row "
+        out.print(f"[red]damaged[/]: rank {s.rank} position {s.position} (index {s.index}, shard {s.shard} row "
                   f"{s.shard_row}): its bytes no longer hash to the stored row hash")
     if transformed:
         _print_transformed(result, many)
@@ -214,6 +291,9 @@ def _print_replay(result: Replay, transformed: bool) -> None:
         out.print(f"fingerprint (stored)       rank {rank}: [bold]{fp}[/]")
     for rank, fp in result.transformed_fingerprints.items():
         out.print(f"fingerprint (transformed)  rank {rank}: [bold]{fp}[/]")
+    if result.beyond_record:
+        out.print(f"[yellow]note[/]: the run's record ends at step {result.record_end}; step {result.step} is past it: "
+                  "this batch is its spec's, no logged line vouches for it")
 
 
 def _provenance_table(result: Replay, many: bool) -> Table:
