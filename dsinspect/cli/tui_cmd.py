@@ -21,9 +21,14 @@ NEEDS = (("textual", "tui"), ("textual_image", "tui"), ("PIL", "media"), ("av", 
               help="The job's batch transform: replay shows each sample as stored and as fed to the model.")
 @click.pass_context
 def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transform: str | None = None) -> None:
-    """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample."""
+    """Browse the catalog in the terminal; ADDRESS (NAME[@REF][:INDEX]) opens a version or a sample,
+    a run record directory (a job's record_dir) its steps × ranks, segments, gaps and check."""
+    from dsinspect.inspect.runs import is_run_record
     from dsinspect.loaders.store.address import parse_address
 
+    run_dir = address if address and is_run_record(address) else None
+    if run_dir:
+        address = None
     addr = parse_address(address) if address else None  # a malformed address: one line, before the screen clears
     require_installed(NEEDS, "dsinspect tui")
     if not interactive():
@@ -38,7 +43,7 @@ def tui(ctx: click.Context, address: str | None, catalog_url: str | None, transf
             version.check_index(addr.index)
     from dsinspect.tui import run  # Textual loads only when the UI starts
 
-    run(address, catalog=catalog, transform=transform)
+    run(address, catalog=catalog, transform=transform, run_dir=run_dir)
 
 
 def interactive() -> bool:

@@ -42,9 +42,13 @@ def default_runs_dir(catalog_url: str) -> str:
 
 
 def is_run_record(path: str) -> bool:
-    """`path` is a run record directory (it holds specs/ or fingerprints/)."""
-    fs, root = url_to_fs(path)
-    return fs.isdir(join(root, "specs")) or fs.isdir(join(root, "fingerprints"))
+    """`path` is a run record directory (it holds specs/ or fingerprints/); False for anything else,
+    a URL fsspec cannot open included (a face asks this of whatever a person typed)."""
+    try:
+        fs, root = url_to_fs(str(path))
+        return fs.isdir(join(root, "specs")) or fs.isdir(join(root, "fingerprints"))
+    except (UserError, OSError, ValueError):
+        return False
 
 
 def run_names(directory: str) -> list[str]:

@@ -13,15 +13,16 @@ __all__ = ["run", "freeze_startup_objects"]
 
 
 def run(address: str | None = None, catalog_url: str | None = None, catalog: Any = None,
-        transform: str | None = None) -> None:
-    """Open the terminal UI on a catalog (an open one, a URL, or the default), at `address` when given;
-    `transform` (package.module:function) is the run's transform the replay screen re-runs."""
+        transform: str | None = None, run_dir: str | None = None) -> None:
+    """Open the terminal UI on a catalog (an open one, a URL, or the default), at `address` when given,
+    or on the run record `run_dir`; `transform` (package.module:function) is the run's transform the
+    replay screen and the run check re-run."""
     from dsinspect.tui.adapter import DataSource
     from dsinspect.tui.app import DsinspectApp
 
     source = DataSource(catalog_url, catalog=catalog)
     freeze_startup_objects()
-    DsinspectApp(address=address, source=source, transform=transform).run()
+    DsinspectApp(address=address, source=source, transform=transform, run=run_dir).run()
 
 
 def freeze_startup_objects() -> None:

@@ -113,6 +113,21 @@ class DataSource:
         return guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,
                                           transform=fn), transform)
 
+    def run_view(self, path: str) -> Any:
+        """The run record directory `path` read once: its summary and grids (inspect.runs.RunView)."""
+        from dsinspect.inspect.runs import open_run
+
+        return open_run(path)
+
+    def check_run(self, path: str, transform: str | None = None, on_progress: Any = None) -> Any:
+        """The whole run record `path` checked against this catalog (each kept line against the spec of
+        its segment): a LogCheck. `on_progress(done, total)` is called from this thread."""
+        from dsinspect.loaders.audit.logcheck import check_log
+
+        fn = _transform(transform)
+        return guarded(lambda: check_log(path, path, catalog=self.catalog, transform=fn, on_progress=on_progress),
+                       transform)
+
     def _group(self, version: DatasetVersion, shard: int, group: int, names: list[str]) -> pa.Table:
         key = (version.id, shard, group)
         with self._lock:

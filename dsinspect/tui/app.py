@@ -17,6 +17,7 @@ from dsinspect.tui.goto_screen import GoToScreen
 from dsinspect.tui.help_screen import HelpScreen
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 from dsinspect.tui.replay_screen import ReplayScreen
+from dsinspect.tui.run_screen import RunScreen
 from dsinspect.tui.sample_screen import SampleScreen
 
 __all__ = ["DsinspectApp"]
@@ -38,17 +39,20 @@ class DsinspectApp(App):
     ]
 
     def __init__(self, catalog_url: str | None = None, address: str | None = None, source: DataSource | None = None,
-                 transform: str | None = None):
+                 transform: str | None = None, run: str | None = None):
         super().__init__()
         self.transform = transform or ""  # the run's transform (package.module:function), the replay default
         self.source = source or DataSource(catalog_url)
         self.start_address = address
+        self.start_run = run  # a run record directory to open first
         self.dataset_names: list[str] = []
 
     def on_mount(self) -> None:
         self.push_screen(CatalogScreen())
         if self.start_address:
             self.open_address(self.start_address)
+        if self.start_run:
+            self.action_run(self.start_run)
         try:
             self.dataset_names = self.source.catalog.datasets()
         except Exception:  # noqa: BLE001 - the palette just lists fewer commands
@@ -110,6 +114,10 @@ class DsinspectApp(App):
     def action_replay(self, spec: str = "", step: int = 0, rank: str = "0", transform: str | None = None,
                       log: str = "") -> None:
         self.push_screen(ReplayScreen(spec, step, rank, self.transform if transform is None else transform, log))
+
+    def action_run(self, path: str = "") -> None:
+        """The run record `path` (or a prompt for one): steps × ranks, segments, gaps, the check."""
+        self.push_screen(RunScreen(path, self.transform))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

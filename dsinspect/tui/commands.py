@@ -18,6 +18,7 @@ class DsinspectCommands(Provider):
             ("Catalog", app.action_catalog, "datasets, versions and tags"),
             ("Diff two versions", app.action_diff, "schema, shard and row changes, rows before / after"),
             ("Replay a step", app.action_replay, "the exact batch of (step, rank) from a run spec"),
+            ("Open a run record", app.action_run, "steps × ranks, segments, gaps and the check of a run"),
             ("Help", app.action_help, "keys and screens"),
         ]
         for name in getattr(app, "dataset_names", []):

@@ -16,6 +16,11 @@ HELP = """\
 Addresses are `NAME[@REF][:INDEX]`, e.g. `demo-text@v1:17`: REF is a tag or a version-id prefix,
 INDEX a row number (digits 0-9 only: no sign, no spaces).
 
+A run record (a `record_dir` a job wrote: `specs/`, `fingerprints/`) opens with `dsinspect tui RUNDIR`,
+with `r` on a replay of it, or from the command palette ("Open a run record"): its segments, gaps and
+a grid of steps × ranks (█ kept, ✗ gap, ░ only superseded lines, ! the check's first divergence; a
+long run is bucketed, a bucket with any gap step is a gap).
+
 | key | where | does |
 |---|---|---|
 | `g` | anywhere | go to an address |
@@ -25,6 +30,11 @@ INDEX a row number (digits 0-9 only: no sign, no spaces).
 | `d` | dataset | diff this version against its parent |
 | `R` | anywhere | replay: spec file, step, rank or `all` → the batch |
 | `]` / `[` | replay | next / previous step |
+| `r` | replay of a run record | open the run: steps × ranks, segments, gaps |
+| `enter` | run grid | replay that (step, rank) (a bucket: its first gap, else first step), checked against the record |
+| `k` | run | check the whole record against the catalog (progress shown; marks the divergence) |
+| `z` / `Z` | run | zoom into the highlighted bucket / back to the whole run |
+| `n` / `p` | run with more than 64 ranks | next / previous 64 ranks |
 | `escape` | any screen | back |
 | `q` | anywhere | quit |
 | `up` `down` `pgup` `pgdn` `home` `end` | sample table | move; rows load by row group as you scroll |

@@ -38,12 +38,14 @@ class Fed:
 
 
 class ReplayScreen(Screen):
-    """`]`/`[` step forward and back; Enter on a sample opens it."""
+    """`]`/`[` step forward and back; Enter on a sample opens it; `r` opens the run record the spec
+    names (shown only when it is a run record directory)."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("right_square_bracket", "step(1)", "Next step"),
         Binding("left_square_bracket", "step(-1)", "Prev step"),
+        Binding("r", "open_run", "Run record"),
     ]
 
     def __init__(self, spec: str = "", step: int = 0, rank: str = "0", transform: str = "", log: str = "") -> None:
@@ -53,6 +55,7 @@ class ReplayScreen(Screen):
         self.result: Any = None
         self.fed: dict[int, Fed] = {}
         self.checks: dict[tuple[str, str, str, int], Any] = {}  # (spec, log, transform, step) -> LogCheck | error str
+        self.run_record = ""  # the spec, once a replay found it to be a run record directory
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -109,13 +112,35 @@ class ReplayScreen(Screen):
 
     @work(thread=True, exclusive=True, group="replay")
     def compute(self, spec: str, step: int, rank: str, transform: str) -> None:
+        from dsinspect.inspect.runs import is_run_record
+
         try:
             result = self.app.source.replay(spec, step, rank, transform or None)
             fed = {b.rank: _fed(b.transformed) for b in result.batches} if transform else {}
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not replay step {step} rank {rank}: {e}"))
             return
+        try:
+            record = spec if is_run_record(spec) else ""
+        except Exception:  # noqa: BLE001 - a spec file's path, or one fsspec cannot list: no run to open
+            record = ""
+        self.app.call_from_thread(self._record_found, record)
         self.app.call_from_thread(self.show, result, fed, transform)
+
+    def _record_found(self, record: str) -> None:
+        if record != self.run_record:
+            self.run_record = record
+            self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return bool(self.run_record) if action == "open_run" else True
+
+    def action_open_run(self) -> None:
+        """The run record this replay reads: its steps × ranks grid, segments, gaps and check."""
+        from dsinspect.tui.run_screen import RunScreen
+
+        if self.run_record:
+            self.app.push_screen(RunScreen(self.run_record, self.transform))
 
     def show(self, result: Any, fed: dict[int, Fed] | None = None, transform: str = "") -> None:
         if result.step != self.step:
@@ -217,9 +242,11 @@ class ReplayScreen(Screen):
             line.update(Text(outcome, "bold red"))
         elif outcome.checked == 0:
             line.update(Text(f"step {self.step}: the log has no line for this step", "yellow"))
-        elif outcome.ok:
+        elif outcome.divergence is None:  # every line there matches; a gap names the ranks with none
+            missing = f"; no line for {', '.join(str(g) for g in outcome.gaps)}" if outcome.gaps else ""
             line.update(Text(f"step {self.step}: ✓ matches the log ({outcome.checked} line(s), "
-                             + ", ".join(f"{n} {side}" for side, n in outcome.sides.items()) + ")", "bold green"))
+                             + ", ".join(f"{n} {side}" for side, n in outcome.sides.items()) + ")" + missing,
+                             "bold green" if not missing else "yellow"))
         else:
             d = outcome.divergence
             where = f"positions {d.positions}" if d.positions else "no position attributable"
@@ -231,7 +258,7 @@ class ReplayScreen(Screen):
         """Flag the batch rows the log check names as diverging."""
         outcome = self.checks.get(self._check_key()) if self.log_path else None
         if self.result is None or self.result.step != self.step or outcome is None or isinstance(outcome, str) \
-                or outcome.ok:
+                or outcome.divergence is None:
             return
         d = outcome.divergence
         table = self.query_one("#replay-batch", DataTable)

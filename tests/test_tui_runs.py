@@ -1,0 +1,143 @@
+"""The run screen: a run record's summary, segments, gaps and steps × ranks grid; Enter on a cell opens
+that batch's replay checked against the record; `k` checks the whole record and marks the first
+divergence; `z`/`Z` zoom; reached by `dsinspect tui RUNDIR` (the app's `run=`), `r` on a replay of
+a run record, and the command palette. Records written by real Loaders, checked against real Parquet."""
+
+from __future__ import annotations
+
+import pytest
+from replay_diff_fixtures import rewrite_shard
+from run_fixtures import toy_catalog, write_run
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+from tui_helpers import SIZE, screen_text, until
+
+import dsinspect
+from dsinspect.loaders.records.recorder import RunRecorder
+from dsinspect.loaders.records.run import read_run
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.tui.adapter import DataSource
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.replay_screen import ReplayScreen
+from dsinspect.tui.run_screen import RunScreen
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A catalog and its run record `resumed`: 3 ranks for steps 0..9, then 2 (A's 10..29 superseded),
+    steps 25..34 a gap, 35..39 logged."""
+    cat = toy_catalog(str(tmp_path / "cat"))
+    record = str(tmp_path / "cat" / "runs" / "resumed")
+    spec = write_run(cat, record)
+    return cat, spec, record
+
+
+def app_on(cat, **kwargs) -> DsinspectApp:
+    return DsinspectApp(source=DataSource(catalog=Catalog(cat.url)), **kwargs)
+
+
+def grid_row(screen: RunScreen, rank: int) -> str:
+    return screen.grid.rows_text()[screen.grid.ranks.index(rank)]
+
+
+async def open_run(pilot, app) -> RunScreen:
+    await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.grid is not None, what="run screen")
+    return app.screen
+
+
+@pytest.mark.asyncio
+async def test_the_run_screen_shows_segments_gaps_and_the_grid_and_enter_replays_a_cell(job):
+    cat, spec, record = job
+    app = app_on(cat, run=record)  # what `dsinspect tui RUNDIR` starts
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_run(pilot, app)
+        assert grid_row(screen, 0) == "█" * 25 + "✗" * 10 + "█" * 5
+        assert grid_row(screen, 2).rstrip() == "█" * 10 + "░" * 20
+        assert screen.query_one("#run-segments", DataTable).row_count == 3
+        text = screen_text(app)
+        assert "gaps: 1 range(s), 20 (step, rank) pair(s): steps 25..34, ranks 0-1" in text
+        assert "70 kept lines · 60 superseded" in text and "ranks 3 → 2" in text
+
+        table = screen.query_one("#run-grid", DataTable)
+        table.cursor_coordinate = Coordinate(0, 27)  # rank 0, step 27: a gap
+        await until(pilot, lambda: "rank 0, step 27: a gap" in screen_text(app), what="cell line")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
+                    what="replay")
+        replay = app.screen
+        assert (replay.spec, replay.step, replay.rank, replay.log_path) == (record, 27, "0", record)
+        kept_spec = read_run(record).spec_at(27)  # the segment the job kept for step 27 (B's, 2 ranks)
+        assert kept_spec.world_size == 2
+        expected = [int(i) for i in dsinspect.batch_indices(kept_spec, step=27, rank=0)]
+        assert [s.index for s in replay.result.samples] == expected
+        await until(pilot, lambda: "the log has no line for this step" in screen_text(app), what="gap verdict")
+
+        await pilot.press("r")  # the replay reads a run record: `r` opens it
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen is not screen, what="r")
+        await open_run(pilot, app)
+        assert app.screen.path == record
+
+
+@pytest.mark.asyncio
+async def test_the_check_marks_the_first_divergence_and_its_cell_replays_it(job):
+    cat, spec, record = job
+    # a row read once in the kept history: by B's rank 1 at step 12, position 2
+    index = int(dsinspect.batch_indices(read_run(record).spec_at(12), step=12, rank=1)[2])
+    rewrite_shard(cat.resolve("toy"), index, "tokens", [1, 2, 3], rehash=False)
+    app = app_on(cat)
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_run(record)
+        screen = await open_run(pilot, app)
+        assert "!" not in grid_row(screen, 1)
+        await pilot.press("k")
+        await until(pilot, lambda: screen.check_result is not None, what="check")
+        await until(pilot, lambda: grid_row(screen, 1)[12] == "!", what="divergence marked")
+        assert "✗ first divergence at step 12, rank 1 (stored; positions [2])" in screen_text(app)
+        table = screen.query_one("#run-grid", DataTable)
+        table.cursor_coordinate = Coordinate(1, 12)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None)
+        await until(pilot, lambda: "DIVERGES" in screen_text(app), what="replay marks it")
+        assert (app.screen.step, app.screen.rank) == (12, "1")
+
+
+@pytest.mark.asyncio
+async def test_a_long_run_is_bucketed_and_zooms(tmp_path):
+    cat = toy_catalog(str(tmp_path / "cat"))
+    spec = dsinspect.RunSpec.create(cat, "toy", batch_size=2, world_size=2)
+    for rank in (0, 1):
+        recorder = RunRecorder(str(tmp_path / "run"), rank, flush_every=1000)
+        recorder.begin(spec)
+        for step in range(600):
+            if not (rank == 1 and step == 433):
+                recorder.record(step, 0, f"{step:032x}", 2)
+        recorder.close()
+    app = app_on(cat)
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_run(str(tmp_path / "run"))
+        screen = await open_run(pilot, app)
+        assert screen.grid.bucket == 10 and grid_row(screen, 1) == "█" * 43 + "✗" + "█" * 16
+        assert "steps 0..599 (10 steps per column)" in screen_text(app)
+        screen.query_one("#run-grid", DataTable).cursor_coordinate = Coordinate(1, 43)
+        await pilot.press("z")
+        await until(pilot, lambda: screen.grid.bucket == 1, what="zoom in")
+        assert screen.grid.columns[0] == (430, 430) and grid_row(screen, 1) == "███✗██████"
+        await pilot.press("Z")
+        await until(pilot, lambda: screen.grid.bucket == 10, what="zoom out")
+
+
+@pytest.mark.asyncio
+async def test_a_spec_file_replay_offers_no_run_and_a_bad_path_is_one_notification(job, tmp_path):
+    cat, spec, record = job
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    app = app_on(cat)
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_replay(str(path), 0, "0")
+        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None)
+        assert "Run record" not in screen_text(app)  # `r` is shown (and works) only for a run record
+        await pilot.press("r")
+        assert isinstance(app.screen, ReplayScreen)
+        app.action_run(str(tmp_path / "nope"))
+        await until(pilot, lambda: any("no such run record directory" in n.message for n in app._notifications))
+        assert isinstance(app.screen, RunScreen) and app.is_running
