@@ -2,6 +2,7 @@
 
 import json
 import os
+import pty
 import subprocess
 import sys
 
@@ -189,6 +190,39 @@ def test_check_log_of_a_resumed_run_counts_superseded_lines_and_passes(cli, tmp_
     assert "record: ends at step 8 in 2 segments; 3 superseded lines" in out
     code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log", record, "--json")
     assert code == 0 and json.loads(out)["superseded"] == 3 and json.loads(out)["segments"] == 2
+
+
+def stderr_on_a_terminal(*argv):
+    """Run `python -m dsinspect ARGV` with stderr on a pseudo-terminal: (exit code, stdout, what the terminal got)."""
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "NO_COLOR")}
+    proc = subprocess.Popen([sys.executable, "-m", "dsinspect", *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=terminal, env={**env, "COLUMNS": "160"})
+    os.close(terminal)
+    seen = b""
+    while True:  # read until the child's side closes (EIO on Linux): no timing involved
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out = proc.stdout.read().decode()
+    code = proc.wait(timeout=120)
+    os.close(controller)
+    return code, out, seen.decode(errors="replace")
+
+
+def test_check_log_progress_goes_to_a_terminal_only(job):
+    cat, _, record, _ = job
+    code, out, terminal = stderr_on_a_terminal("--catalog", cat.url, "replay", "--spec", record, "--check-log", record,
+                                               "--json")
+    assert code == 0 and json.loads(out)["checked"] == 24  # stdout holds the JSON and nothing else
+    assert "checking log" in terminal and "24/24 lines" in terminal and "lines/s" in terminal
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", cat.url, "replay", "--spec", record,
+                           "--check-log", record], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == ""  # no terminal: no progress
 
 
 def test_transform_shows_the_batch_as_stored_and_as_transformed(cli, tmp_path):
