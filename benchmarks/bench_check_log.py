@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,15 +81,29 @@ def timed(fn):
     return time.perf_counter() - t, value
 
 
-def plain_read(cat: Catalog, spec: RunSpec, record: str, steps: int) -> float:
-    """Seconds for every rank's Loader to read its first `steps` batches; checks them against the record."""
+def commit() -> str:
+    """dsinspect's git commit, with "+modified" when its files differ from it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "dsinspect"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+modified" if dirty else "")
+
+
+def plain_read(cat: Catalog, spec: RunSpec, record: str, steps: int) -> tuple[float, float]:
+    """Seconds (wall, CPU) for every rank's Loader to read its first `steps` batches; checks them
+    against the record."""
     logged = {(line["step"], line["rank"]): line["fingerprint"] for line in read_fingerprints(record)
               if line["step"] < steps}
-    total = 0.0
+    total = cpu = 0.0
     for rank in range(spec.world_size):
         with Loader(spec, rank=rank, catalog=Catalog(cat.url)) as loader:
             seen = 0
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             while seen < steps:  # each `for` over a loader yields the rest of one epoch
                 for batch in loader:
                     assert batch.fingerprint == logged[(batch.step, rank)], (batch.step, rank)
@@ -96,19 +111,20 @@ def plain_read(cat: Catalog, spec: RunSpec, record: str, steps: int) -> float:
                     if seen == steps:
                         break
             total += time.perf_counter() - t
-    return total
+            cpu += time.process_time() - c
+    return total, cpu
 
 
-def old_per_line(cat: Catalog, spec: RunSpec, record: str, sample: int, rehash: bool) -> float:
-    """Seconds for the per-line check of `sample` consecutive lines from the middle of the run."""
+def old_per_line(cat: Catalog, spec: RunSpec, record: str, sample: int, rehash: bool) -> tuple[float, float]:
+    """Seconds (wall, CPU) for the per-line check of `sample` consecutive lines from the middle of the run."""
     lines = sorted(read_fingerprints(record), key=lambda e: (e["step"], e["rank"]))
     middle = len(lines) // 2
     chosen = lines[middle:middle + sample]
     reader = RowReader(Catalog(cat.url), spec)  # as check_log kept one per spec: its last 64 row groups
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for line in chosen:
         assert _check_line(spec, reader, line, None, rehash) is None
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def main() -> None:
@@ -141,45 +157,54 @@ def main() -> None:
     print("\n(1) check_log of the whole run")
     for rehash in (True, False):
         calls: list[tuple[int, int]] = []
+        cpu = time.process_time()
         t, result = timed(lambda: check_log(record, record, catalog=Catalog(cat.url), rehash=rehash,  # noqa: B023
                                             on_progress=lambda done, total: calls.append((done, total))))  # noqa: B023
         assert result.ok and result.checked == lines, result.to_json()
         assert calls[-1] == (lines, lines)
-        figures[f"check_rehash_{rehash}"] = {"seconds": t, "lines_per_s": lines / t, "progress_calls": len(calls)}
-        print(f"  rehash={str(rehash):5s}  {t:7.2f} s   {lines / t:10,.0f} lines/s   ({len(calls)} progress calls)")
+        cpu = time.process_time() - cpu
+        figures[f"check_rehash_{rehash}"] = {"seconds": t, "cpu_seconds": cpu, "lines_per_s": lines / t,
+                                             "progress_calls": len(calls)}
+        print(f"  rehash={str(rehash):5s}  {t:7.2f} s (cpu {cpu:6.2f} s)   {lines / t:10,.0f} lines/s   "
+              f"({len(calls)} progress calls)")
 
     print(f"\n(2) plain read: a Loader per rank, its first {args.read_steps:,} steps, extrapolated to {lines:,} lines")
-    t_read = plain_read(cat, spec, record, args.read_steps)
+    t_read, cpu_read = plain_read(cat, spec, record, args.read_steps)
     read_lines = args.read_steps * args.ranks
-    read_all = t_read / read_lines * lines
-    figures["plain_read"] = {"seconds_measured": t_read, "lines_measured": read_lines, "seconds_extrapolated": read_all,
+    read_all, read_all_cpu = t_read / read_lines * lines, cpu_read / read_lines * lines
+    figures["plain_read"] = {"seconds_measured": t_read, "cpu_seconds_measured": cpu_read, "lines_measured": read_lines,
+                             "seconds_extrapolated": read_all, "cpu_seconds_extrapolated": read_all_cpu,
                              "lines_per_s": read_lines / t_read}
-    print(f"  {t_read:7.2f} s for {read_lines:,} batches   {read_lines / t_read:10,.0f} lines/s   "
-          f"-> {read_all:7.2f} s for {lines:,}")
+    print(f"  {t_read:7.2f} s (cpu {cpu_read:6.2f} s) for {read_lines:,} batches   {read_lines / t_read:10,.0f} lines/s"
+          f"   -> {read_all:7.2f} s (cpu {read_all_cpu:6.2f} s) for {lines:,}")
 
     print(f"\n(3) the old per-line check, {args.sample} consecutive lines, extrapolated to {lines:,} lines")
     for rehash in (True, False):
-        t_old = old_per_line(cat, spec, record, args.sample, rehash)
-        per_line = t_old / args.sample
-        new = figures[f"check_rehash_{rehash}"]["seconds"]
-        figures[f"old_rehash_{rehash}"] = {"seconds_measured": t_old, "lines_measured": args.sample,
-                                           "ms_per_line": per_line * 1e3, "seconds_extrapolated": per_line * lines,
-                                           "lines_per_s": 1 / per_line, "speedup_of_new": per_line * lines / new}
-        print(f"  rehash={str(rehash):5s}  {per_line * 1e3:6.2f} ms/line   {1 / per_line:8,.0f} lines/s   "
-              f"-> {per_line * lines / 60:6.1f} min for {lines:,}   new check is {per_line * lines / new:6.1f}x faster")
+        t_old, cpu_old = old_per_line(cat, spec, record, args.sample, rehash)
+        per_line, cpu_per_line = t_old / args.sample, cpu_old / args.sample
+        new = figures[f"check_rehash_{rehash}"]
+        figures[f"old_rehash_{rehash}"] = {
+            "seconds_measured": t_old, "cpu_seconds_measured": cpu_old, "lines_measured": args.sample,
+            "ms_per_line": per_line * 1e3, "cpu_ms_per_line": cpu_per_line * 1e3,
+            "seconds_extrapolated": per_line * lines, "lines_per_s": 1 / per_line,
+            "speedup_of_new": per_line * lines / new["seconds"],
+            "cpu_speedup_of_new": cpu_per_line * lines / new["cpu_seconds"]}
+        print(f"  rehash={str(rehash):5s}  {per_line * 1e3:6.2f} ms/line (cpu {cpu_per_line * 1e3:5.2f})   "
+              f"{1 / per_line:8,.0f} lines/s   -> {per_line * lines / 60:6.1f} min for {lines:,}")
 
-    print("\nratios")
+    print("\nratios (wall; cpu)")
     for rehash in (True, False):
-        new = figures[f"check_rehash_{rehash}"]["seconds"]
-        print(f"  rehash={str(rehash):5s}  check / plain read {new / read_all:5.2f}   "
-              f"old per-line / check {figures[f'old_rehash_{rehash}']['speedup_of_new']:6.1f}")
+        new, old = figures[f"check_rehash_{rehash}"], figures[f"old_rehash_{rehash}"]
+        print(f"  rehash={str(rehash):5s}  check / plain read {new['seconds'] / read_all:5.2f}; "
+              f"{new['cpu_seconds'] / read_all_cpu:5.2f}   old per-line / check {old['speedup_of_new']:6.1f}; "
+              f"{old['cpu_speedup_of_new']:6.1f}")
     load_after = os.getloadavg()
     print(f"\nload {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     out = {"meta": {"date": str(datetime.date.today()), "python": platform.python_version(),
                     "machine": platform.machine(), "cpus": os.cpu_count(), "loadavg_before": load_before,
                     "loadavg_after": load_after, "rows": ROWS, "shard_rows": SHARD_ROWS, "row_group_rows": GROUP_ROWS,
                     "dataset_mib": mib, "ranks": args.ranks, "steps": args.steps, "batch_size": 32, "lines": lines,
-                    "shuffle": "global", "record_seconds": t_record},
+                    "shuffle": "global", "record_seconds": t_record, "dsinspect_commit": commit()},
            "results": figures}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -77,29 +77,33 @@ def first_batch_holding(seen, source, index):
     raise AssertionError("never read")
 
 
-def test_an_intact_resumed_record_agrees_and_reads_each_row_group_once(cat, tmp_path, monkeypatch):
+@pytest.fixture
+def group_reads(monkeypatch):
+    """How many times each (version name, shard, row group) is read from its Parquet file."""
+    reads = Counter()
+    many, one = DatasetVersion.read_row_groups, DatasetVersion.read_row_group
+
+    def read_row_groups(self, shard, groups, columns=None):
+        reads.update((self.name, shard, g) for g in groups)
+        return many(self, shard, groups, columns)
+
+    def read_row_group(self, shard, group, columns=None):
+        reads[(self.name, shard, group)] += 1
+        return one(self, shard, group, columns)
+
+    monkeypatch.setattr(DatasetVersion, "read_row_groups", read_row_groups)
+    monkeypatch.setattr(DatasetVersion, "read_row_group", read_row_group)
+    return reads
+
+
+def test_an_intact_resumed_record_agrees_and_reads_each_row_group_once(cat, tmp_path, group_reads):
     record = str(tmp_path / "run")
     seen = resumed_run(cat, record)
-    reads = Counter()
-    original = DatasetVersion.read_row_groups, DatasetVersion.read_row_group
-
-    def count_groups(self, shard, groups, columns=None):
-        reads.update((self.name, shard, g) for g in groups)
-        return original[0](self, shard, groups, columns)
-
-    def count_group(self, shard, group, columns=None):
-        reads[(self.name, shard, group)] += 1
-        return original[1](self, shard, group, columns)
-
-    monkeypatch.setattr(DatasetVersion, "read_row_groups", count_groups)
-    monkeypatch.setattr(DatasetVersion, "read_row_group", count_group)
     for rehash in (True, False):
-        reads.clear()
+        group_reads.clear()
         result = check_log(record, record, catalog=Catalog(cat.url), rehash=rehash)
         assert result.ok and result.checked == len(seen) and result.segments == 2
-        assert reads and max(reads.values()) == 1  # the per-line reader keeps 64 groups and reads some again
-    monkeypatch.setattr(DatasetVersion, "read_row_groups", original[0])
-    monkeypatch.setattr(DatasetVersion, "read_row_group", original[1])
+        assert group_reads and max(group_reads.values()) == 1  # the per-line reader kept 64 groups: read again
     assert_agree(record, record, cat)
 
 
@@ -149,10 +153,13 @@ def test_a_mixture_record(cat, tmp_path):
     assert_agree(record, record, cat, rehash=False)
 
 
-def test_transformed_lines_take_the_per_line_path_alike(cat, tmp_path):
+def test_transformed_lines_take_the_per_line_path_alike(cat, tmp_path, group_reads):
     record = str(tmp_path / "run")
     spec = RunSpec.create(cat, "toy", batch_size=5, world_size=2, seed=8, shuffle="global")
     seen = run_job(cat, spec, 12, record, transform=seeded_jitter, log_transformed=True)
+    group_reads.clear()
+    assert check_log(record, record, catalog=Catalog(cat.url), transform=seeded_jitter).ok
+    assert max(group_reads.values()) == 1  # row groups kept by bytes, not the last 64
     result = assert_agree(record, record, cat, transform=seeded_jitter)
     assert result.ok and result.sides == {"transformed": len(seen)}
     rewrite_shard(cat.resolve("toy"), 40, "tokens", [7, 7, 7, 7], rehash=True)
