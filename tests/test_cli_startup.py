@@ -1,6 +1,7 @@
 """The CLI starts fast because it imports a command's implementation only when that command runs:
-`dsinspect --help` loads neither the engine nor rich, and `dsinspect ls` loads no image, video or UI
-library (benchmarks/bench_startup.py measures the times)."""
+`dsinspect --help` loads neither the engine nor rich, `dsinspect ls` loads no image, video or UI
+library, and `dsinspect replay` of a text batch from a run record loads only the reader, rich and
+the previews (benchmarks/bench_startup.py measures the times)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def imported_by(*argv: str) -> set[str]:
     """The modules a fresh `python -m dsinspect ARGV` imports (from -X importtime)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DSINSPECT_CATALOG", None)
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsinspect", *argv], env=env,
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "dsinspect", *map(str, argv)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
@@ -40,6 +41,24 @@ def test_ls_loads_no_image_video_or_ui_library():
     modules = imported_by("ls")
     assert top_level(modules) & {"PIL", "av", "textual", "streamlit", "tokenizers", "torch"} == set()
     assert {"dsinspect.term.render", "dsinspect.inspect.images", "dsinspect.inspect.video"} & modules == set()
+
+
+def test_replay_from_a_run_record_loads_no_ui_media_pandas_or_writer(tmp_path):
+    from dsinspect.defaults import open_catalog
+    from dsinspect.loaders import Loader, RunSpec
+
+    catalog = open_catalog()  # the bundled sample catalog, as the subprocess's default
+    spec = RunSpec.create(catalog, "demo-text@v1", batch_size=8, world_size=4)
+    with Loader(spec, rank=3, catalog=catalog, record_dir=str(tmp_path / "run")) as loader:
+        for _ in zip(range(4), loader):
+            pass
+    modules = imported_by("replay", "--spec", tmp_path / "run", "--step", 3, "--rank", 3)
+    assert "dsinspect.loaders.audit.replay" in modules and "rich.table" in modules  # it did replay and print
+    assert top_level(modules) & {"PIL", "av", "textual", "streamlit", "tokenizers", "torch", "pandas"} == set()
+    assert {m for m in modules if m.startswith(("dsinspect.tui", "dsinspect.web.", "dsinspect.inspect.images",
+                                                "dsinspect.inspect.video", "dsinspect.term.render",
+                                                "dsinspect.loaders.audit.export", "dsinspect.loaders.audit.logcheck",
+                                                "rich.progress"))} == {"dsinspect.web.settings"}  # names only
 
 
 def test_the_cli_spells_the_engine_choices_of_ingest_as_the_engine_does():
