@@ -200,7 +200,7 @@ class RunView:
     def grid(self, steps: range | None = None, ranks: range | None = None, columns: int = MAX_COLUMNS,
              check: Any = None) -> RunGrid:
         """The grid over `steps` (default: the whole span) for `ranks` (default: the first MAX_ROWS),
-        in at most `columns` buckets; `check` (a LogCheck) marks its divergence."""
+        in at most `columns` buckets; `check` (a LogCheck, or its to_json()) marks its divergence."""
         span = self.span()  # steps asked for past either end of the record are not drawn
         wanted = span if steps is None else range(max(span.start, steps.start), min(span.stop, steps.stop))
         wanted = wanted if len(wanted) else range(0)
@@ -227,9 +227,11 @@ class RunView:
                 if rank in row_of:
                     for col in range((first - wanted.start) // width, (last - wanted.start) // width + 1):
                         mark(3, row_of[rank], col, max(first, cols[col][0]))
-        d = getattr(check, "divergence", None)
-        if d is not None and d.step in wanted and d.rank in row_of:
-            mark(4, row_of[d.rank], (d.step - wanted.start) // width, d.step)
+        d = check.get("divergence") if isinstance(check, dict) else getattr(check, "divergence", None)
+        if d is not None:
+            step, rank = (int(d["step"]), int(d["rank"])) if isinstance(d, dict) else (d.step, d.rank)
+            if step in wanted and rank in row_of:
+                mark(4, row_of[rank], (step - wanted.start) // width, step)
         names = (NONE, SUPERSEDED, KEPT, GAP, DIVERGED)
         cells = [[names[v] for v in row] for row in status.tolist()]
         targets = [[t if t >= 0 else None for t in row] for row in target.tolist()]

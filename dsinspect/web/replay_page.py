@@ -118,6 +118,9 @@ st.subheader(md(f"step {m['step']} · epoch {m['epoch']} · rank{'s' if len(m['r
              f"{', '.join(map(str, m['ranks']))}"))
 st.caption(md(f"{', '.join(m['sources'])} · batch {m['batch_size']} × world {m['world_size']} · "
               f"spec {m['spec_hash'][:16]}" + (f" · run record {run}" if run else "")))
+if run:
+    st.page_link(page_file("runs"), label=md(f"Run record {run}: steps × ranks, segments, gaps"),
+                 icon=":material/timeline:", query_params={"run": run})
 fingerprints = [f"rank {r}: fingerprint {fp}" for r, fp in m["fingerprints"].items()]
 if m["transform"]:
     fingerprints += [f"rank {r}: transformed fingerprint {fp}" for r, fp in m["transformed_fingerprints"].items()]

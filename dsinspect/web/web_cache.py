@@ -10,7 +10,7 @@ from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web import web_model
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
-           "diff_changed_rows", "run_names", "replay_model", "log_check"]
+           "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check"]
 
 
 def url() -> str:
@@ -50,11 +50,41 @@ def frame_png(catalog_url: str, address: str, field: str, index: int) -> tuple[b
     return web_model.frame_png(catalog(catalog_url), address, field, index)
 
 
-@st.cache_data(show_spinner="Listing run records…", ttl=30)
 def run_names(catalog_url: str) -> list[str]:
     from dsinspect.web import web_runs
 
-    return web_runs.run_names(web_runs.runs_url(catalog_url))
+    return _run_names(web_runs.runs_url(catalog_url))
+
+
+@st.cache_data(show_spinner="Listing run records…", ttl=30)
+def _run_names(runs_url: str) -> list[str]:  # keyed by the runs directory itself, whoever configured it
+    from dsinspect.web import web_runs
+
+    return web_runs.run_names(runs_url)
+
+
+# a resource, not data: the record's lines stay in memory once, shared by sessions (it is only read);
+# few entries and a short life, since a run record grows while its job runs
+def run_view(catalog_url: str, name: str) -> Any:
+    """The run record `name` of the runs directory (by its listed name only), read once."""
+    from dsinspect.web import web_runs
+
+    return _run_view(web_runs.runs_url(catalog_url), name)
+
+
+@st.cache_resource(show_spinner="Reading the run record…", ttl=30, max_entries=8)
+def _run_view(runs_url: str, name: str) -> Any:
+    from dsinspect.inspect.runs import open_run
+    from dsinspect.web import web_runs
+
+    return open_run(web_runs.run_path(runs_url, name), name)
+
+
+@st.cache_data(show_spinner="Checking the run record against the catalog…", max_entries=32, ttl=30)
+def run_check(catalog_url: str, name: str, steps: str | None, transform: str = "") -> dict[str, Any]:
+    from dsinspect.web import web_run
+
+    return web_run.check_run(catalog(catalog_url), run_view(catalog_url, name), steps, transform or None)
 
 
 def _specs(catalog_url: str, spec_text: str, run: str) -> Any:

@@ -17,6 +17,7 @@ PAGES = {
     "dataset": ("dataset_page.py", "Dataset", ":material/table:"),
     "sample": ("sample_page.py", "Sample", ":material/search:"),
     "replay": ("replay_page.py", "Replay", ":material/replay:"),
+    "runs": ("runs_page.py", "Runs", ":material/timeline:"),
     "diff": ("diff_page.py", "Diff", ":material/compare_arrows:"),
 }
 
