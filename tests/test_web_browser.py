@@ -150,6 +150,23 @@ def test_replay_run_record_with_a_typed_transform_and_the_log(server, page):
     page.screenshot(path=str(ARTIFACTS / "web-replay-transform.png"), full_page=True)
 
 
+def test_run_page_grid_cell_opens_that_batchs_replay(server, page):
+    page.goto(f"{server}/runs?run=job1")
+    grid = page.locator("table.dsi-run-grid")
+    grid.wait_for()
+    assert grid.locator("td.kept").count() == 4  # 2 ranks × 2 steps, all logged
+    page.get_by_text("No gaps: every (step, rank) of the kept history has its line").wait_for()
+    wait_ready(page)
+    page.screenshot(path=str(ARTIFACTS / "web-run.png"), full_page=True)
+    cell = grid.locator('a[title^="rank 1, step 1:"]')
+    assert cell.get_attribute("href") == "replay?run=job1&log=job1&step=1&rank=1"
+    cell.click()  # the same tab: the replay page of step 1, rank 1, checked against the record
+    verdict = page.get_by_text("step 1: ✓ matches the log (1 line(s), 1 stored", exact=False)
+    verdict.filter(visible=True).first.wait_for()
+    assert urlsplit(page.url).query == "run=job1&log=job1&step=1&rank=1"  # the replay page is the run link's default
+    wait_ready(page)
+
+
 class SlowShards:
     """WSGI middleware: the first `times` GETs of shard files wait `seconds` (a slow remote)."""
 

@@ -37,9 +37,16 @@ if not given:
     st.info("Pick a run record; the page's URL then names it.")
     st.stop()
 view = or_stop(lambda: web_cache.run_view(url, given), "That run record cannot be opened.")
+summary_area, grid_area, check_area = st.container(), st.container(), st.container()  # drawn in this order
 
-steps = st.text_input("Steps (A:B, B excluded; blank: the whole run)", value=params.get("steps", ""),
-                      key="rn_steps").strip() or None
+with grid_area:
+    st.markdown("#### Steps × ranks")
+    left, right = st.columns([3, 1])
+    steps = left.text_input("Steps (A:B, B excluded; blank: the whole run)", value=params.get("steps", ""),
+                            key="rn_steps").strip() or None
+    pages = web_run.rank_pages(view)
+    page = int(right.number_input(f"Ranks page ({MAX_ROWS} ranks each, of {pages})", min_value=1, max_value=pages,
+                                  value=1, key="rn_page")) - 1 if pages > 1 else 0
 if (steps or "") != params.get("steps", ""):
     if steps:
         params["steps"] = steps
@@ -48,51 +55,62 @@ if (steps or "") != params.get("steps", ""):
 
 transform = settings.preset_transform()
 checked_key = (given, steps, transform)
-if st.button("Check these steps against the catalog", key="rn_check", icon=":material/fact_check:"):
-    st.session_state["rn_checked"] = checked_key
-st.caption(f"Never on page load: a check reads every kept line's rows (at most {web_run.MAX_CHECK_SAMPLES:,} "
-           "samples per page; the command line checks any run). A transformed log is checked with the "
-           "operator's transform (`dsinspect web --transform`).")
-check = None
-if st.session_state.get("rn_checked") == checked_key:
-    check = or_stop(lambda: web_cache.run_check(url, given, steps, transform), "The run record cannot be checked.")
+with check_area:
+    if st.button("Check these steps against the catalog", key="rn_check", icon=":material/fact_check:"):
+        st.session_state["rn_checked"] = checked_key
+    st.caption(f"Never on page load: a check reads every kept line's rows (at most {web_run.MAX_CHECK_SAMPLES:,} "
+               "samples per page; the command line checks any run). A transformed log is checked with the "
+               "operator's transform (`dsinspect web --transform`).")
+    check = None
+    if st.session_state.get("rn_checked") == checked_key:
+        check = or_stop(lambda: web_cache.run_check(url, given, steps, transform),
+                        "The run record cannot be checked.")
+    if check is not None:
+        d = check["divergence"]
+        span = f"steps {check['steps'][0]:,}..{check['steps'][1]:,}" if check["steps"] else "no steps"
+        if d is not None:
+            where = f"positions {', '.join(map(str, d['positions']))}" if d["positions"] else \
+                "no position attributable"
+            st.error(md(f"✗ first divergence at step {d['step']}, rank {d['rank']} ({d['of']}; {where})"))
+            mono(f"logged    {d['logged']}\nreplayed  {d['replayed']}\n{d['reason']}")
+            st.page_link(page_file("replay"), label=md(f"Open step {d['step']}, rank {d['rank']}"),
+                         icon=":material/replay:", query_params={"run": given, "log": given, "step": str(d["step"]),
+                                                                  "rank": str(d["rank"])})
+        elif check["gaps"]:
+            st.warning(md(f"The {check['checked']:,} kept line(s) match the catalog ({span}), but the record has "
+                          "gaps."))
+        else:
+            st.success(md(f"✓ {check['checked']:,} kept line(s) match the catalog ({span}); the record's "
+                          f"{check['superseded']:,} superseded line(s) are not evidence."))
 
-pages = web_run.rank_pages(view)
-page = int(st.number_input(f"Ranks page ({MAX_ROWS} ranks each, of {pages})", min_value=1, max_value=pages,
-                           value=1, key="rn_page")) - 1 if pages > 1 else 0
 model = or_stop(lambda: web_run.run_model(view, steps, page, check), "That run record cannot be opened.")
 s, grid = model["summary"], model["grid"]
 
-st.subheader(md(f"run {s['name']}"))
-sizes = [n for i, n in enumerate(s["world_sizes"]) if i == 0 or s["world_sizes"][i - 1] != n]
-wait = s["wait_per_step"]
-st.caption(md(f"{', '.join(s['sources']) or '-'} · ranks {' → '.join(map(str, sizes)) or '-'} · steps "
-              + (f"{s['steps'][0]:,}..{s['steps'][1]:,}" if s["steps"] else "-")
-              + f" · {s['lines']:,} kept lines · {s['superseded']:,} superseded · wait per step "
-              + (f"{wait * 1000:.2f} ms" if wait is not None else "not recorded")))
-if s["gaps"]:
-    st.error(md(f"{len(s['gaps'])} gap range(s): {s['missing']:,} (step, rank) pair(s) of the kept history have no "
-                "line"))
-    mono("\n".join(f"steps {g['steps'][0]:,}..{g['steps'][1]:,}  ranks {', '.join(map(str, g['ranks']))}"
-                   for g in s["gaps"][:50]) + (f"\n… {len(s['gaps']) - 50} more" if len(s["gaps"]) > 50 else ""))
-else:
-    st.success("No gaps: every (step, rank) of the kept history has its line.")
-
-if check is not None:
-    d = check["divergence"]
-    span = f"steps {check['steps'][0]:,}..{check['steps'][1]:,}" if check["steps"] else "no steps"
-    if d is not None:
-        where = f"positions {', '.join(map(str, d['positions']))}" if d["positions"] else "no position attributable"
-        st.error(md(f"✗ first divergence at step {d['step']}, rank {d['rank']} ({d['of']}; {where})"))
-        mono(f"logged    {d['logged']}\nreplayed  {d['replayed']}\n{d['reason']}")
-        st.page_link(page_file("replay"), label=md(f"Open step {d['step']}, rank {d['rank']}"),
-                     icon=":material/replay:", query_params={"run": given, "log": given, "step": str(d["step"]),
-                                                              "rank": str(d["rank"])})
-    elif check["gaps"]:
-        st.warning(md(f"The {check['checked']:,} kept line(s) match the catalog ({span}), but the record has gaps."))
+with summary_area:
+    st.subheader(md(f"run {s['name']}"))
+    sizes = [n for i, n in enumerate(s["world_sizes"]) if i == 0 or s["world_sizes"][i - 1] != n]
+    wait = s["wait_per_step"]
+    st.caption(md(f"{', '.join(s['sources']) or '-'} · ranks {' → '.join(map(str, sizes)) or '-'} · steps "
+                  + (f"{s['steps'][0]:,}..{s['steps'][1]:,}" if s["steps"] else "-")
+                  + f" · {s['lines']:,} kept lines · {s['superseded']:,} superseded · wait per step "
+                  + (f"{wait * 1000:.2f} ms" if wait is not None else "not recorded")))
+    if s["gaps"]:
+        st.error(md(f"{len(s['gaps'])} gap range(s): {s['missing']:,} (step, rank) pair(s) of the kept history "
+                    "have no line"))
+        mono("\n".join(f"steps {g['steps'][0]:,}..{g['steps'][1]:,}  ranks {', '.join(map(str, g['ranks']))}"
+                       for g in s["gaps"][:50]) + (f"\n… {len(s['gaps']) - 50} more" if len(s["gaps"]) > 50 else ""))
     else:
-        st.success(md(f"✓ {check['checked']:,} kept line(s) match the catalog ({span}); the record's "
-                      f"{check['superseded']:,} superseded line(s) are not evidence."))
+        st.success("No gaps: every (step, rank) of the kept history has its line.")
+
+with grid_area:
+    if grid.columns:
+        per = f"{grid.bucket:,} steps per column (+ zooms into one)" if grid.bucket > 1 else "one step per column"
+        st.caption(md(f"steps {grid.columns[0][0]:,}..{grid.columns[-1][1]:,}, {per}; ranks {grid.ranks[0]}.."
+                      f"{grid.ranks[-1]} of {grid.all_ranks} · █ kept · ✗ gap · ░ only superseded lines · "
+                      "! first divergence · a cell opens its batch's replay"))
+        st.markdown(web_run.grid_html(grid, given), unsafe_allow_html=True)
+    else:
+        st.info("No step of this run in these steps.")
 
 st.markdown("#### Segments")
 st.dataframe([{"segment": g["id"], "parent": g["parent"] or "", "start": g["start"], "world size": g["world_size"],
@@ -101,13 +119,3 @@ st.dataframe([{"segment": g["id"], "parent": g["parent"] or "", "start": g["star
                "started": g["started"] or "",
                "wait/step (ms)": round(g["wait_per_step"] * 1000, 3) if g["wait_per_step"] is not None else None}
               for g in s["segments"]], hide_index=True, width="stretch", key="rn_segments")
-
-st.markdown("#### Steps × ranks")
-if grid.columns:
-    per = f"{grid.bucket:,} steps per column (+ zooms into one)" if grid.bucket > 1 else "one step per column"
-    st.caption(md(f"steps {grid.columns[0][0]:,}..{grid.columns[-1][1]:,}, {per}; ranks {grid.ranks[0]}.."
-                  f"{grid.ranks[-1]} of {grid.all_ranks} · █ kept · ✗ gap · ░ only superseded lines · "
-                  "! first divergence · a cell opens its batch's replay"))
-    st.markdown(web_run.grid_html(grid, given), unsafe_allow_html=True)
-else:
-    st.info("No step of this run in these steps.")

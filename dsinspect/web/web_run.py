@@ -25,7 +25,7 @@ __all__ = ["run_model", "rank_pages", "grid_html", "check_run", "MAX_CHECK_SAMPL
 MAX_CHECK_SAMPLES = 200_000  # a page's check: ~10 s of reading at the check's measured speed on 2 cores
 GRID_CLASS = "dsi-run-grid"
 COLOURS = {"kept": "#2e7d32", "gap": "#c62828", "superseded": "#b28704", "none": "#9e9e9e", "diverged": "#ffffff"}
-_STYLE = (f"<style>.{GRID_CLASS}{{border-collapse:collapse;font-family:'Source Code Pro',monospace;font-size:0.8rem;"
+_STYLE = (f"<style>.{GRID_CLASS}{{border-collapse:collapse;font-family:'Source Code Pro',monospace;font-size:1rem;"
           f"line-height:1}}.{GRID_CLASS} td,.{GRID_CLASS} th{{padding:0 1px;border:0;text-align:center}}"
           f".{GRID_CLASS} th{{font-weight:normal;color:#888;text-align:right;padding-right:0.5rem;white-space:nowrap}}"
           f".{GRID_CLASS} a{{text-decoration:none}}.{GRID_CLASS} td.diverged{{background:#c62828}}</style>")
