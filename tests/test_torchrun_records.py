@@ -10,7 +10,7 @@ DataLoader workers, checked with the CLI (`replay --check-log --json`: its exit 
 (d) a job that read a derived version with two changed rows, checked against the parent version's
     spec: the first changed (step, rank, position, index);
 (e) ranks resuming from states of different steps all fail before any batch, naming the steps (a
-    hang would end in the subprocess timeout).
+    hang would end in the subprocess timeout), through a TorchLoader and through a plain DataLoader.
 """
 
 import json
@@ -184,7 +184,9 @@ def test_gap_derived_version_and_disagreeing_states(catalog, tmp_path):
     runs = [{"name": "gap", "spec": spec.to_json(), "record": str(tmp_path / "gap"), "skip": [5, 20]},
             {"name": "derived", "spec": v2_spec.to_json(), "record": str(tmp_path / "derived")},
             {"name": "disagree", "spec": spec.to_json(),
-             "states": {str(r): LoaderState.at(spec, step, r).to_json() for r, step in ((0, 4), (1, 9))}}]
+             "states": {str(r): LoaderState.at(spec, step, r).to_json() for r, step in ((0, 4), (1, 9))}},
+            {"name": "disagree-plain", "spec": spec.to_json(), "plain": True,
+             "states": {str(r): LoaderState.at(spec, step, r).to_json() for r, step in ((0, 7), (1, 2))}}]
     torchrun(2, {"catalog": catalog.url, "out": str(out), "workers": 1, "runs": runs}, tmp_path / "c.json")
     per_epoch = steps_in_epoch(spec, 0)
 
@@ -209,6 +211,9 @@ def test_gap_derived_version_and_disagreeing_states(catalog, tmp_path):
         refused = result(out, "disagree", rank)
         assert refused["steps"] == []
         assert "different steps (step 4 on rank 0; step 9 on rank 1)" in refused["error"]
+        refused = result(out, "disagree-plain", rank)  # TorchBatches under a plain DataLoader, in the rank
+        assert refused["steps"] == []
+        assert "different steps (step 2 on rank 1; step 7 on rank 0)" in refused["error"]
 
 
 def allowed_gaps(catalog, record):

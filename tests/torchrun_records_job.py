@@ -11,7 +11,8 @@ JOB = {"catalog": URL, "out": DIR, "workers": W, "runs": [RUN, ...]}, each RUN (
                    that the rank file already holds every line of those K steps,
    "skip": [K, S]: after K batches load the state of step K + S (a deliberate gap),
    "stop_at": K: after K batches rank 0 prints "READY <name>" (all ranks there) and every rank
-                 waits to be killed}
+                 waits to be killed,
+   "plain": true: read through a plain torch DataLoader (num_workers=0) over TorchBatches instead}
 Per run and rank, <out>/<name>-rank<r>.json: the steps consumed, the lines found on disk right
 after the checkpoint, and the error (a UserError) the run ended with; <out>/<name>-pgid-rank<r>
 holds the process group of the rank and its DataLoader workers (a killer needs it: torchrun starts
@@ -44,6 +45,8 @@ def run(job, spec, rank):
     with open(os.path.join(out, f"{name}-pgid-rank{rank}"), "w") as f:
         f.write(str(os.getpgid(0)))
     dataset = TorchBatches(RunSpec.from_json(spec["spec"]), job["catalog"], record_dir=spec.get("record"))
+    if spec.get("plain"):
+        return run_plain(job, spec, rank, dataset)
     loader = TorchLoader(dataset, num_workers=job["workers"], batches_per_transfer=2)
     if spec.get("resume"):
         with open(spec["resume"].format(rank=rank)) as f:
@@ -72,6 +75,20 @@ def run(job, spec, rank):
         result["error"] = str(e)
     loader.close()
     write_json(os.path.join(out, f"{name}-rank{rank}.json"), result)
+
+
+def run_plain(job, spec, rank, dataset):
+    """TorchBatches iterated in this process by a plain DataLoader: the pass checks the ranks too."""
+    from torch.utils.data import DataLoader
+
+    dataset.load_state_dict(spec["states"][str(rank)])
+    result = {"steps": [], "error": None}
+    try:
+        for batch in DataLoader(dataset, batch_size=None, num_workers=0):
+            result["steps"].append(int(batch["step"]))
+    except UserError as e:
+        result["error"] = str(e)
+    write_json(os.path.join(job["out"], f"{spec['name']}-rank{rank}.json"), result)
 
 
 def lines_on_disk(record, rank, segment):
