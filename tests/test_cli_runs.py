@@ -141,3 +141,14 @@ def test_bad_steps_and_an_empty_folder(runs_dir, tmp_path):
                           "steps must look like")
     empty = dsinspect("runs", str(tmp_path))
     assert empty.returncode == 0 and "no run records in" in empty.stdout
+
+
+def test_tui_takes_a_run_record_directory(runs_dir):
+    """`dsinspect tui RUNDIR` opens the run screen (tests/test_tui_runs.py drives it): without a
+    terminal it gets as far as asking for one, where a path was a malformed address before."""
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "tui", str(runs_dir / "runs" / "resumed")],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert_one_line_error(done, 2, "dsinspect tui needs a terminal")
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "tui", str(runs_dir / "runs" / "nope")],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert_one_line_error(done, 2, "bad dataset name")
