@@ -107,9 +107,10 @@ class _Buffered:
         self.fs, self.path = fs, path
         self.lines: list[str] = []
         self.file: IO[str] | None = None
+        self.pid = os.getpid()
 
     def flush(self) -> None:
-        if not self.lines:
+        if not self.lines or os.getpid() != self.pid:  # a forked child's copy: the parent writes these lines
             return
         if self.file is None:
             self.fs.makedirs(os.path.dirname(self.path), exist_ok=True)
