@@ -8,7 +8,7 @@ Not a timed test; numbers depend on the machine. Prints, and writes results/chec
   (2) a plain read of the same batches: a Loader per rank reading its steps in order (the first
       --read-steps of each rank, extrapolated to the whole run; the read also proves the synthetic
       record is what a Loader would log: its batches' fingerprints equal the record's lines);
-  (3) the old per-line check (`_check_line` through a RowReader per spec, as check_log did before
+  (3) the old per-line check (`check_line` through a RowReader per spec, as check_log did before
       audit/hashes.py: plan one batch, read its rows' row groups, re-hash) on --sample consecutive
       lines from the middle of the run, extrapolated to 10^5 lines; and the ratios.
 
@@ -40,7 +40,8 @@ TMP = tempfile.mkdtemp(prefix="dsinspect-bench-checklog-")
 os.environ["DSINSPECT_CACHE"] = os.path.join(TMP, "cache")  # never the user's shard cache
 
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions  # noqa: E402
-from dsinspect.loaders.audit.logcheck import _check_line, check_log  # noqa: E402
+from dsinspect.loaders.audit.divergence import check_line  # noqa: E402
+from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
 from dsinspect.loaders.audit.rows import RowReader  # noqa: E402
 from dsinspect.loaders.format.manifest import HASH_COLUMN  # noqa: E402
 from dsinspect.loaders.order.plan import plan_steps  # noqa: E402
@@ -123,7 +124,7 @@ def old_per_line(cat: Catalog, spec: RunSpec, record: str, sample: int, rehash: 
     reader = RowReader(Catalog(cat.url), spec)  # as check_log kept one per spec: its last 64 row groups
     t, c = time.perf_counter(), time.process_time()
     for line in chosen:
-        assert _check_line(spec, reader, line, None, rehash) is None
+        assert check_line(spec, reader, line, None, rehash) is None
     return time.perf_counter() - t, time.process_time() - c
 
 

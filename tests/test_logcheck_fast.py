@@ -11,7 +11,8 @@ from conftest import TOY_FIELDS, toy_rows
 from replay_diff_fixtures import rewrite_shard, run_job, seeded_jitter
 
 from dsinspect.loaders import Catalog, LoaderState, RunSpec, WriteOptions, derive_version
-from dsinspect.loaders.audit.logcheck import _check_line, _segment_spec, check_log, parse_steps
+from dsinspect.loaders.audit.divergence import check_line
+from dsinspect.loaders.audit.logcheck import _segment_spec, check_log, parse_steps
 from dsinspect.loaders.audit.replay import load_specs
 from dsinspect.loaders.audit.rows import RowReader
 from dsinspect.loaders.records.run import read_run
@@ -42,7 +43,7 @@ def per_line(specs, log, cat, *, rehash=True, transform=None, steps=None):
         spec = spec_for_step(given, int(line["step"])) if given is not None else _segment_spec(record, line)
         if spec.order_hash not in readers:
             readers[spec.order_hash] = RowReader(Catalog(cat.url), spec)
-        divergence = _check_line(spec, readers[spec.order_hash], line, transform, rehash)
+        divergence = check_line(spec, readers[spec.order_hash], line, transform, rehash)
         if divergence is not None:
             return i + 1, divergence.to_json()
     return len(lines), None

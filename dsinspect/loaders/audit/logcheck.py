@@ -1,11 +1,11 @@
-"""Check a training job's fingerprint log against replay: the proof that the data the job saw is the
-data the catalog holds now, or the first (step, rank) where it is not, and why.
+"""Check a run record against replay: the proof that the data the job saw is the data the catalog
+holds now, or the first (step, rank) where it is not, and why; with the lines later segments
+superseded and the gaps (docs/RUN_RECORDS.md).
 
-Each logged line is compared with the replayed batch on the side it recorded (`of`): `stored`
-fingerprints against the rows' bytes as they are now (re-hashed; `rehash=False` trusts the stored
-hash column and reads nothing else), `transformed` ones against the job's transform re-run. At the
-first mismatch the batch's rows and shards are verified to name the positions that differ. A log
-line may carry `row_hashes` (32-hex each, batch order); then positions are compared directly.
+Only the kept lines are evidence. `stored` lines are compared in windows from the hashes of the
+rows as they are now (hashes.py: each row group read and re-hashed once; `rehash=False` trusts the
+stored hash column), `transformed` ones against the job's transform re-run. A line that does not
+agree goes through the per-line check, which names the positions that differ (divergence.py).
 """
 
 from __future__ import annotations
@@ -18,44 +18,22 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.audit.divergence import Divergence, check_line
 from dsinspect.loaders.audit.hashes import CACHE_BYTES, RowHashes, plan_many
 from dsinspect.loaders.audit.replay import (
-    Sample,
     SpecSource,
     Transform,
-    as_batch,
     load_specs,
-    samples_of,
-    stored_fingerprint,
 )
-from dsinspect.loaders.audit.rows import PlanRows, RowReader
-from dsinspect.loaders.order.plan import BatchPlan, plan_batch
+from dsinspect.loaders.audit.rows import RowReader
+from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.records.run import Gap, RunRecord, is_run_dir, read_run
-from dsinspect.loaders.records.runlog import batch_fingerprint, decode_digests, digests_of, spec_for_step
-from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
+from dsinspect.loaders.records.runlog import batch_fingerprint, spec_for_step
+from dsinspect.loaders.records.transforms import load_transform
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.verify import verify_shard
 
 __all__ = ["Divergence", "LogCheck", "check_log", "parse_steps"]
-
-
-@dataclass
-class Divergence:
-    step: int
-    rank: int
-    epoch: int
-    of: str                   # the side the log recorded: "stored" or "transformed"
-    logged: str
-    replayed: str | None
-    positions: list[int]      # positions in the rank's batch that differ (empty: not attributable)
-    reason: str
-    samples: list[Sample] = field(default_factory=list)  # the samples at those positions
-
-    def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "rank": self.rank, "epoch": self.epoch, "of": self.of, "logged": self.logged,
-                "replayed": self.replayed, "positions": self.positions, "reason": self.reason,
-                "samples": [s.to_json() for s in self.samples]}
 
 
 @dataclass
@@ -133,7 +111,7 @@ def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps:
             divergence = None
             if not agrees:  # the per-line path decides (and explains, or raises as it always did)
                 spec = check.spec(line)
-                divergence = _check_line(spec, check.reader(spec), line, fn, rehash, plan)
+                divergence = check_line(spec, check.reader(spec), line, fn, rehash, plan)
             result.checked += 1
             of = line.get("of", "stored")
             result.sides[of] = result.sides.get(of, 0) + 1
@@ -267,104 +245,3 @@ def _segment_spec(record: RunRecord, line: dict) -> RunSpec:
     if segment is not None and segment.spec is not None:
         return segment.spec
     return record.spec_at(int(line["step"]))
-
-
-def _check_line(spec: RunSpec, reader: RowReader, line: dict, fn: Callable | None, rehash: bool,
-                plan: BatchPlan | None = None) -> Divergence | None:
-    """One line against replay, reading its rows (the per-line path; `plan` if already made)."""
-    step, rank, of = int(line["step"]), int(line["rank"]), line.get("of", "stored")
-    if of not in ("stored", "transformed"):
-        raise UserError(f"log line for step {step}, rank {rank}: unknown side of={of!r} (stored or transformed)")
-    if of == "transformed" and fn is None:
-        raise UserError(f"the log records transformed batches (of=transformed, step {step}, rank {rank}): "
-                        "pass the job's transform")
-    if not 0 <= rank < spec.world_size:
-        return Divergence(step, rank, -1, of, line["fingerprint"], None, [],
-                          f"the log has rank {rank}, but the run spec in force at step {step} has world size "
-                          f"{spec.world_size}")
-    plan = plan if plan is not None else plan_batch(spec, step, rank)
-    transformed = of == "transformed"
-    if transformed:  # the transform sees the job's columns; re-hashing every field would not change its output
-        rows = reader.read(plan, rehash=False)
-        batch = as_batch(plan, rows, tuple(s.name for s in spec.sources))
-        replayed = transformed_fingerprint(fn(batch))
-    else:
-        replayed = stored_fingerprint(reader.read(plan, rehash=rehash))
-    logged_n = line.get("n")
-    epoch = line.get("epoch")
-    if replayed == line["fingerprint"] and (logged_n is None or int(logged_n) == len(plan.indices)) \
-            and (epoch is None or int(epoch) == plan.epoch):
-        return None
-    return _explain(spec, reader, plan, line, replayed, of)
-
-
-def _explain(spec: RunSpec, reader: RowReader, plan: BatchPlan, line: dict, replayed: str | None,
-             of: str) -> Divergence:
-    """Which positions differ, and the likeliest reason, from the log line and the data's own hashes."""
-    step, rank = plan.step, plan.rank
-    div = Divergence(step, rank, plan.epoch, of, line["fingerprint"], replayed, [], "")
-    rows = reader.read(plan, rehash=True)
-    samples = samples_of(spec, plan, rows)
-    n, logged_n = len(plan.indices), line.get("n")
-    if line.get("epoch") is not None and int(line["epoch"]) != plan.epoch:
-        div.reason = (f"the job logged epoch {line['epoch']} at step {step}, the run spec places it in epoch "
-                      f"{plan.epoch}: this is not the job's run spec (or its segments are missing)")
-    elif logged_n is not None and int(logged_n) != n:
-        div.reason = (f"the job logged {logged_n} rows at step {step}, the run spec gives {n}: this is not the "
-                      "job's run spec (batch size or last-batch policy differ)")
-    elif isinstance(line.get("row_hashes"), list) and of == "stored":
-        now = [h.hex() for h in (rows.rehashed or rows.stored)]
-        div.positions = [i for i, (a, b) in enumerate(zip(line["row_hashes"], now)) if a != b]
-        div.reason = "these rows differ from the ones the job logged"
-    elif isinstance(line.get("samples"), str) and decode_digests(line["samples"], n) is not None:
-        logged = decode_digests(line["samples"], n)
-        now = digests_of(rows.rehashed or rows.stored)
-        div.positions = [i for i, (a, b) in enumerate(zip(logged, now)) if a != b]
-        if div.positions:
-            div.reason = ("the rows at these positions are not the rows the job read (their digests differ from "
-                          "the logged ones): " + _stored_or_changed(rows, div.positions))
-        elif of == "transformed":
-            div.reason = ("the rows as stored are the ones the job read; the transform's output differs (is it the "
-                          "job's transform, and does it draw randomness only from batch.seeds?)")
-        else:
-            _attribute(div, reader, plan, rows)
-    else:
-        _attribute(div, reader, plan, rows)
-    div.samples = [samples[i] for i in div.positions]
-    return div
-
-
-def _attribute(div: Divergence, reader: RowReader, plan: BatchPlan, rows: PlanRows) -> None:
-    """Positions whose bytes no longer match their stored hash, else those in shards that fail
-    verification; else nothing in the data explains it."""
-    verified = rows.verified
-    changed = np.flatnonzero(~verified).tolist() if verified is not None else []
-    if changed:
-        div.positions = changed
-        div.reason = "these rows' bytes no longer hash to their stored row hash (the shard changed in place)"
-        return
-    bad: list[int] = []
-    problems: list[str] = []
-    for k, shard in sorted({(int(s), int(h)) for s, h in zip(plan.sources, rows.shards)}):
-        report = verify_shard(reader.versions[k], shard)
-        if not report.ok:
-            problems.append(f"shard {shard} of {reader.versions[k].address}: {report.problems[0]}")
-            bad += [i for i in range(len(plan.indices)) if plan.sources[i] == k and rows.shards[i] == shard]
-    if bad:
-        div.positions = sorted(bad)
-        div.reason = ("the rows at these positions come from shards that fail verification ("
-                      + "; ".join(problems) + "); the log cannot say which of their rows changed")
-    elif div.of == "transformed":
-        div.reason = ("the rows as stored are intact; the transform's output differs (is it the job's transform, "
-                      "and does it draw randomness only from batch.seeds?)")
-    else:
-        div.reason = ("every row matches its stored hash and its shard its sha256: the job read other rows "
-                      "(is this the job's run spec and catalog?)")
-
-
-def _stored_or_changed(rows: PlanRows, positions: list[int]) -> str:
-    """Whether the rows now in the catalog were edited in place or are other rows altogether."""
-    verified = rows.verified
-    if verified is not None and not all(bool(verified[i]) for i in positions):
-        return "their bytes no longer hash to their stored row hash (the shard changed in place)"
-    return "the catalog holds other rows there (another version, or another order)"
