@@ -10,6 +10,7 @@ import textwrap
 
 import pyarrow as pa
 import pytest
+from run_fixtures import segment as run  # every rank of one segment reads, resuming, saving states
 
 from dsinspect.errors import UserError
 from dsinspect.loaders import Catalog, Field, Loader, LoaderState, RunSpec, WriteOptions, derive_version
@@ -33,22 +34,6 @@ def cat(tmp_path):
 
 def spec_of(cat, world=2, batch=4, **kw):
     return RunSpec.create(cat, "toy", seed=5, batch_size=batch, world_size=world, shuffle="global", **kw)
-
-
-def run(cat, spec, record, steps, resume=None, save_at=()):
-    """Every rank of one segment reads `steps` batches (after resuming from `resume`); the states
-    saved after the steps in `save_at` come back per step (rank 0's; all ranks' are equal)."""
-    saved = {}
-    for rank in range(spec.world_size):
-        with Loader(spec, rank, cat, record_dir=record) as loader:
-            if resume is not None:
-                loader.load_state_dict(resume)
-            it = iter(loader)
-            for _ in range(steps):
-                batch = next(it)
-                if batch.step in save_at:
-                    saved.setdefault(batch.step, loader.state_dict())
-    return saved
 
 
 def test_a_resume_from_an_older_checkpoint_supersedes_the_rolled_back_lines(cat, tmp_path):
