@@ -167,6 +167,12 @@ def test_records_samples_off_and_auto(cat, tmp_path):
         assert all(("samples" in e) == expected for e in read_log(record) if "step" in e)
     with pytest.raises(UserError, match="record_samples"):
         Loader(spec, 0, cat, record_dir=str(tmp_path / "x"), record_samples="yes")
+    # "auto" keeps the segment's first choice: the batch holding a row edited to nothing keeps its digests
+    short = derive_version(cat.resolve("toy"), update={3: {"tokens": []}})
+    record = str(tmp_path / "short")
+    with Loader(RunSpec.create(cat, f"toy@{short.id}", batch_size=4), 0, cat, record_dir=record) as loader:
+        steps = [b.step for b in loader if 3 in b.indices.tolist()]
+    assert steps and all("samples" in e for e in read_log(record) if "step" in e)
     small = Catalog(str(tmp_path / "small"))
     small.write_version("ids", [{"id": i} for i in range(64)], [Field("id", pa.int64(), "scalar", nullable=False)])
     with Loader(RunSpec.create(small, "ids", batch_size=8), 0, small, record_dir=str(tmp_path / "ids")) as loader:

@@ -100,7 +100,7 @@ def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps:
     chosen = None if ranks is None else set(ranks)
     lines = record.kept(wanted, chosen)
     result = LogCheck(superseded=record.superseded, gaps=record.gaps(wanted, chosen), allow_gaps=allow_gaps,
-                      record_end=record.end, segments=len(record.segments))
+                      record_end=record.end, segments=sum(1 for s in record.segments.values() if s.lines))
     check = _Checker(record, given, catalog, columns, rehash, cache_bytes)
     progress = _Progress(on_progress, len(lines))
     size = _window_lines(record, given)

@@ -40,6 +40,7 @@ class RunRecorder:
         self.directory, self.rank, self.flush_every, self.samples = directory, rank, max(1, flush_every), samples
         self.segment: str | None = None
         self._begun: tuple[RunSpec, str | None] | None = None
+        self._auto: bool | None = None
         self._out = _Buffered(self.fs, join(self.root, "fingerprints", f"rank-{rank:05d}.jsonl"))
         # a loader dropped without close() (or the interpreter exiting) still writes its lines out
         weakref.finalize(self, self._out.flush)
@@ -57,6 +58,7 @@ class RunRecorder:
         if not self.fs.exists(spec_path):  # the same bytes from any writer, so a race is harmless
             write_atomic(self.fs, spec_path, spec.dumps().encode())
         self.segment = segment
+        self._auto: bool | None = None  # "auto" digests: decided by the segment's first line
         self._out.lines.append(json.dumps({"segment": segment, "parent": parent, "start": spec.start.step,
                                        "world_size": spec.world_size, "batch_size": spec.batch_size,
                                        "spec": spec.hash, "rank": self.rank, "time": round(time.time(), 6)}) + "\n")
@@ -79,9 +81,13 @@ class RunRecorder:
             self.flush()
 
     def _digests_wanted(self, n: int, data_bytes: int | None) -> bool:
+        """"auto" decides at the segment's first line and keeps to it: a batch that happens to hold
+        short (say, edited) rows must not lose the digests that would name them."""
         if self.samples != "auto":
             return bool(self.samples)
-        return data_bytes is not None and n * DIGEST_BYTES * 4 / 3 <= DIGEST_SHARE * data_bytes
+        if self._auto is None and data_bytes is not None:
+            self._auto = n * DIGEST_BYTES * 4 / 3 <= DIGEST_SHARE * data_bytes
+        return bool(self._auto)
 
     def flush(self) -> None:
         """Hand the buffered lines to the OS (a killed process loses nothing written so far)."""
