@@ -106,6 +106,7 @@ def test_check_log_passes_then_names_the_first_divergence(cli, job):
     assert code == 1 and f"first divergence at step {first[0]}, rank {first[1]}" in out
     position = [int(i) for i in seen[first].indices].index(target)  # the record's per-sample digests name it
     one_line_error(err, f"step {first[0]}, rank {first[1]}, position {position} (index {target})")
+    assert "those rows as the catalog holds them now" in out and "3 tokens [1, 2, 3]" in out  # the edited row
     code, out, _ = cli("--catalog", cat.url, "replay", "--spec", record, "--check-log",
                        record / "fingerprints" / f"rank-{first[1]:05d}.jsonl", "--json")
     report = json.loads(out)

@@ -154,6 +154,7 @@ def test_digests_name_the_changed_positions_of_a_derived_version(cat, tmp_path):
     assert first is not None and len(first.positions) == 1
     sample = first.samples[0]
     assert sample.index in (3, 400) and sample.version == v1.id
+    assert first.rows.column("id").to_pylist() == [sample.index]  # the row as v1 holds it (v2's id is negated)
     assert "not the rows the job read" in first.reason
     assert check_log(record, record, catalog=cat).ok  # against its own spec (v2): intact
 

@@ -221,6 +221,12 @@ def _print_check(result: LogCheck) -> None:
             table.add_row(str(s.position), str(s.index), f"{s.source}@{s.version[:12]}", f"{s.shard}:{s.shard_row}",
                           s.row_hash.hex())
         out.print(table)
+    if d.rows is not None and d.rows.num_columns:
+        from dsinspect.term.preview import preview
+
+        rows = [([str(p)], [preview(d.rows.column(c)[i].as_py()) for c in d.rows.column_names])
+                for i, p in enumerate(d.positions)]
+        out.print(preview_table("those rows as the catalog holds them now", ["pos"], d.rows.column_names, rows))
 
 
 def _print_record(result: LogCheck) -> None:

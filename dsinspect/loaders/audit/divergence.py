@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+import pyarrow as pa
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.audit.replay import Sample, as_batch, samples_of, stored_fingerprint
@@ -32,6 +33,7 @@ class Divergence:
     positions: list[int]      # positions in the rank's batch that differ (empty: not attributable)
     reason: str
     samples: list[Sample] = field(default_factory=list)  # the samples at those positions
+    rows: pa.Table | None = None  # those positions' rows as the catalog holds them now (the checked columns)
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "rank": self.rank, "epoch": self.epoch, "of": self.of, "logged": self.logged,
@@ -101,6 +103,7 @@ def explain(spec: RunSpec, reader: RowReader, plan: BatchPlan, line: dict, repla
     else:
         _attribute(div, reader, plan, rows)
     div.samples = [samples[i] for i in div.positions]
+    div.rows = rows.table.take(div.positions) if div.positions else None
     return div
 
 
