@@ -247,7 +247,10 @@ def test_no_segment_outlives_an_abandoned_or_closed_pass(torch_catalog):
 @pytest.mark.slow
 def test_a_killed_worker_leaves_no_segment_behind(torch_catalog):
     from dsinspect.loaders.pytorch import TorchLoader
-    loader = TorchLoader(torch_batches(torch_catalog), num_workers=2)
+    # one batch per item (20 items): the DataLoader hands out at most prefetch_factor x workers items
+    # ahead, so the killed worker always still owes items, whatever the timing (with 8 batches per
+    # item the 3 items could all be made before the kill, and the pass then ended without an error)
+    loader = TorchLoader(torch_batches(torch_catalog), num_workers=2, batches_per_transfer=1)
     running = iter(loader)
     next(running)
     workers = multiprocessing.active_children()
