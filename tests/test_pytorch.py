@@ -196,6 +196,11 @@ def test_stateful_dataloader_state_moves_to_another_worker_count(catalog):
     again.load_state_dict(first.state_dict())
     with pytest.raises(UserError):  # torchdata passes worker states on unchanged; TorchBatches refuses 2 workers' in 1
         next(iter(again))
+    # another world size: the saved step numbers would name other samples; refused, elastic_state is the way
+    other = stateful_loader(TorchBatches(spec.replace(world_size=spec.world_size + 1), catalog, rank=0), 2)
+    other.load_state_dict(first.state_dict())
+    with pytest.raises(UserError, match="saved with world size"):
+        next(iter(other))
 
 
 def test_epochs_with_plain_dataloader_workers(catalog):

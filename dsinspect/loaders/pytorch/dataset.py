@@ -258,6 +258,11 @@ class _Producer:
         ds = self.dataset
         if saved.order_hash != ds.spec.order_hash:
             raise UserError("producer state belongs to another data order")
+        if (saved.world_size, saved.batch_size) != (ds.spec.world_size, ds.spec.batch_size):
+            # its step numbers count global batches of the old size: under another size they name other samples
+            raise UserError(f"this StatefulDataLoader state was saved with world size {saved.world_size} and batch "
+                            f"size {saved.batch_size}, the dataset now has {ds.spec.world_size} and "
+                            f"{ds.spec.batch_size}: restore TorchBatches.load_state_dict(elastic_state(state)) instead")
         self.next, self.end = saved.step, int(state["end"])
         kept = state.get("segment")
         if ds._record is not None and get_worker_info() is not None and saved.segment and isinstance(kept, dict):
