@@ -13,6 +13,10 @@ batch it consumes (one JSON line, flushed) and checkpoints {loader state, model,
 every k steps; the checkpoint of a step counts once every rank of the segment wrote it. A
 finished rank writes its final model to done-rank<r>; every rank resumes rank 0's model.
 
+The loaders also keep a run record, as a real job would: one per trial (<trial>/record), written by
+every segment (TorchBatches(record_dir=...), per-sample digests on in odd trials). Each checkpoint
+holds `loader.state_dict()`, which makes the record durable up to its step and names the segment.
+
 Per trial, <out>/trial-NNN/trial.json records the segments (world, workers, where each resumed,
 whether it was killed and after how many batches); tests/test_kill_resume.py checks the streams.
 """
@@ -46,7 +50,8 @@ def run_rank(segment: dict, spec: RunSpec, catalog: str, epochs: int, rank: int,
     """Train until `epochs` epochs are done: log each batch, checkpoint every `every` steps."""
     torch.set_num_threads(1)
     seg_dir = segment["dir"]
-    dataset = TorchBatches(spec.replace(world_size=segment["world"]), catalog, columns=["id", "tokens"], rank=rank)
+    dataset = TorchBatches(spec.replace(world_size=segment["world"]), catalog, columns=["id", "tokens"], rank=rank,
+                           record_dir=segment["record"], record_samples=segment["samples"])
     loader = TorchLoader(dataset, num_workers=segment["workers"])
     model = new_model()
     if segment["resume"]:
@@ -72,6 +77,7 @@ def run_rank(segment: dict, spec: RunSpec, catalog: str, epochs: int, rank: int,
                                   "model": {"weight": model.weight.tolist(), "bias": model.bias.tolist()}}
                     path = f"{seg_dir}/ckpt-{loader.step:06d}-rank{rank}.json"
                     write_atomic(_FS, path, json.dumps(checkpoint).encode())
+    loader.close()  # the record's last lines out: os._exit below skips the finalizers an interpreter exit runs
     final = {"weight": model.weight.tolist(), "bias": model.bias.tolist()}
     write_atomic(_FS, f"{seg_dir}/done-rank{rank}", json.dumps(final).encode())
 
@@ -121,6 +127,7 @@ def run_segment(segment: dict, spec: RunSpec, cfg: dict, kill: dict | None, prog
     kill["delay"] seconds); wait for them. The segment's outcome."""
     progress[:] = 0
     os.makedirs(segment["dir"], exist_ok=True)
+    wall = time.time()  # the record's segment headers written by these ranks carry times from here on
     pids = [fork_rank(segment, spec, cfg["catalog"], cfg["epochs"], r, progress) for r in range(segment["world"])]
     started, killed, at = time.monotonic(), False, None
     while kill is not None:
@@ -140,7 +147,7 @@ def run_segment(segment: dict, spec: RunSpec, cfg: dict, kill: dict | None, prog
     codes = [_wait(pid) for pid in pids]
     if not killed:
         assert all(c == 0 for c in codes), f"segment {segment['dir']}: ranks exited with {codes}"
-    return {**segment, "killed": killed, "progress_at_kill": at, "exit_codes": codes,
+    return {**segment, "killed": killed, "progress_at_kill": at, "exit_codes": codes, "wall_start": wall,
             "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -183,12 +190,13 @@ def run_trial(number: int, cfg: dict, progress: np.ndarray) -> dict:
     kills = rng.randint(*cfg["kills"])
     placement = (rng.choice(cfg["worlds"]), rng.choice(cfg["workers"]))
     segments, resume = [], None
+    record = {"record": os.path.join(trial_dir, "record"), "samples": True if number % 2 else "auto"}
     for j in range(kills + 1):
         if j:  # every resume changes the world size, the worker count or both
             options = [(w, n) for w in cfg["worlds"] for n in cfg["workers"] if (w, n) != placement]
             placement = rng.choice(options)
         segment = {"dir": os.path.join(trial_dir, f"seg{j}"), "world": placement[0], "workers": placement[1],
-                   "every": rng.randint(2, 4), "resume": resume}
+                   "every": rng.randint(2, 4), "resume": resume, **record}
         kill = None
         if j < kills:
             remaining = _remaining_steps(spec.replace(world_size=placement[0]), resume, cfg["epochs"])
