@@ -206,3 +206,20 @@ def test_states_of_different_steps_are_refused_naming_them(cat):
         check_states(mixed)
     with pytest.raises(UserError, match="different data orders"):
         check_states({0: same[0], 1: LoaderState.at(spec.replace(seed=9), 12, 1).to_json()})
+
+
+def test_a_line_cut_by_a_kill_is_skipped_but_other_garbage_is_an_error(cat, tmp_path):
+    record = str(tmp_path / "run")
+    spec = spec_of(cat, world=1)
+    saved = run(cat, spec, record, 6, save_at=(2,))
+    path = os.path.join(record, "fingerprints", "rank-00000.jsonl")
+    with open(path, "rb+") as f:  # the last line cut mid-write, as a kill leaves it
+        f.truncate(os.path.getsize(path) - 25)
+    run(cat, spec, record, 4, resume=saved[2])  # the resumed writer ends the cut line, then its header
+    result = check_log(record, record, catalog=cat)
+    assert result.ok and result.checked == 7 and result.superseded == 2  # steps 3, 4 (5 was cut) re-run
+    lines = open(path).read().splitlines(keepends=True)
+    lines.insert(3, "not json\n")  # garbage between two step lines: not a kill's mark
+    open(path, "w").writelines(lines)
+    with pytest.raises(UserError, match=r"rank-00000.jsonl:4: not a fingerprint log line"):
+        check_log(record, record, catalog=cat)

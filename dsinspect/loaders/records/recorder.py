@@ -118,10 +118,12 @@ class _Buffered:
     def flush(self) -> None:
         if not self.lines or os.getpid() != self.pid:  # a forked child's copy: the parent writes these lines
             return
+        prefix = ""
         if self.file is None:
             self.fs.makedirs(os.path.dirname(self.path), exist_ok=True)
+            prefix = "\n" if self._ends_mid_line() else ""  # a killed writer's cut line stays a line of its own
             self.file = self.fs.open(self.path, "a")
-        self.file.write("".join(self.lines))
+        self.file.write(prefix + "".join(self.lines))
         self.file.flush()
         self.lines.clear()
 
@@ -130,6 +132,14 @@ class _Buffered:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+    def _ends_mid_line(self) -> bool:
+        """The file exists and its last line has no newline: a kill stopped a write in the middle."""
+        try:
+            size = self.fs.size(self.path) if self.fs.exists(self.path) else 0
+            return bool(size) and self.fs.cat_file(self.path, start=size - 1, end=size) != b"\n"
+        except (OSError, ValueError):
+            return False
 
 
 def _fileno(handle: IO[str] | None) -> int | None:

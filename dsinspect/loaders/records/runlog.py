@@ -102,22 +102,42 @@ def read_fingerprints(path: str) -> Iterator[dict]:
 
 def read_log(path: str) -> Iterator[dict]:
     """Every line of a fingerprint log file or of a run directory (all ranks, file by file, each in
-    written order), checked as it is read; segment headers carry "segment", step lines "step"."""
+    written order), checked as it is read; segment headers carry "segment", step lines "step".
+
+    A line a kill cut short is no evidence and is skipped: the last line without its newline, or a
+    malformed line right before a segment header (a resumed writer ends the cut line and starts
+    with its header). Any other malformed line is an error naming the file and line."""
     fs, root = url_to_fs(path)
     files = (sorted(fs.glob(join(root, "fingerprints", "rank-*.jsonl"))) if fs.isdir(root) else [root])
     for f in files:
         with fs.open(f, "r") as handle:
+            cut: str | None = None  # a malformed line, forgiven only if a header follows it
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
-                try:
-                    entry = json.loads(line)
-                    if "segment" in entry:
-                        str(entry["segment"]), int(entry["start"]), int(entry["world_size"])
-                    else:
-                        int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    if not line.endswith("\n"):  # the last line of a killed writer, cut short: never whole
+                entry = _parse(line)
+                if entry is None:
+                    if not line.endswith("\n"):
                         continue
-                    raise UserError(f"{f}:{number}: not a fingerprint log line") from None
+                    if cut is not None:
+                        raise UserError(cut)
+                    cut = f"{f}:{number}: not a fingerprint log line"
+                    continue
+                if cut is not None and "segment" not in entry:
+                    raise UserError(cut)
+                cut = None
                 yield entry
+            if cut is not None:
+                raise UserError(cut)
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        entry = json.loads(line)
+        if "segment" in entry:
+            str(entry["segment"]), int(entry["start"]), int(entry["world_size"])
+        else:
+            int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    return entry
