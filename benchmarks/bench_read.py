@@ -4,6 +4,7 @@ the same data and machine, in one run. Not a timed test: it prints a table and w
 
   python benchmarks/bench_read.py            # ~10-15 min on 2 cores (the first run also writes the data)
   python benchmarks/bench_read.py --quick    # 10x less data: a smoke run (writes *-quick files)
+  python benchmarks/bench_read.py --cold     # cold-cache mode (read_cold.py): read-cold-<date>.json
 
 Workloads: `tokens` (N samples x 1,024 int32, fixed length) and `images` (M 64x64 RGB JPEGs decoded
 with Pillow to uint8 arrays), batch 32, global shuffle (or each peer's closest equivalent). Every
@@ -85,7 +86,8 @@ def data_dir(mode: str) -> Path:
 def _dsinspect_writer_key() -> str:
     """The dsinspect catalog is rewritten when the writing code changes (its files' hash)."""
     h = hashlib.sha256()
-    for name in ("writer.py", "manifest.py", "canonical.py", "catalog.py", "arrow_types.py", "version.py"):
+    for name in ("store/writer.py", "format/manifest.py", "format/canonical.py", "store/catalog.py",
+                 "format/arrow_types.py", "store/version.py"):
         h.update((REPO / "dsinspect" / "loaders" / name).read_bytes())
     return h.hexdigest()[:12]
 
@@ -987,13 +989,14 @@ def wait_quiet(max_wait: float, log, threshold: float = 0.15) -> dict:
             return {"waited_s": round(time.monotonic() - t0, 1), "quiet": False, "busy_cores": round(b, 2)}
 
 
-def run_child(kind: str, cfg: dict, env: dict) -> tuple[dict, dict]:
-    """Run one configuration in a fresh interpreter; (its result or error, contention record)."""
+def run_child(kind: str, cfg: dict, env: dict, script: Path | None = None) -> tuple[dict, dict]:
+    """Run one configuration in a fresh interpreter (`script --kind cfg`, this file by default);
+    (its result or error, contention record)."""
     la0 = os.getloadavg()
     busy0, _ = _cpu_busy()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(Path(__file__).resolve()), f"--{kind}", json.dumps(cfg)]
+    cmd = [sys.executable, str(script or Path(__file__).resolve()), f"--{kind}", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -1210,6 +1213,9 @@ def main() -> int:
     ap.add_argument("--workloads", default="tokens,images")
     ap.add_argument("--max-wait", type=float, default=300.0,
                     help="seconds to wait for other processes' CPU use to settle before measuring (default 300)")
+    ap.add_argument("--cold", action="store_true",
+                    help="cold-cache mode (benchmarks/read_cold.py): a fresh process and empty reader caches per "
+                         "configuration; time to first batch, resume, a jump to 3/4, peak private memory, throughput")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1220,6 +1226,10 @@ def main() -> int:
         sys.stdout.write("RESULT " + json.dumps(res) + "\n")
         sys.stdout.flush()
         os._exit(0)  # skip interpreter teardown (peers' atexit hooks and threads)
+
+    if args.cold:
+        import read_cold
+        return read_cold.main(args)
 
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # so the temp cache is removed
     mode = "quick" if args.quick else "full"
