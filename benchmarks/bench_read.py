@@ -41,6 +41,7 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(REPO))  # this checkout's dsinspect, not whichever one is installed
 RESULTS = HERE / "results"
 ROOT = Path(os.environ.get("DSINSPECT_BENCH_DIR", "/tmp/dsinspect-bench"))
 
