@@ -125,6 +125,7 @@ def cold_child(cfg: dict) -> dict:
     torch.set_num_threads(1)
     for module in PREIMPORT:
         importlib.import_module(module)
+    importlib.import_module("PIL.Image").preinit()  # the plugins Image.open would import on its first call
     result: dict = {"reader": name, "workload": workload, "num_workers": nw,
                     "import_s": round(time.perf_counter() - t0, 3), "dsinspect_code": br._code_state()}
     if name.startswith("dsinspect"):
