@@ -15,10 +15,12 @@ import pyarrow.compute as pc
 import torch
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.pytorch.packing import PACKED, pack_metadata, unpack_metadata
 from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.read.columns import is_numeric_dense
 
-__all__ = ["batch_to_torch", "batch_arrays", "unpack", "split_ragged", "check_columns", "METADATA"]
+__all__ = ["batch_to_torch", "batch_arrays", "worker_arrays", "unpacked", "unpack", "split_ragged", "check_columns",
+           "METADATA"]
 
 METADATA = ("step", "epoch", "positions", "indices", "sources", "padding", "seeds", "row_hashes", "nulls",
             "transformed")
@@ -56,6 +58,47 @@ def batch_arrays(batch: Batch, dense: Sequence[str] = (), *, own: bool = True) -
     """`batch_to_torch` with numpy arrays (each owning its memory) where it has tensors, and no
     `transformed`: what a DataLoader worker sends. `own=False` leaves a gathered column as the
     read-only array the Loader made, for a caller that copies it at once (into a worker's ring)."""
+    out, nulls = _column_arrays(batch, dense, own)
+    plan = batch.plan
+    out.update(step=np.array(plan.step, dtype=np.int64), epoch=np.array(plan.epoch, dtype=np.int64),
+               positions=_owned(plan.positions.astype(np.int64)), indices=_owned(plan.indices.astype(np.int64)),
+               sources=_owned(plan.sources.astype(np.int64)), padding=_owned(plan.padding),
+               seeds=_owned(plan.seeds.view(np.int64)), row_hashes=_owned(batch.hash_array), nulls=nulls)
+    return out
+
+
+def worker_arrays(batch: Batch, dense: Sequence[str] = ()) -> dict[str, Any]:
+    """`batch_arrays(own=False)` with the metadata packed into one array (packing.py), as a
+    TorchLoader worker sends it; `unpacked` in the main process gives `batch_arrays`' dict."""
+    out, nulls = _column_arrays(batch, dense, own=False)
+    if PACKED in out:  # a column of that name: send it as it is
+        return batch_arrays(batch, dense, own=False)
+    out[PACKED] = pack_metadata(batch.plan, batch.hash_array)
+    out["nulls"] = nulls
+    return out
+
+
+def unpacked(arrays: dict[str, Any]) -> dict[str, Any]:
+    """A `worker_arrays` dict (arrays or tensors) with the metadata unpacked in place, as tensors
+    when the packed array came as one."""
+    packed = arrays.get(PACKED)
+    if packed is None:
+        return arrays
+    tensors = isinstance(packed, torch.Tensor)
+    fields = unpack_metadata(packed.numpy() if tensors else packed)
+    if tensors:
+        fields = {k: torch.from_numpy(v) for k, v in fields.items()}
+    out: dict[str, Any] = {}
+    for key, value in arrays.items():
+        if key == PACKED:
+            out.update(fields)
+        else:
+            out[key] = value
+    return out
+
+
+def _column_arrays(batch: Batch, dense: Sequence[str], own: bool) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The columns of `batch_arrays` and their null flags."""
     out: dict[str, Any] = {}
     nulls: dict[str, np.ndarray] = {}
     gathered = batch._columns or {}
@@ -68,12 +111,7 @@ def batch_arrays(batch: Batch, dense: Sequence[str] = (), *, own: bool = True) -
         if arr.null_count:
             nulls[name] = _owned(arr.is_null().to_numpy(zero_copy_only=False))
         out[name] = _column(arr, name in dense, name)
-    plan = batch.plan
-    out.update(step=np.array(plan.step, dtype=np.int64), epoch=np.array(plan.epoch, dtype=np.int64),
-               positions=_owned(plan.positions.astype(np.int64)), indices=_owned(plan.indices.astype(np.int64)),
-               sources=_owned(plan.sources.astype(np.int64)), padding=_owned(plan.padding),
-               seeds=_owned(plan.seeds.view(np.int64)), row_hashes=_owned(batch.hash_array), nulls=nulls)
-    return out
+    return out, nulls
 
 
 def _dense_fits(t: pa.DataType, dense: bool) -> bool:

@@ -25,7 +25,7 @@ from dsinspect.loaders.order.plan import epoch_end, epoch_start_step, locate_ste
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.pytorch.consistency import check_same_step
-from dsinspect.loaders.pytorch.conversion import batch_arrays, batch_to_torch, check_columns
+from dsinspect.loaders.pytorch.conversion import batch_to_torch, check_columns, worker_arrays
 from dsinspect.loaders.pytorch.recording import RankRecord
 from dsinspect.loaders.pytorch.ring import RingBatch
 from dsinspect.loaders.pytorch.transfer import ChunkSender, Transfer, WorkerChunk, tensors_to_numpy
@@ -114,7 +114,7 @@ class TorchBatches(IterableDataset):
         chunk = []
         for step in steps:
             batch = self._reader().batch_at(step)
-            arrays = batch_arrays(batch, self.dense, own=False)  # the ring (or pickling) copies them
+            arrays = worker_arrays(batch, self.dense)  # the ring (or pickling) copies them; metadata as one array
             if batch.transformed is not None:
                 arrays["transformed"] = tensors_to_numpy(batch.transformed)
             chunk.append(arrays)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_convert
 
+from dsinspect.loaders.pytorch.conversion import unpacked
 from dsinspect.loaders.pytorch.ring import RingBatch, RingReader, RingWriter
 
 __all__ = ["Transfer", "WorkerChunk", "ChunkSender", "receive", "tensors_to_numpy"]
@@ -56,11 +57,11 @@ class ChunkSender:
 
 def receive(item: Any, ring: RingReader | None) -> list[dict[str, Any]]:
     """A DataLoader item as the batches it carries, tensors as default_convert makes them (what
-    the worker's collate would have done)."""
+    the worker's collate would have done), the metadata the worker packed unpacked."""
     if isinstance(item, RingBatch):
-        return ring.take(item, _tensor_copy, default_convert)
+        return [unpacked(batch) for batch in ring.take(item, _tensor_copy, default_convert)]
     if isinstance(item, WorkerChunk):
-        return [default_convert(batch) for batch in item]
+        return [unpacked(default_convert(batch)) for batch in item]
     return [item]
 
 
