@@ -1,6 +1,7 @@
-"""A TorchLoader worker sends a batch's metadata as one packed array (each array crossing costs more
-Python work than its bytes); the main process unpacks it into exactly the tensors batch_to_torch
-gives, in the same key order, each writable on its own."""
+"""How a TorchLoader's workers send batches: a batch's metadata as one packed array (each array
+crossing costs more Python work than its bytes), unpacked by the main process into exactly the
+tensors batch_to_torch gives, in the same key order, each writable on its own; and in runs that
+start at one batch and double up to batches_per_transfer, so the first batch waits for one batch."""
 
 import os
 import pickle
@@ -14,6 +15,7 @@ torch = pytest.importorskip("torch")
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions  # noqa: E402
 from dsinspect.loaders.pytorch import TorchBatches, TorchLoader, batch_to_torch  # noqa: E402
 from dsinspect.loaders.pytorch.conversion import worker_arrays  # noqa: E402
+from dsinspect.loaders.pytorch.dataset import run_span  # noqa: E402
 from dsinspect.loaders.pytorch.packing import PACKED, pack_metadata, unpack_metadata  # noqa: E402
 from dsinspect.loaders.pytorch.ring import RingReader, RingWriter, new_prefix  # noqa: E402
 from dsinspect.loaders.pytorch.transfer import WorkerChunk, receive  # noqa: E402
@@ -98,3 +100,39 @@ def test_torch_loader_with_workers_yields_batch_to_torch_of_each_step(catalog):
         want = [exact(batch_to_torch(loader.batch_at(s), ("tokens",))) for s in range(len(got))]
     assert len(got) == 13 and got == want
     assert PACKED not in dict(got[0])
+
+
+@pytest.mark.parametrize("workers,chunk", [(1, 1), (2, 1), (2, 3), (2, 16), (3, 8), (4, 5)])
+def test_runs_tile_the_pass_and_double_up_to_the_chunk(workers, chunk):
+    spans = [run_span(run, workers, chunk) for run in range(60)]
+    assert [offset for offset, _ in spans] == [sum(n for _, n in spans[:i]) for i in range(60)]  # no gap, no overlap
+    sizes = [n for _, n in spans]
+    assert sizes[:workers] == [1] * workers and max(sizes) == chunk == sizes[-1]
+    assert all(b in (a, min(2 * a, chunk)) for a, b in zip(sizes[::workers], sizes[workers::workers]))
+
+
+class FailFrom:
+    """A transform that fails at steps from `step` on (in the worker that reads them)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __call__(self, batch):
+        if batch.step >= self.step:
+            raise RuntimeError(f"step {batch.step} reached")
+        return None
+
+
+def test_the_first_batches_leave_before_the_worker_reads_the_rest_of_a_run(catalog):
+    """Each worker's first run is one batch: steps 0 and 1 arrive although reading step 2 fails
+    (with whole runs of batches_per_transfer, the first item already held step 2)."""
+    dataset = TorchBatches(spec_of(catalog), catalog, columns=["id"], transform=FailFrom(2))
+    loader = TorchLoader(dataset, num_workers=2, batches_per_transfer=8)
+    batches = iter(loader)
+    try:
+        assert [int(next(batches)["step"]) for _ in range(2)] == [0, 1]
+        with pytest.raises(RuntimeError, match="step 2 reached"):
+            next(batches)
+    finally:
+        batches.close()
+        loader.close()

@@ -275,10 +275,11 @@ class _Producer:
 
 
 class _ChunkProducer:
-    """A TorchLoader worker's steps in runs of `chunk`: of the pass's runs first + c*chunk, ...,
-    worker w of W makes runs w, w + W, ... Each run crosses to the main process as one transfer
-    (torch's per-item cost, paid once per run); torch fetches from workers round-robin, so the
-    TorchLoader unpacks the runs in step order."""
+    """A TorchLoader worker's steps in runs (`run_span`): run c holds consecutive steps, worker w
+    of W makes runs w, w + W, ... Each run crosses to the main process as one transfer (torch's
+    per-item cost, paid once per run); torch fetches from workers round-robin, so the TorchLoader
+    unpacks the runs in step order. Runs start at one batch and double up to `chunk`, so the
+    first batch waits for one batch, not a whole run."""
 
     def __init__(self, dataset: TorchBatches, first: int, end: int, workers: int, worker: int, chunk: int):
         self.dataset, self.first, self.end, self.workers, self.chunk = dataset, first, end, workers, chunk
@@ -289,12 +290,24 @@ class _ChunkProducer:
         return self
 
     def __next__(self) -> RingBatch | WorkerChunk:
-        start = self.first + self.run * self.chunk
+        offset, size = run_span(self.run, self.workers, self.chunk)
+        start = self.first + offset
         if start >= self.end:
             self.dataset._seek(self.end)
             raise StopIteration
         self.run += self.workers
-        return self.dataset._produce_chunk(range(start, min(start + self.chunk, self.end)))
+        return self.dataset._produce_chunk(range(start, min(start + size, self.end)))
+
+
+def run_span(run: int, workers: int, chunk: int) -> tuple[int, int]:
+    """(first step after the pass's start, steps) of run `run` of a pass made by `workers` workers
+    in runs of up to `chunk` steps: each worker's runs are 1, 2, 4, ... steps long until a
+    doubling would reach `chunk`, then `chunk` long."""
+    levels = (chunk - 1).bit_length()  # run sizes 1, 2, ..., 2**(levels-1) below chunk
+    if run < workers * levels:
+        level, nth = divmod(run, workers)
+        return workers * ((1 << level) - 1) + nth * (1 << level), 1 << level
+    return workers * ((1 << levels) - 1) + (run - workers * levels) * chunk, chunk
 
 
 def _placement(spec: RunSpec, rank: int | None) -> tuple[RunSpec, int]:

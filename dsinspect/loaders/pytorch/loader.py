@@ -35,11 +35,12 @@ class TorchLoader:
     with one all_gather of the ranks' next steps (see TorchBatches): ranks resumed from states of
     different steps all raise UserError before the first batch."""
 
-    def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 8,
+    def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 16,
                  **dataloader_options: Any):
-        """`batches_per_transfer`: with workers, each sends runs of this many consecutive batches
-        as one item through the DataLoader (its per-item cost dominates small batches). Each
-        worker's ring in shared memory holds (prefetch_factor × num_workers + 2) such runs."""
+        """`batches_per_transfer`: with workers, each sends runs of up to this many consecutive
+        batches as one item through the DataLoader (its per-item cost dominates small batches);
+        each worker's first runs are 1, 2, 4, ... batches, so the first batch waits for one batch.
+        Each worker's ring in shared memory holds (prefetch_factor × num_workers + 2) such runs."""
         if batches_per_transfer < 1:
             raise UserError(f"batches_per_transfer must be at least 1, not {batches_per_transfer}")
         self.batches_per_transfer = batches_per_transfer
