@@ -21,6 +21,7 @@ from dsinspect.loaders.audit.export import provenance_table
 from dsinspect.loaders.audit.logcheck import check_log, parse_steps
 from dsinspect.loaders.audit.replay import Replay, load_specs, parse_rank, replay
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.records import runlog
 from dsinspect.loaders.records.runlog import spec_for_step
 from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
 from dsinspect.loaders.store.catalog import Catalog
@@ -111,23 +112,11 @@ def import_transform(name: str) -> Callable[[Any], Any]:
 
 
 def parse_log(data: bytes, where: str) -> list[dict[str, Any]]:
-    """The lines of an uploaded rank log (JSONL), checked as `runlog.read_log` checks a file: segment
-    headers ("segment", "start", "world_size") and step lines ("step", "rank", "fingerprint")."""
-    lines, steps = [], 0
-    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            if "segment" in entry:
-                str(entry["segment"]), int(entry["start"]), int(entry["world_size"])
-            else:
-                int(entry["step"]), int(entry["rank"]), str(entry["fingerprint"])
-                steps += 1
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            raise UserError(f"{where}:{number}: not a fingerprint log line") from None
-        lines.append(entry)
-    if not steps:
+    """The lines of an uploaded rank log (JSONL), checked as a log file is (`runlog.parse_log`). An
+    upload is whole (no kill cut it short), so its last line counts with or without a newline."""
+    text = data.decode("utf-8", "replace")
+    lines = list(runlog.parse_log((text if text.endswith("\n") else text + "\n").splitlines(keepends=True), where))
+    if not any("segment" not in entry for entry in lines):
         raise UserError(f"{where}: no fingerprint log lines")
     return lines
 

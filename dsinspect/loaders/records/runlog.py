@@ -28,7 +28,7 @@ from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.store.storage import join, url_to_fs
 
 __all__ = ["batch_fingerprint", "sample_digests", "digests_of", "segment_id", "spec_file_name", "read_specs",
-           "spec_for_step", "read_fingerprints", "read_log", "DIGEST_BYTES", "SPEC_FILE"]
+           "spec_for_step", "read_fingerprints", "read_log", "parse_log", "DIGEST_BYTES", "SPEC_FILE"]
 
 DIGEST_BYTES = 4  # per sample: a changed row shows with probability 1 - 2^-32
 SPEC_FILE = re.compile(r"^step-(\d{12})(?:-([0-9a-f]{16}))?\.json$")
@@ -102,33 +102,39 @@ def read_fingerprints(path: str) -> Iterator[dict]:
 
 def read_log(path: str) -> Iterator[dict]:
     """Every line of a fingerprint log file or of a run directory (all ranks, file by file, each in
-    written order), checked as it is read; segment headers carry "segment", step lines "step".
-
-    A line a kill cut short is no evidence and is skipped: the last line without its newline, or a
-    malformed line right before a segment header (a resumed writer ends the cut line and starts
-    with its header). Any other malformed line is an error naming the file and line."""
+    written order), checked as it is read (`parse_log`)."""
     fs, root = url_to_fs(path)
     files = (sorted(fs.glob(join(root, "fingerprints", "rank-*.jsonl"))) if fs.isdir(root) else [root])
     for f in files:
         with fs.open(f, "r") as handle:
-            cut: str | None = None  # a malformed line, forgiven only if a header follows it
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                entry = _parse(line)
-                if entry is None:
-                    if not line.endswith("\n"):
-                        continue
-                    if cut is not None:
-                        raise UserError(cut)
-                    cut = f"{f}:{number}: not a fingerprint log line"
-                    continue
-                if cut is not None and "segment" not in entry:
-                    raise UserError(cut)
-                cut = None
-                yield entry
+            yield from parse_log(handle, f)
+
+
+def parse_log(lines: Iterable[str], where: str) -> Iterator[dict]:
+    """The entries of one rank's log (its lines with their newlines): segment headers carry "segment",
+    step lines "step".
+
+    A line a kill cut short is no evidence and is skipped: the last line without its newline, or a
+    malformed line right before a segment header (a resumed writer ends the cut line and starts
+    with its header). Any other malformed line is an error naming `where` and the line number."""
+    cut: str | None = None  # a malformed line, forgiven only if a header follows it
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        entry = _parse(line)
+        if entry is None:
+            if not line.endswith("\n"):
+                continue
             if cut is not None:
                 raise UserError(cut)
+            cut = f"{where}:{number}: not a fingerprint log line"
+            continue
+        if cut is not None and "segment" not in entry:
+            raise UserError(cut)
+        cut = None
+        yield entry
+    if cut is not None:
+        raise UserError(cut)
 
 
 def _parse(line: str) -> dict | None:
