@@ -207,7 +207,7 @@ def test_data_cannot_drive_the_terminal(tmp_path):
 def test_render_building_blocks():
     import numpy as np
 
-    from dsinspect.cli.render import half_blocks, sparkline
+    from dsinspect.term.render import half_blocks, sparkline
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert sparkline([1.0, None, float("nan"), 1.0]) == "▁  ▁" and sparkline([]) == ""
     assert len(sparkline(list(range(1000)), width=50)) == 50
