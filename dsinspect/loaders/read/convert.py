@@ -6,7 +6,7 @@ memory. Here the file is read a row group at a time and every buffer of every co
 offsets rebased to the running total, values, data, children recursively) is appended to its own
 scratch file; the scratch files are then memory-mapped (file-backed pages, not process memory),
 assembled with `pa.Array.from_buffers` and written as one batch. Peak private memory: one decoded row
-group plus Parquet's decoding buffers for it (measured ~2-3x a row group), never the whole shard; disk:
+group plus Parquet's decoding buffers for one column (measured 2.5-3.2x a row group), never the whole shard; disk:
 the scratch files (about the decoded size) until `dest` is written.
 
 Dictionary-typed columns (a foreign writer's stored Arrow schema) are decoded to their value type: the
@@ -39,11 +39,11 @@ def parquet_to_ipc(source: str, dest: str, scratch_dir: str) -> int:
     private directory under `scratch_dir` and are removed whatever happens; pyarrow errors propagate."""
     scratch = tempfile.mkdtemp(dir=scratch_dir, prefix=".convert-scratch-")
     try:
-        parquet = pq.ParquetFile(source)
-        schema = parquet.schema_arrow
-        files = _ScratchFiles(scratch)
-        columns = [_column(f.type, files) for f in schema]
-        rows = sum(_append_group(parquet, group, columns) for group in range(parquet.num_row_groups))
+        with pq.ParquetFile(source) as parquet:
+            schema = parquet.schema_arrow
+            files = _ScratchFiles(scratch)
+            columns = [_column(f.type, files) for f in schema]
+            rows = sum(_append_group(parquet, group, columns) for group in range(parquet.num_row_groups))
         arrays = [column.finish() for column in columns]
         fields = [f.with_type(a.type) for f, a in zip(schema, arrays)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
