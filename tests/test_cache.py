@@ -37,8 +37,8 @@ def random_rows(n, blob=200, seed=0):
 def write(tmp_path, shards, shard_rows, blob=200, name="cache"):
     catalog = Catalog(str(tmp_path / "catalog"))
     version = catalog.write_version(name, random_rows(shards * shard_rows, blob), FIELDS, key="id",
-                                    options=WriteOptions(shard_rows=shard_rows, row_group_rows=32))
-    return catalog, version
+                                    options=WriteOptions(shard_rows=shard_rows, row_group_rows=32, shard_index=False))
+    return catalog, version  # no shard index: whole shards fill the cache (test_cold_reads.py: by parts)
 
 
 def stored(version):
@@ -427,7 +427,8 @@ def test_a_bound_smaller_than_one_cached_window_is_refused(tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     rng = np.random.default_rng(0)
     rows = [{"id": i, "tokens": rng.integers(0, 50, 256, dtype=np.int32).tolist()} for i in range(1600)]
-    version = catalog.write_version("tokens", rows, FIELDS[::2], options=WriteOptions(shard_rows=100))
+    version = catalog.write_version("tokens", rows, FIELDS[::2],
+                                    options=WriteOptions(shard_rows=100, shard_index=False))  # fills at once
     window = 4
     parquet_window = sum(sorted((s.bytes for s in version.manifest.shards), reverse=True)[:window])
     scratch = ShardCache(tmp_path / "scratch")

@@ -102,7 +102,10 @@ def test_copy_on_write_rewrites_only_the_changed_shard(catalog):
     v2 = derive_version(v1, update={512: {"tokens": [42]}, 517: {"blob": b"new"}}, remove=[550],
                         options=WriteOptions(shard_rows=100))
     after = set(catalog.fs.ls(catalog.layout.shards("toy"), detail=False))
-    assert len(after - before) == 1, "exactly one new shard file"
+    new = sorted(after - before)
+    assert len(new) == 2 and new[0].endswith(".index.json") and new[1].endswith(".parquet"), \
+        "exactly one new shard file (and its index)"
+    assert new[0].split("/")[-1].split(".")[0] == new[1].split("/")[-1].split(".")[0]
     shared = [a.sha256 == b.sha256 for a, b in zip(v1.manifest.shards, v2.manifest.shards)]
     assert shared == [True] * 5 + [False] + [True] * 4
     assert v2.num_rows == 999 and v2.manifest.meta["parent"] == v1.id

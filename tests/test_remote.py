@@ -59,7 +59,7 @@ def data(s3, tmp_path_factory):
     """One version written straight to S3, and the same rows in a local catalog to compare with."""
     server, url, _ = s3
     rows = random_rows(SHARDS * SHARD_ROWS)
-    options = WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=25)
+    options = WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=25, shard_index=False)  # whole-shard fills
     remote = Catalog(url).write_version("rand", rows, FIELDS, key="id", options=options)
     local = Catalog(str(tmp_path_factory.mktemp("local"))).write_version(
         "rand", rows, FIELDS, key="id", options=options)
@@ -328,7 +328,7 @@ def test_first_batch_reads_the_manifest_and_the_ranks_own_shards_whatever_the_ve
     for name, shards in (("few", 10), ("many", 200)):
         local = Catalog(str(tmp_path / name))
         local.write_version(name, [{"id": i} for i in range(shards * 20)], FIELDS[:1],
-                            options=WriteOptions(shard_rows=20))
+                            options=WriteOptions(shard_rows=20, shard_index=False))
         fs.put(str(tmp_path / name) + "/", url.split("://", 1)[1] + "/", recursive=True)  # a catalog is plain files
 
     window = 4

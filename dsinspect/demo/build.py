@@ -20,7 +20,7 @@ from dsinspect.loaders.store.writer import WriteOptions
 
 __all__ = ["GENERATOR_VERSION", "write_sample_catalog", "DATASETS"]
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
 CREATED = {"v1": "2026-01-05T09:00:00+00:00", "v2": "2026-02-16T09:00:00+00:00"}
 SEED = 20260105
 

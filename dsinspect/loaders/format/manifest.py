@@ -70,15 +70,24 @@ class Field:
 
 @dataclass(frozen=True)
 class Shard:
+    """A Parquet shard: its sha256 (and file name), size and rows, and the sha256 of its index
+    (`shards/<sha256>.index.json`, format/shard_index.py) when it was written with one."""
+
     sha256: str
     bytes: int
     rows: int
+    index: str | None = None
 
     def __post_init__(self) -> None:
         check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
+        if self.index is not None:
+            check_sha256(self.index, "shard index sha256", ManifestError)
 
     def to_json(self) -> dict:
-        return {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
+        out = {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
+        if self.index is not None:  # absent, not null: versions written before indexes keep their ids
+            out["index"] = self.index
+        return out
 
 
 @dataclass(frozen=True)
@@ -236,4 +245,7 @@ def _parse_shard(s: Any, where: str) -> Shard:
     size, rows = _need(s, "bytes", int, where), _need(s, "rows", int, where)
     if size < 0 or rows < 0:
         raise ManifestError(f"{where}: bytes and rows must not be negative")
-    return Shard(sha, size, rows)
+    index = s.get("index")
+    if index is not None and not (isinstance(index, str) and _SHA256.match(index)):
+        raise ManifestError(f"{where}: index {index!r} is not 64 lowercase hex digits")
+    return Shard(sha, size, rows, index)

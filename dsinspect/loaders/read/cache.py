@@ -7,6 +7,13 @@ checks each block the first time it reads from it (a list column's offsets as a 
 first reads that column), so no cached byte is used unchecked, and a restart costs nothing up front.
 Once every block a column's rows can reach is checked, reads of that column skip the bookkeeping.
 
+A shard written with an index (format/shard_index.py) need not be fetched whole before its first
+row is used: `read/cold.py` fetches the parts a batch needs, each checked against its sha256, and
+puts them here (`store_part`: `<sha>.partial`, the parts at their offsets, and `<sha>.have`, which
+parts are there). The fill then fetches only the parts nobody fetched, so no byte crosses the network
+twice; a part this process checked is not hashed again, one another process wrote is hashed once
+more from the local disk. Every part checked is the whole file checked (the parts cut it without gaps).
+
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
 it can lock exclusively, least recently used first.
@@ -14,26 +21,31 @@ it can lock exclusively, least recently used first.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
+from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
+from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.columns import View, column_view
-from dsinspect.loaders.read.fetch import fetch_verified
+from dsinspect.loaders.read.convert import parquet_to_ipc
+from dsinspect.loaders.read.fetch import fetch_parts, fetch_verified
 from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.locks import locked_file, open_locked
-from dsinspect.loaders.store.storage import cache_dir
+from dsinspect.loaders.store.storage import cache_dir, write_errors
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard"]
@@ -42,6 +54,7 @@ log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
 BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
+_FETCH_RUN = 8 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
 
 
 class CachedShard:
@@ -179,6 +192,9 @@ class ShardCache:
         self.max_bytes, self.retries, self.backoff = max_bytes, retries, backoff
         self.stats = stats or ReadStats()
         self._checked: dict[str, np.ndarray] = {}  # per shard: which blocks this process has verified
+        self._parts: dict[str, set[int]] = {}  # per shard: parts this process checked and put in its .partial
+        self._parts_lock = threading.Lock()
+        self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
 
     # -- public --------------------------------------------------------------------------------
 
@@ -221,15 +237,89 @@ class ShardCache:
 
     # -- filling -------------------------------------------------------------------------------
 
+    def store_part(self, index: ShardIndex, part: int, data: bytes) -> None:
+        """Keep a checked part of a shard for its fill (see the module docstring)."""
+        if self.holds(index.shard):
+            self._release(index.shard, [part])
+            return
+        start, _ = index.span(part)
+        with _local_write(self.root):
+            fd = os.open(self._path(index.shard, ".partial"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < index.size:
+                    os.ftruncate(fd, index.size)  # sparse: the parts nobody fetched yet are holes
+                os.pwrite(fd, data, start)
+            finally:
+                os.close(fd)
+            with open(self._path(index.shard, ".have"), "ab") as have:  # one small append: atomic
+                have.write(part.to_bytes(4, "little"))
+        with self._parts_lock:
+            self._parts.setdefault(index.shard, set()).add(part)
+        self._release(index.shard, [part])
+
+    def claim(self, sha256: str, parts: list[int]) -> tuple[list[int], list[threading.Event]]:
+        """Of `parts` not yet in this process's `.partial`, those the caller must fetch now (claimed:
+        `_release` them after), and events of those another thread is fetching (set when done)."""
+        claimed, busy = [], []
+        with self._parts_lock:
+            have = self._parts.get(sha256, ())
+            for p in parts:
+                if p in have:
+                    continue
+                event = self._inflight.get((sha256, p))
+                if event is None:
+                    self._inflight[(sha256, p)] = threading.Event()
+                    claimed.append(p)
+                else:
+                    busy.append(event)
+        return claimed, busy
+
+    def _release(self, sha256: str, parts: list[int]) -> None:
+        with self._parts_lock:
+            for p in parts:
+                event = self._inflight.pop((sha256, p), None)
+                if event is not None:
+                    event.set()
+
+    def local_part(self, index: ShardIndex, part: int) -> bytes | None:
+        """A part this process already put in the shard's `.partial` file, read back and checked
+        again (the bytes handed to a batch are the bytes hashed), or None."""
+        with self._parts_lock:
+            if part not in self._parts.get(index.shard, ()):
+                return None
+        start, end = index.span(part)
+        try:
+            with open(self._path(index.shard, ".partial"), "rb") as f:
+                data = os.pread(f.fileno(), end - start, start)
+            if hashlib.sha256(data).hexdigest() == index.sha256[part]:
+                return data
+        except FileNotFoundError:  # the fill just published the shard
+            pass
+        with self._parts_lock:  # not there after all: whoever asks next fetches it
+            self._parts.get(index.shard, set()).discard(part)
+        return None
+
     def _fill(self, version: DatasetVersion, shard: int) -> dict:
         entry = version.manifest.shards[shard]
         url = version.shard_url(shard)
-        parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
-                                 str(self.root), self.stats, self.retries, self.backoff)
+        index = version.shard_index(shard)
+        try:
+            return self._fill_from(version, shard, index, entry, url)
+        finally:  # after the sidecar: until then cold reads still use the parts (and fetch none twice)
+            if index is not None:
+                self._forget_parts(entry.sha256)
+
+    def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
+        if index is not None:
+            parquet = self._fill_parts(version, shard, index)
+        else:
+            parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
+                                     str(self.root), self.stats, self.retries, self.backoff)
         try:
             arrow_tmp, rows = self._convert(parquet, url)
         finally:
-            os.unlink(parquet)
+            if index is None:
+                os.unlink(parquet)
         try:
             digests = _block_digests(arrow_tmp)
             _write_durably(self._path(entry.sha256, ".blocks"), digests.tobytes())
@@ -244,20 +334,76 @@ class ShardCache:
         _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
         return sidecar
 
+    def _fill_parts(self, version: DatasetVersion, shard: int, index: ShardIndex) -> str:
+        """The shard assembled in its `.partial` file from the parts already there and the rest
+        fetched in runs of consecutive parts (each part checked); returns the file's path."""
+        sha = index.shard
+        partial = self._path(sha, ".partial")
+        with self._parts_lock:
+            mine = set(self._parts.get(sha, ()))
+        try:
+            hinted = set(np.frombuffer(self._path(sha, ".have").read_bytes(), "<u4").tolist()) - mine
+        except (OSError, ValueError):
+            hinted = set()
+        with _local_write(self.root):
+            fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != index.size:
+                os.ftruncate(fd, index.size)
+                mine, hinted = set(), set()  # a fresh file (or a stray one of another size): nothing in it
+            for part in sorted(hinted):  # written by another process: checked again, locally
+                start, end = index.span(part)
+                if hashlib.sha256(os.pread(fd, end - start, start)).hexdigest() == index.sha256[part]:
+                    mine.add(part)
+            with self._parts_lock:
+                self._parts[sha] = mine = mine | self._parts.get(sha, set())
+            missing = [p for p in range(index.parts) if p not in mine]
+            others: list[threading.Event] = []
+            for run in _runs(missing, index, _FETCH_RUN):
+                claimed, busy = self.claim(sha, run)  # cold reads may have brought or be fetching some
+                others += busy
+                for part_run in _runs(claimed, index, _FETCH_RUN):
+                    try:
+                        spans = [(*index.span(p), index.sha256[p]) for p in part_run]
+                        datas = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),
+                                            spans, self.stats, self.retries, self.backoff)
+                        with _local_write(self.root):
+                            for (start, _, _), data in zip(spans, datas):
+                                os.pwrite(fd, data, start)
+                        with self._parts_lock:
+                            mine.update(part_run)
+                    finally:
+                        self._release(sha, part_run)
+            for event in others:
+                event.wait()
+            left = [p for p in missing if p not in mine]  # a cold read that failed: fetch it here
+            for part_run in _runs(left, index, _FETCH_RUN):
+                spans = [(*index.span(p), index.sha256[p]) for p in part_run]
+                for (start, _, _), data in zip(spans, fetch_parts(
+                        version.catalog.fs, version.shard_path(shard), version.shard_url(shard), spans,
+                        self.stats, self.retries, self.backoff)):
+                    with _local_write(self.root):
+                        os.pwrite(fd, data, start)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return str(partial)  # late store_parts may still write into it: the same checked bytes
+
+    def _forget_parts(self, sha256: str) -> None:
+        with self._parts_lock:
+            self._parts.pop(sha256, None)
+        for ext in (".partial", ".have"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(sha256, ext))
+
     def _convert(self, parquet: str, url: str) -> tuple[str, int]:
         """Parquet -> uncompressed Arrow IPC holding one record batch (contiguous columns, so a
-        batch of rows is one gather per column); (temp path, rows)."""
+        batch of rows is one gather per column), row group by row group in bounded memory
+        (`convert.py`); (temp path, rows)."""
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".convert-", suffix=".arrow")
         os.close(fd)
         try:
-            # not pq.read_table: that would import pyarrow.dataset (and pandas)
-            table = pq.ParquetFile(parquet).read().combine_chunks()
-            rows = table.num_rows
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                for rb in table.to_batches():
-                    writer.write_batch(rb)
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
+            rows = parquet_to_ipc(parquet, tmp, str(self.root))
         except UNREADABLE as e:
             os.unlink(tmp)
             raise arrow_error(e, f"shard {url} has the right sha256 but is not readable Parquet",
@@ -329,7 +475,7 @@ class ShardCache:
         self.stats.add("verify_failures")
 
     def _remove(self, sha256: str) -> None:
-        for ext in (".json", ".arrow", ".blocks"):
+        for ext in (".json", ".arrow", ".blocks", ".partial", ".have"):
             try:
                 os.unlink(self._path(sha256, ext))
             except FileNotFoundError:
@@ -340,6 +486,21 @@ class ShardCache:
 
     def _arrow(self, sha256: str) -> Path:
         return self._path(sha256, ".arrow")
+
+
+def _runs(parts: list[int], index: ShardIndex, limit: int) -> list[list[int]]:
+    """Consecutive parts grouped into runs of at most `limit` bytes (a run of one part may be larger)."""
+    runs: list[list[int]] = []
+    for p in parts:
+        if runs and runs[-1][-1] == p - 1 and index.offsets[p + 1] - index.offsets[runs[-1][0]] <= limit:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
+
+
+def _local_write(directory: Path):
+    return write_errors(LocalFileSystem(), str(directory))  # a full or read-only cache disk: StorageError
 
 
 def _block_digests(arrow_path: str) -> np.ndarray:

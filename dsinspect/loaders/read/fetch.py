@@ -1,5 +1,6 @@
-"""Download one content-addressed file: stream to a temp file while hashing, retry transient
-errors with backoff, re-fetch once on a hash mismatch, then fail naming the URL and both hashes."""
+"""Download content-addressed bytes: a whole file streamed to a temp file while hashing, or a run of
+a shard's parts (format/shard_index.py) into memory; retry transient errors with backoff, re-fetch
+once on a hash mismatch, then fail naming the URL, the bytes and both hashes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.storage import write_errors
 from dsinspect.loaders.store.transient import is_transient
 
-__all__ = ["fetch_verified"]
+__all__ = ["fetch_verified", "fetch_parts"]
 
 _CHUNK = 4 << 20
 
@@ -55,6 +56,45 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
                 return tmp
             os.unlink(tmp)
             mismatch = f"sha256 {got} ({nbytes} bytes) does not match the manifest's {sha256} ({size} bytes)"
+        stats.add("verify_failures")
+        mismatches += 1
+        if mismatches > 1:
+            raise IntegrityError(f"shard {url}: {mismatch}, also after a re-fetch; refusing to read it")
+
+
+def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[tuple[int, int, str]],
+                stats: ReadStats, retries: int = 4, backoff: float = 0.1) -> list[bytes]:
+    """The bytes of consecutive parts [(start, end, sha256), ...] of the file at `path`, fetched as
+    one ranged read and each checked against its sha256; errors as in `fetch_verified`."""
+    first, last = spans[0][0], spans[-1][1]
+    what = f"shard {url} bytes {first}..{last}"
+    mismatches = attempt = 0
+    while True:
+        started = time.monotonic()
+        try:
+            data = fs.cat_file(path, start=first, end=last)
+        except Exception as e:  # noqa: BLE001 - sorted as in fetch_verified
+            if _rejected_checksum(e):
+                mismatch = f"the storage client's checksum check failed ({reason_of(e)})"
+            elif not is_transient(e):
+                _fail_at_once(e, url)
+            elif attempt < retries:
+                attempt += 1
+                stats.add("retries")
+                time.sleep(backoff * (2 ** (attempt - 1)) * (1 + random.random()))
+                continue
+            else:
+                raise RetriesExhausted(f"{what}: fetch failed after {attempt + 1} tries: "
+                                       f"{e.__class__.__name__}: {e}") from None
+        else:
+            parts = [data[a - first:b - first] for a, b, _ in spans]
+            got = [hashlib.sha256(p).hexdigest() for p in parts]
+            bad = [(a, b, want, g) for (a, b, want), g in zip(spans, got) if g != want]
+            if not bad:
+                stats.fetched_parts(len(data), len(spans), time.monotonic() - started)
+                return parts
+            a, b, want, got = bad[0]
+            mismatch = f"bytes {a}..{b}: sha256 {got} does not match the manifest's shard index ({want})"
         stats.add("verify_failures")
         mismatches += 1
         if mismatches > 1:

@@ -1,8 +1,11 @@
 """Gather a planned batch from the run's versions through the shard cache, shard by shard, and warm
-the cache along the known future order."""
+the cache along the known future order. Rows of a shard the cache does not hold yet come from its
+checked parts (`cold.py`) while it fills in the background, so a fresh node's first batch does not
+wait for whole shards."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
@@ -10,16 +13,20 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from dsinspect.errors import IntegrityError, UserError
+from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
 from dsinspect.loaders.read.cache import CachedShard, ShardCache
+from dsinspect.loaders.read.cold import ColdRows
 from dsinspect.loaders.read.columns import gather, is_numeric_dense
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.lru import LRU
 
 __all__ = ["BatchReader", "Layout"]
+
+log = logging.getLogger("dsinspect.reader")
 
 # ((source, shard), rows in it, output positions)
 Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]
@@ -53,6 +60,10 @@ class BatchReader:
         self._lock = threading.Lock()
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
+        self._cold: ColdRows | None = None
+        self._indexes: dict[tuple[int, int], ShardIndex | None] = {}
+        self._deferred: dict[tuple[int, int], None] = {}  # shards to fill once the first batch is read
+        self._reads = 0
 
     def read(self, plan: BatchPlan,
              layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
@@ -62,16 +73,27 @@ class BatchReader:
         if layout is None:
             layout = self.layouts([plan])[0]
         opened, read = self._open, self._read
-        parts = []
+        parts: list = []
+        cold = []
         for key, rows, where in layout:
             shard = opened.get(key)  # the common case, without the lock (released meanwhile: its map stays valid)
             if shard is None:
-                shard = self._shard(key)
+                shard = self._shard_or_cold(key)
+                if shard is None:
+                    cold.append(len(parts))
+                    parts.append((key, rows, where))
+                    continue
             shard.check(rows, read)
             parts.append((shard, rows, where))
+        if cold:
+            self._read_cold(parts, cold)
         n = len(plan.indices)
         columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in read}
         hashes = columns.pop(HASH_COLUMN)
+        if not self._reads:
+            self._reads = 1
+            if self._deferred:
+                self._start_fills()
         if not isinstance(hashes, np.ndarray):  # a null-free binary(16) column is always dense
             raise IntegrityError("a cached shard's row hashes are not 16-byte values")
         return columns, hashes
@@ -116,6 +138,9 @@ class BatchReader:
         if layouts is None:
             layouts = self.layouts(plans)
         wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
+        if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
+            self._deferred.update((k, None) for k in wanted if self._index(k) is not None)
+            wanted = {k: None for k in wanted if k not in self._deferred}
         with self._lock:
             budget = max(1, self._max_open // 2) - len(self._pending)
             for key in wanted:
@@ -127,6 +152,8 @@ class BatchReader:
                 budget -= 1
 
     def close(self) -> None:
+        if self._cold is not None:
+            self._cold.close()
         if self._pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -137,6 +164,51 @@ class BatchReader:
             self._pending.clear()
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _shard_or_cold(self, key: tuple[int, int]) -> CachedShard | None:
+        """The shard if it is open or cached (or fails to fill: its error), else None when its rows
+        can be read cold (it has an index) while it fills."""
+        with self._lock:
+            pending = self._pending.get(key)
+        if pending is not None and pending.done():
+            pending.result()  # a failed fill raises here
+        if self._index(key) is None or self.cache.holds(self._sha256[key]):
+            return self._shard(key)
+        return None
+
+    def _read_cold(self, parts: list, cold: list[int]) -> None:
+        """Put the rows of uncached shards in `parts` (at positions `cold`) from their parts; start
+        filling those shards (and what warm() deferred) in the background."""
+        if self._cold is None:
+            self._cold = ColdRows(self.cache)
+        wants = [(self.versions[parts[i][0][0]], parts[i][0][1], self._index(parts[i][0]), parts[i][1]) for i in cold]
+        got = self._cold.take(wants, self._read)
+        keys = []
+        for i, rows_shard in zip(cold, got):
+            key, rows, where = parts[i]
+            parts[i] = (rows_shard, np.arange(len(rows)), where)
+            keys.append(key)
+        self._deferred.update((k, None) for k in keys)
+        self._start_fills()
+
+    def _start_fills(self) -> None:
+        """Fill the shards read cold so far (and what warm() deferred), in the order they were wanted."""
+        with self._lock:
+            for key in self._deferred:
+                if key not in self._open and key not in self._pending:
+                    self._pending[key] = self._executor().submit(self._load, key)
+            self._deferred.clear()
+
+    def _index(self, key: tuple[int, int]) -> ShardIndex | None:
+        """The shard's index, or None (written without one, or its index file is missing: then the
+        shard is fetched whole, as before indexes)."""
+        if key not in self._indexes:
+            try:
+                self._indexes[key] = self.versions[key[0]].shard_index(key[1])
+            except NotFoundError as e:
+                log.warning("%s; reading the shard whole", e)
+                self._indexes[key] = None
+        return self._indexes[key]
 
     def _shard(self, key: tuple[int, int]) -> CachedShard:
         with self._lock:
@@ -158,6 +230,8 @@ class BatchReader:
         except UserError:
             cached.release()
             raise
+        if self._cold is not None:
+            self._cold.forget(cached.sha256)
         with self._lock:
             self._pending.pop(key, None)
             if key in self._open:  # loaded twice (foreground and background): keep one pin

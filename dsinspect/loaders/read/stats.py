@@ -18,8 +18,8 @@ log = logging.getLogger("dsinspect.loader")
 class ReadStats:
     """Thread-safe counters of one process's reads: fetches, cache, retries, consumer waits."""
 
-    COUNTERS = ("batches", "shards_fetched", "bytes_fetched", "cache_hits", "cache_misses", "retries",
-                "verify_failures", "evictions")
+    COUNTERS = ("batches", "shards_fetched", "bytes_fetched", "parts_fetched", "cache_hits", "cache_misses",
+                "retries", "verify_failures", "evictions")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -32,6 +32,14 @@ class ReadStats:
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
+
+    def fetched_parts(self, nbytes: int, parts: int, seconds: float) -> None:
+        """A ranged read of `parts` parts of a shard (format/shard_index.py)."""
+        with self._lock:
+            self._counts["parts_fetched"] += parts
+            self._counts["bytes_fetched"] += nbytes
+            self._fetch_latency.append(seconds)
+            self.fetch_seconds += seconds
 
     def fetched(self, nbytes: int, seconds: float) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
     <root>/datasets/<name>/versions/<version-id>.json   manifest, immutable
     <root>/datasets/<name>/shards/<sha256>.parquet      content-addressed shards, shared by versions
+    <root>/datasets/<name>/shards/<sha256>.index.json   a shard's index (its parts' sha256s), same name
     <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
     <root>/datasets/<name>/tags.json                    tag -> version id
     <root>/datasets/<name>/ingest/<job-id>/             an unfinished ingest's staging (ingest.engine)
@@ -47,6 +48,10 @@ class Layout:
 
     def shard(self, name: str, sha256: str) -> str:
         return join(self.shards(name), f"{check_sha256(sha256, 'shard sha256')}.parquet")
+
+    def shard_index(self, name: str, sha256: str) -> str:
+        """The index of shard `sha256` (format/shard_index.py): named after the shard it describes."""
+        return join(self.shards(name), f"{check_sha256(sha256, 'shard sha256')}.index.json")
 
     def blob(self, name: str, sha256: str, ext: str) -> str:
         blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")

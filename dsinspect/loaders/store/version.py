@@ -10,11 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dsinspect.errors import IntegrityError, NotFoundError
+from dsinspect.errors import IntegrityError, ManifestError, NotFoundError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, sha256_hex
+from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.store.storage import is_local
 from dsinspect.lru import LRU
 
@@ -40,6 +41,7 @@ class DatasetVersion:
         self.catalog, self.name, self.id, self.manifest = catalog, name, version_id, manifest
         self._files: LRU[int, pq.ParquetFile] = LRU(_OPEN_SHARDS)
         self._starts: dict[int, list[int]] = {}
+        self._indexes: dict[int, ShardIndex] = {}
 
     def __repr__(self) -> str:
         return f"DatasetVersion({self.address!r}, rows={self.num_rows})"
@@ -66,6 +68,29 @@ class DatasetVersion:
 
     def shard_url(self, shard: int) -> str:
         return self.catalog.display(self.shard_path(shard))
+
+    def shard_index(self, shard: int) -> ShardIndex | None:
+        """The shard's index (its parts and their sha256s), checked against the manifest; None for a
+        shard written without one. A missing file is a NotFoundError, a damaged one an IntegrityError."""
+        entry = self.manifest.shards[shard]
+        if entry.index is None:
+            return None
+        index = self._indexes.get(shard)
+        if index is None:
+            path = self.catalog.layout.shard_index(self.name, entry.sha256)
+            where = self.catalog.display(path)
+            try:
+                raw = self.catalog.fs.cat_file(path)
+            except FileNotFoundError:
+                raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: {where}") from None
+            if sha256_hex(raw) != entry.index:
+                raise IntegrityError(f"{where}: content hashes to {sha256_hex(raw)}, the manifest says {entry.index}")
+            try:
+                index = ShardIndex.from_bytes(raw, where, entry.sha256, entry.bytes, entry.rows)
+            except ManifestError as e:  # its sha256 matched: the manifest names a wrong index
+                raise IntegrityError(str(e)) from None
+            self._indexes[shard] = index
+        return index
 
     # -- lookup --------------------------------------------------------------------------------
 

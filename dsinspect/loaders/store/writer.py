@@ -20,9 +20,10 @@ from dsinspect._version import __version__
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
-from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard, sha256_hex
+from dsinspect.loaders.format.shard_index import index_bytes, part_bounds
 from dsinspect.loaders.store.publish import publish
-from dsinspect.loaders.store.storage import publish_file, spool_dir, write_errors
+from dsinspect.loaders.store.storage import publish_file, spool_dir, write_atomic, write_errors
 
 if TYPE_CHECKING:
     from dsinspect.loaders.store.catalog import Catalog
@@ -41,8 +42,14 @@ class WriteOptions:
     shard_bytes: int = 64 * MiB
     shard_rows: int | None = None
     row_group_rows: int = 1024
-    row_group_bytes: int = 16 * MiB
+    # A row group is what a cold read decodes to reach one row (read/cold.py): 1 MiB keeps a shuffled
+    # first batch at ~3 ms of decoding per row it needs; 16 MiB took ~10 ms a group, 256 KiB stored
+    # uniform random tokens 61% larger (a dictionary page per group) to 17% at 1 MiB (benchmarks/README.md).
+    row_group_bytes: int = 1 * MiB
     compression_level: int = 3
+    # Write each shard's index (format/shard_index.py), so readers can fetch and check single row
+    # groups (a fresh node's first batch). False writes shards as before indexes (and their ids).
+    shard_index: bool = True
     # One contiguous chunk per row group: Parquet's dictionary fallback (so the shard bytes) can
     # depend on how a group's rows were chunked; ingest sets it so bytes depend on the rows alone.
     contiguous_groups: bool = False
@@ -73,15 +80,26 @@ class _ShardFile:
     def size(self) -> int:
         return self.file.tell()
 
-    def finish(self) -> tuple[str, int]:
-        """Close the file; its sha256 and byte size."""
+    def finish(self) -> tuple[str, int, bytes]:
+        """Close the file; its sha256, byte size and index (format/shard_index.py), hashed in one pass."""
         self.writer.close()
         self.file.close()
-        digest = hashlib.sha256()
+        size = os.path.getsize(self.path)
+        bounds, rows = part_bounds(pq.read_metadata(self.path), size)
+        whole, digests = hashlib.sha256(), []
         with open(self.path, "rb") as f:
-            for chunk in iter(lambda: f.read(4 * MiB), b""):
-                digest.update(chunk)
-        return digest.hexdigest(), os.path.getsize(self.path)
+            for start, end in zip(bounds, bounds[1:] + [size]):
+                part = hashlib.sha256()
+                while start < end:
+                    chunk = f.read(min(4 * MiB, end - start))
+                    if not chunk:
+                        raise OSError(f"{self.path} ended at byte {start}, before {end}")
+                    part.update(chunk)
+                    whole.update(chunk)
+                    start += len(chunk)
+                digests.append(part.hexdigest())
+        sha = whole.hexdigest()
+        return sha, size, index_bytes(sha, size, bounds, rows, digests)
 
     def discard(self) -> None:
         """Close and delete the spool file, also when closing fails (a full disk fails the flush)."""
@@ -179,12 +197,14 @@ class VersionWriter:
                 return
             try:
                 with write_errors(self.catalog.fs, shard.path):
-                    sha, size = shard.finish()
+                    sha, size, index = shard.finish()
             except BaseException:
                 shard.discard()
                 raise
             publish_file(self.catalog.fs, shard.path, self.catalog.layout.shard(self.name, sha))
-            self._shards.append(Shard(sha, size, shard.rows))
+            if self.options.shard_index:
+                write_atomic(self.catalog.fs, self.catalog.layout.shard_index(self.name, sha), index)
+            self._shards.append(Shard(sha, size, shard.rows, sha256_hex(index) if self.options.shard_index else None))
 
     # -- output --------------------------------------------------------------------------------
 
