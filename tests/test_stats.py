@@ -25,13 +25,16 @@ def test_loader_counts_fetches_hits_and_waits(cat, tmp_path):
     with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as cold:
         list(cold)
         s = cold.stats()
-    assert s["batches"] == 40 and s["shards_fetched"] == 8 == s["cache_misses"]
+    # rows come from checked parts until a shard's background fill ends (a fill the loader's close
+    # cancelled before it began leaves its parts on disk): each byte fetched once either way
+    assert s["batches"] == 40 and 1 <= s["shards_fetched"] == s["cache_misses"] <= 8
     assert s["bytes_fetched"] == cat.resolve("toy").manifest.num_bytes
+    assert s["parts_fetched"] == sum(cat.resolve("toy").shard_index(k).parts for k in range(8))
     assert s["retries"] == s["verify_failures"] == 0 and s["wait_seconds"] >= 0
     with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as warm:
         list(warm)
         w = warm.stats()
-    assert w["shards_fetched"] == 0 and w["cache_hits"] >= 8
+    assert w["bytes_fetched"] == 0 and w["cache_hits"] + w["cache_misses"] >= 8
 
 
 def _starved(stats: ReadStats, fetch_seconds: float) -> None:

@@ -48,7 +48,10 @@ def test_torchrun_four_ranks_read_s3_through_one_bounded_cache(tmp_path):
     with s3_server() as (server, url, _):
         catalog = Catalog(url)
         version = catalog.write_version("ddp", random_rows(SHARDS * SHARD_ROWS), FIELDS, key="id",
-                                        options=WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=16))
+                                        # whole-shard fills: one download per shard per residency, counted
+                                        # below (cold reads by part are test_cold_reads.py's)
+                                        options=WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=16,
+                                                             shard_index=False))
         stored = pa.concat_tables([version.read_shard(s, [HASH_COLUMN]) for s in range(SHARDS)])
         hashes = [h.hex() for h in stored.column(HASH_COLUMN).to_pylist()]
         sizes = [s.bytes for s in version.manifest.shards]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import pytest
 from textual.widgets import DataTable, Input, OptionList
 from tui_helpers import SIZE, screen_text, until
 
+from dsinspect.defaults import BUNDLED
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.catalog_screen import CatalogScreen
@@ -18,6 +20,10 @@ from dsinspect.tui.field_view import FieldView
 from dsinspect.tui.goto_screen import GoToScreen
 from dsinspect.tui.help_screen import HelpScreen
 from dsinspect.tui.sample_screen import SampleScreen
+
+_SAMPLES = json.loads((BUNDLED / "sample-data.json").read_text())["datasets"]
+IMAGES_V2, TEXT_V1, TEXT_V2 = (_SAMPLES[n][v][:12] for n, v in
+                               (("demo-images", "v2"), ("demo-text", "v1"), ("demo-text", "v2")))
 
 
 def notes(app) -> list[str]:
@@ -32,7 +38,7 @@ async def test_opens_on_the_catalog_with_datasets_versions_and_tags():
         text = screen_text(app)
         for name in ("demo-images", "demo-rl", "demo-text", "demo-video"):
             assert name in text
-        assert "df104cc7dc2f" in text and "latest, v2" in text and "tags: latest → df104cc7dc2f" in text
+        assert IMAGES_V2 in text and "latest, v2" in text and f"tags: latest → {IMAGES_V2}" in text
         # the footer shows the bindings (drawn a frame later on a busy machine)
         await until(pilot, lambda: "g Go to" in screen_text(app) and "? Help" in screen_text(app), what="footer")
         await pilot.press("down", "down")  # demo-text
@@ -41,11 +47,11 @@ async def test_opens_on_the_catalog_with_datasets_versions_and_tags():
         assert table.row_count == 2
         assert [c.label.plain for c in table.columns.values()] == [
             "version", "tags", "parent", "created", "rows", "bytes", "shards", "message"]
-        await until(pilot, lambda: "339133768ea3" in screen_text(app) and "242" in screen_text(app))
+        await until(pilot, lambda: TEXT_V2 in screen_text(app) and "242" in screen_text(app))
         await pilot.press("enter")  # into the versions table
         await pilot.press("down", "enter")  # v1
         await until(pilot, lambda: isinstance(app.screen, DatasetScreen))
-        assert app.screen.address.startswith("demo-text@20215359ed29")
+        assert app.screen.address.startswith(f"demo-text@{TEXT_V1}")
 
 
 @pytest.mark.asyncio

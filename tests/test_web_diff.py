@@ -87,7 +87,8 @@ def test_deep_link_shows_summary_changed_pairs_and_added_removed(demo_env):
     assert any(c.startswith("pixel difference") for c in captions)
     added = next(d.value for d in at.dataframe
                  if "image_id" in d.value.columns and list(d.value["image_id"]) == want["added"])
-    assert added["address"].iloc[0].startswith("demo-images@df104cc7dc2f:")
+    v2 = json.loads((Path(DEMO) / "sample-data.json").read_text())["datasets"]["demo-images"]["v2"]
+    assert added["address"].iloc[0].startswith(f"demo-images@{v2[:12]}:")
     assert any(list(d.value.get("image_id", [])) == want["removed"] for d in at.dataframe)
     assert "pixels changed" in "\n".join(texts(at))
 

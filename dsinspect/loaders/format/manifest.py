@@ -76,17 +76,17 @@ class Shard:
     sha256: str
     bytes: int
     rows: int
-    index: str | None = None
+    index_sha256: str | None = None
 
     def __post_init__(self) -> None:
         check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
-        if self.index is not None:
-            check_sha256(self.index, "shard index sha256", ManifestError)
+        if self.index_sha256 is not None:
+            check_sha256(self.index_sha256, "shard index_sha256", ManifestError)
 
     def to_json(self) -> dict:
         out = {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
-        if self.index is not None:  # absent, not null: versions written before indexes keep their ids
-            out["index"] = self.index
+        if self.index_sha256 is not None:  # absent, not null: versions written before indexes keep their ids
+            out["index_sha256"] = self.index_sha256
         return out
 
 
@@ -245,7 +245,7 @@ def _parse_shard(s: Any, where: str) -> Shard:
     size, rows = _need(s, "bytes", int, where), _need(s, "rows", int, where)
     if size < 0 or rows < 0:
         raise ManifestError(f"{where}: bytes and rows must not be negative")
-    index = s.get("index")
+    index = s.get("index_sha256")
     if index is not None and not (isinstance(index, str) and _SHA256.match(index)):
-        raise ManifestError(f"{where}: index {index!r} is not 64 lowercase hex digits")
+        raise ManifestError(f"{where}: index_sha256 {index!r} is not 64 lowercase hex digits")
     return Shard(sha, size, rows, index)

@@ -282,22 +282,32 @@ class ShardCache:
                     event.set()
 
     def local_part(self, index: ShardIndex, part: int) -> bytes | None:
-        """A part this process already put in the shard's `.partial` file, read back and checked
-        again (the bytes handed to a batch are the bytes hashed), or None."""
+        """A part some process put in the shard's `.partial` file (a fill under way, or one a job
+        ended before it finished), read back and checked again, or None."""
         with self._parts_lock:
-            if part not in self._parts.get(index.shard, ()):
-                return None
+            known = part in self._parts.get(index.shard, ())
+        if not known and part not in self._hinted(index.shard):
+            return None
         start, end = index.span(part)
         try:
             with open(self._path(index.shard, ".partial"), "rb") as f:
                 data = os.pread(f.fileno(), end - start, start)
             if hashlib.sha256(data).hexdigest() == index.sha256[part]:
+                with self._parts_lock:
+                    self._parts.setdefault(index.shard, set()).add(part)
                 return data
         except FileNotFoundError:  # the fill just published the shard
             pass
         with self._parts_lock:  # not there after all: whoever asks next fetches it
             self._parts.get(index.shard, set()).discard(part)
         return None
+
+    def _hinted(self, sha256: str) -> set[int]:
+        """Parts the `.have` file lists (written by any process; a hint, checked before use)."""
+        try:
+            return set(np.frombuffer(self._path(sha256, ".have").read_bytes(), "<u4").tolist())
+        except (OSError, ValueError):
+            return set()
 
     def _fill(self, version: DatasetVersion, shard: int) -> dict:
         entry = version.manifest.shards[shard]
@@ -341,10 +351,7 @@ class ShardCache:
         partial = self._path(sha, ".partial")
         with self._parts_lock:
             mine = set(self._parts.get(sha, ()))
-        try:
-            hinted = set(np.frombuffer(self._path(sha, ".have").read_bytes(), "<u4").tolist()) - mine
-        except (OSError, ValueError):
-            hinted = set()
+        hinted = self._hinted(sha) - mine
         with _local_write(self.root):
             fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -387,6 +394,7 @@ class ShardCache:
             os.fsync(fd)
         finally:
             os.close(fd)
+        self.stats.add("shards_fetched")  # whole now, part by part (bytes_fetched counts what crossed)
         return str(partial)  # late store_parts may still write into it: the same checked bytes
 
     def _forget_parts(self, sha256: str) -> None:

@@ -139,8 +139,10 @@ class BatchReader:
             layouts = self.layouts(plans)
         wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
-            self._deferred.update((k, None) for k in wanted if self._index(k) is not None)
-            wanted = {k: None for k in wanted if k not in self._deferred}
+            cold = [k for k in wanted if self._index(k) is not None]
+            with self._lock:
+                self._deferred.update(dict.fromkeys(cold))
+            wanted = {k: None for k in wanted if k not in cold}
         with self._lock:
             budget = max(1, self._max_open // 2) - len(self._pending)
             for key in wanted:
@@ -188,7 +190,8 @@ class BatchReader:
             key, rows, where = parts[i]
             parts[i] = (rows_shard, np.arange(len(rows)), where)
             keys.append(key)
-        self._deferred.update((k, None) for k in keys)
+        with self._lock:
+            self._deferred.update(dict.fromkeys(keys))
         self._start_fills()
 
     def _start_fills(self) -> None:
@@ -197,7 +200,7 @@ class BatchReader:
             for key in self._deferred:
                 if key not in self._open and key not in self._pending:
                     self._pending[key] = self._executor().submit(self._load, key)
-            self._deferred.clear()
+            self._deferred = {}
 
     def _index(self, key: tuple[int, int]) -> ShardIndex | None:
         """The shard's index, or None (written without one, or its index file is missing: then the

@@ -1,7 +1,8 @@
 """What an interrupted write leaves in a catalog, found and removed; versions are never touched.
 
 Garbage is, per dataset:
-- `shard`: a shard file no manifest references (a writer or ingest killed before it published);
+- `shard`: a shard file no manifest references (a writer or ingest killed before it published), or
+  the index file named after such a shard;
 - `staging`: an ingest job's staging directory (`ingest/<job-id>/`) nobody has resumed;
 - `temp`: a temp file of an interrupted atomic write or spool (`.tmp-*`).
 
@@ -101,9 +102,10 @@ def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) ->
 def _kind(basename: str, parent: str, referenced: set[str], kept: set[str]) -> str | None:
     if basename.startswith(TEMP_PREFIX):
         return "temp"
-    if parent == SHARDS and basename.endswith(".parquet"):
-        sha = basename[: -len(".parquet")]
-        return None if sha in referenced or sha in kept else "shard"
+    for ending in (".parquet", ".index.json"):  # a shard, or the index named after it
+        if parent == SHARDS and basename.endswith(ending):
+            sha = basename[: -len(ending)]
+            return None if sha in referenced or sha in kept else "shard"
     return None
 
 
@@ -114,7 +116,7 @@ def _referenced(catalog: Catalog, name: str) -> set[str]:
 
 
 def _sha256_of(path: str) -> str:
-    return posixpath.basename(path)[: -len(".parquet")]
+    return posixpath.basename(path).split(".", 1)[0]  # <sha>.parquet or <sha>.index.json
 
 
 def _staging_jobs(catalog: Catalog, ingest_dir: str) -> dict[str, dict[str, dict]]:

@@ -73,7 +73,7 @@ class DatasetVersion:
         """The shard's index (its parts and their sha256s), checked against the manifest; None for a
         shard written without one. A missing file is a NotFoundError, a damaged one an IntegrityError."""
         entry = self.manifest.shards[shard]
-        if entry.index is None:
+        if entry.index_sha256 is None:
             return None
         index = self._indexes.get(shard)
         if index is None:
@@ -83,8 +83,9 @@ class DatasetVersion:
                 raw = self.catalog.fs.cat_file(path)
             except FileNotFoundError:
                 raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: {where}") from None
-            if sha256_hex(raw) != entry.index:
-                raise IntegrityError(f"{where}: content hashes to {sha256_hex(raw)}, the manifest says {entry.index}")
+            if sha256_hex(raw) != entry.index_sha256:
+                raise IntegrityError(f"{where}: content hashes to {sha256_hex(raw)}, "
+                                     f"the manifest says {entry.index_sha256}")
             try:
                 index = ShardIndex.from_bytes(raw, where, entry.sha256, entry.bytes, entry.rows)
             except ManifestError as e:  # its sha256 matched: the manifest names a wrong index
