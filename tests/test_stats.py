@@ -24,7 +24,7 @@ def test_loader_counts_fetches_hits_and_waits(cat, tmp_path):
     spec = RunSpec.create(cat, "toy", seed=1, batch_size=10, shuffle="window", window_shards=2)
     with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as cold:
         list(cold)
-        s = cold.stats()
+    s = cold.stats()  # after close: fills under way have ended
     # rows come from checked parts until a shard's background fill ends (a fill the loader's close
     # cancelled before it began leaves its parts on disk): each byte fetched once either way
     assert s["batches"] == 40 and 1 <= s["shards_fetched"] == s["cache_misses"] <= 8
@@ -33,8 +33,8 @@ def test_loader_counts_fetches_hits_and_waits(cat, tmp_path):
     assert s["retries"] == s["verify_failures"] == 0 and s["wait_seconds"] >= 0
     with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as warm:
         list(warm)
-        w = warm.stats()
-    assert w["bytes_fetched"] == 0 and w["cache_hits"] + w["cache_misses"] >= 8
+    w = warm.stats()  # what the first run cached or left in .partial files: nothing fetched again
+    assert w["bytes_fetched"] == 0 and w["cache_hits"] >= 1
 
 
 def _starved(stats: ReadStats, fetch_seconds: float) -> None:

@@ -9,8 +9,8 @@ Once every block a column's rows can reach is checked, reads of that column skip
 
 A shard written with an index (format/shard_index.py) need not be fetched whole before its first
 row is used: `read/cold.py` fetches the parts a batch needs, each checked against its sha256, and
-puts them here (`store_part`: `<sha>.partial`, the parts at their offsets, and `<sha>.have`, which
-parts are there). The fill then fetches only the parts nobody fetched, so no byte crosses the network
+writes them here (`<sha>.partial`, the parts at their offsets; `note_part` lists them in
+`<sha>.have`). The fill then fetches only the parts nobody fetched, so no byte crosses the network
 twice; a part this process checked is not hashed again, one another process wrote is hashed once
 more from the local disk. Every part checked is the whole file checked (the parts cut it without gaps).
 
@@ -237,29 +237,34 @@ class ShardCache:
 
     # -- filling -------------------------------------------------------------------------------
 
-    def store_part(self, index: ShardIndex, part: int, data: bytes) -> None:
-        """Keep a checked part of a shard for its fill (see the module docstring)."""
-        if self.holds(index.shard):
-            self._release(index.shard, [part])
-            return
-        start, _ = index.span(part)
+    def open_partial(self, index: ShardIndex) -> int:
+        """A file descriptor (the caller's to close) of the shard's `.partial` file, created sparse at
+        the shard's size: the parts nobody fetched yet are holes."""
         with _local_write(self.root):
             fd = os.open(self._path(index.shard, ".partial"), os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 if os.fstat(fd).st_size < index.size:
-                    os.ftruncate(fd, index.size)  # sparse: the parts nobody fetched yet are holes
-                os.pwrite(fd, data, start)
-            finally:
+                    os.ftruncate(fd, index.size)
+            except BaseException:
                 os.close(fd)
-            with open(self._path(index.shard, ".have"), "ab") as have:  # one small append: atomic
-                have.write(part.to_bytes(4, "little"))
-        with self._parts_lock:
-            self._parts.setdefault(index.shard, set()).add(part)
-        self._release(index.shard, [part])
+                raise
+        return fd
+
+    def note_part(self, index: ShardIndex, part: int) -> None:
+        """A checked part is now in the `.partial` file: the fill need not fetch it (see the module
+        docstring); ends the caller's claim on it."""
+        try:
+            if not self.holds(index.shard):
+                with _local_write(self.root), open(self._path(index.shard, ".have"), "ab") as have:
+                    have.write(part.to_bytes(4, "little"))  # one small append: atomic
+                with self._parts_lock:
+                    self._parts.setdefault(index.shard, set()).add(part)
+        finally:
+            self.release(index.shard, [part])
 
     def claim(self, sha256: str, parts: list[int]) -> tuple[list[int], list[threading.Event]]:
         """Of `parts` not yet in this process's `.partial`, those the caller must fetch now (claimed:
-        `_release` them after), and events of those another thread is fetching (set when done)."""
+        `release` them after), and events of those another thread is fetching (set when done)."""
         claimed, busy = [], []
         with self._parts_lock:
             have = self._parts.get(sha256, ())
@@ -274,7 +279,8 @@ class ShardCache:
                     busy.append(event)
         return claimed, busy
 
-    def _release(self, sha256: str, parts: list[int]) -> None:
+    def release(self, sha256: str, parts: list[int]) -> None:
+        """End a claim (see `claim`): whoever waits for these parts looks again."""
         with self._parts_lock:
             for p in parts:
                 event = self._inflight.pop((sha256, p), None)
@@ -380,7 +386,7 @@ class ShardCache:
                         with self._parts_lock:
                             mine.update(part_run)
                     finally:
-                        self._release(sha, part_run)
+                        self.release(sha, part_run)
             for event in others:
                 event.wait()
             left = [p for p in missing if p not in mine]  # a cold read that failed: fetch it here

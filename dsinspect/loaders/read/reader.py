@@ -179,17 +179,19 @@ class BatchReader:
         return None
 
     def _read_cold(self, parts: list, cold: list[int]) -> None:
-        """Put the rows of uncached shards in `parts` (at positions `cold`) from their parts; start
-        filling those shards (and what warm() deferred) in the background."""
+        """Replace the entries of uncached shards in `parts` (at positions `cold`) by the decoded row
+        groups their rows are in (`cold.py`), then start filling those shards in the background."""
         if self._cold is None:
             self._cold = ColdRows(self.cache)
         wants = [(self.versions[parts[i][0][0]], parts[i][0][1], self._index(parts[i][0]), parts[i][1]) for i in cold]
         got = self._cold.take(wants, self._read)
         keys = []
-        for i, rows_shard in zip(cold, got):
+        for i, pieces in zip(cold, got):
             key, rows, where = parts[i]
-            parts[i] = (rows_shard, np.arange(len(rows)), where)
             keys.append(key)
+            at = np.arange(len(rows)) if where is None else where
+            parts[i] = [(group, group_rows, at[sel]) for group, group_rows, sel in pieces]
+        parts[:] = [p for entry in parts for p in (entry if isinstance(entry, list) else [entry])]
         with self._lock:
             self._deferred.update(dict.fromkeys(keys))
         self._start_fills()

@@ -42,10 +42,9 @@ class WriteOptions:
     shard_bytes: int = 64 * MiB
     shard_rows: int | None = None
     row_group_rows: int = 1024
-    # A row group is what a cold read decodes to reach one row (read/cold.py): 1 MiB keeps a shuffled
-    # first batch at ~3 ms of decoding per row it needs; 16 MiB took ~10 ms a group, 256 KiB stored
-    # uniform random tokens 61% larger (a dictionary page per group) to 17% at 1 MiB (benchmarks/README.md).
-    row_group_bytes: int = 1 * MiB
+    # A row group is what a cold read decodes to reach one row (read/cold.py): at 256 KiB a shuffled
+    # first batch decodes ~1 ms per row it needs (16 MiB: ~10 ms). Measured in benchmarks/README.md.
+    row_group_bytes: int = 256 << 10
     compression_level: int = 3
     # Write each shard's index (format/shard_index.py), so readers can fetch and check single row
     # groups (a fresh node's first batch). False writes shards as before indexes (and their ids).
@@ -69,7 +68,8 @@ class _ShardFile:
         fd, self.path = tempfile.mkstemp(dir=directory, prefix=".tmp-shard-", suffix=".parquet")
         self.file = os.fdopen(fd, "wb")
         self.writer = pq.ParquetWriter(self.file, schema, compression="zstd",
-                                       compression_level=options.compression_level)
+                                       compression_level=options.compression_level,
+                                       use_dictionary=_dictionary_columns(schema))
         self.rows = 0
 
     def write(self, table: pa.Table) -> None:
@@ -289,6 +289,16 @@ class VersionWriter:
         full_rows = self.options.shard_rows is not None and self._shard.rows >= self.options.shard_rows
         if full_rows or self._shard.size >= self.options.shard_bytes:
             self._end_shard()
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """Columns worth dictionary-encoding: scalars and strings. Lists, binaries and structs (tokens,
+    images, trajectories) are stored plain: in row groups this small a dictionary page per group made
+    uniform token ids 61% larger and Zipfian ones 11% larger than plain, and decoding 2-4x slower."""
+    def scalar(t: pa.DataType) -> bool:
+        return not (pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                    or pa.types.is_fixed_size_binary(t))
+    return [f.name for f in schema if scalar(f.type)]
 
 
 def _chunks(it: Iterator, size: int) -> Iterator[list]:
