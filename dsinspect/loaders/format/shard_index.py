@@ -15,6 +15,7 @@ The file `shards/<shard sha256>.index.json` is canonical JSON (docs/FORMAT.md):
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from dsinspect.errors import ManifestError
 __all__ = ["INDEX_FORMAT", "ShardIndex", "index_bytes", "part_bounds"]
 
 INDEX_FORMAT = "dsinspect.shard-index/1"
+_HEX = re.compile(r"[0-9a-f]*")
 
 
 def part_bounds(metadata: Any, size: int) -> tuple[list[int], list[int]]:
@@ -93,8 +95,8 @@ class ShardIndex:
             ok = (doc["format"] == INDEX_FORMAT and doc["shard"] == shard_sha256 and doc["bytes"] == size
                   and doc["rows"] == rows and len(offsets) == len(counts) == len(digests) >= 1
                   and all(type(x) is int for x in offsets + counts)
-                  and all(isinstance(d, str) and len(d) == 64 and d == d.lower() and all(c in "0123456789abcdef"
-                                                                                        for c in d) for d in digests))
+                  and all(type(d) is str and len(d) == 64 for d in digests)
+                  and _HEX.fullmatch("".join(digests)) is not None)
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
             ok = False
         if not ok:

@@ -12,6 +12,7 @@ gathers from them with the same numpy views as from cached shards.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -69,6 +70,7 @@ class _Partial:
             os.close(self.fd)
             raise
         self.footer: pq.FileMetaData | None = None
+        self.users, self.forgotten = 0, False  # under ColdRows._lock: closed when forgotten and unused
 
     def close(self) -> None:
         os.close(self.fd)  # the map stays valid while decoded tables may still point into it
@@ -88,7 +90,13 @@ class ColdRows:
     def take(self, wants: Sequence[Want], columns: list[str]) -> list[Pieces]:
         """Per want, where its rows are: decoded row groups, rows in each, positions in the want.
         Footers and row groups not held yet are fetched, checked and decoded on a small pool."""
-        partials = {w[2].shard: self._partial(w[2]) for w in wants}
+        partials = self._use({w[2].shard: w[2] for w in wants})
+        try:
+            return self._take(wants, columns, partials)
+        finally:
+            self._unuse(partials.values())
+
+    def _take(self, wants: Sequence[Want], columns: list[str], partials: dict[str, _Partial]) -> list[Pieces]:
         missing = {w[2].shard: w for w in wants if partials[w[2].shard].footer is None}
         list(self._pool.map(lambda w: self._footer(w[0], w[1], w[2], partials[w[2].shard]), missing.values()))
         groups: dict[tuple[str, int], RowsShard] = {}
@@ -121,6 +129,10 @@ class ColdRows:
             partial = self._partials.pop(sha256, None)
             for key in [k for k in self._groups if k[0] == sha256]:
                 self._held -= self._groups.pop(key).nbytes
+            if partial is not None:
+                partial.forgotten = True
+                if partial.users:
+                    partial = None  # a read under way closes it when done (`_unuse`)
         if partial is not None:
             partial.close()
 
@@ -130,17 +142,39 @@ class ColdRows:
             self._groups.clear()
             self._held = 0
             partials, self._partials = list(self._partials.values()), {}
-        for partial in partials:
+            for partial in partials:
+                partial.forgotten = True
+            idle = [p for p in partials if not p.users]
+        for partial in idle:
             partial.close()
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _partial(self, index: ShardIndex) -> _Partial:
+    def _use(self, indexes: dict[str, ShardIndex]) -> dict[str, _Partial]:
+        """The partial files of these shards (opened on first use), each marked in use."""
         with self._lock:
-            partial = self._partials.get(index.shard)
-            if partial is None:
-                partial = self._partials[index.shard] = _Partial(self.cache, index)
-        return partial
+            partials = {}
+            try:
+                for sha, index in indexes.items():
+                    partial = self._partials.get(sha)
+                    if partial is None:
+                        partial = self._partials[sha] = _Partial(self.cache, index)
+                    partial.users += 1
+                    partials[sha] = partial
+            except BaseException:
+                self._unuse(partials.values(), locked=True)
+                raise
+        return partials
+
+    def _unuse(self, partials, locked: bool = False) -> None:
+        done = []
+        with contextlib.nullcontext() if locked else self._lock:
+            for partial in partials:
+                partial.users -= 1
+                if partial.forgotten and not partial.users:
+                    done.append(partial)
+        for partial in done:
+            partial.close()
 
     def _footer(self, version: DatasetVersion, shard: int, index: ShardIndex, partial: _Partial) -> None:
         self._fetch(version, shard, index, index.footer, partial)
