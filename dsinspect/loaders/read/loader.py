@@ -133,8 +133,8 @@ class Loader:
             planned = self._plans[step]
         return planned
 
-    def _read(self, plan: BatchPlan, layout: Layout | None = None) -> Batch:
-        columns, hashes = self._reader.read(plan, layout)
+    def _read(self, plan: BatchPlan, layout: Layout | None = None, patience: float | None = None) -> Batch:
+        columns, hashes = self._reader.read(plan, layout, patience)
         for v in (hashes, *columns.values()):
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False  # shared with the Arrow form, as Arrow's own buffers are
@@ -147,8 +147,9 @@ class Loader:
     def _next(self) -> Batch:
         step = self._step
         asked = time.monotonic()
-        if self._prefetch <= 0:
-            batch = self._read(*self._plan(step))
+        if self._prefetch <= 0:  # the consumer's time since the last batch: its patience for cold reads
+            batch = self._read(*self._plan(step), patience=None if self._last_yield is None
+                               else asked - self._last_yield)
         else:
             self._fill(step)
             ahead_step, future = self._ahead.popleft()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Sequence
 
@@ -64,12 +65,17 @@ class BatchReader:
         self._indexes: dict[tuple[int, int], ShardIndex | None] = {}
         self._deferred: dict[tuple[int, int], None] = {}  # shards to fill once the first batch is read
         self._reads = 0
+        self._cold_seconds = 0.0  # how long the last cold read took
 
-    def read(self, plan: BatchPlan,
-             layout: Layout | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+    def read(self, plan: BatchPlan, layout: Layout | None = None,
+             patience: float | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
         """The rows of `plan` in plan order: per requested column a dense numpy array or an Arrow
         array (see `columns.gather`), and the stored row hashes as an (n, 16) uint8 array.
-        `layout` is the plan's from `layouts` (computed here when not given)."""
+        `layout` is the plan's from `layouts` (computed here when not given). `patience`: how long
+        the consumer took over its last batch (None: unknown). Rows of a shard whose fill is under
+        way are read cold only when a cold read took no longer than that: a consumer slower than
+        cold reads never waits for a fill, a faster one leaves the CPU to the fills (a shuffled
+        cold batch decodes ~30 row groups to use 32 rows; a fill decodes each once)."""
         if layout is None:
             layout = self.layouts([plan])[0]
         opened, read = self._open, self._read
@@ -78,7 +84,7 @@ class BatchReader:
         for key, rows, where in layout:
             shard = opened.get(key)  # the common case, without the lock (released meanwhile: its map stays valid)
             if shard is None:
-                shard = self._shard_or_cold(key)
+                shard = self._shard_or_cold(key, patience)
                 if shard is None:
                     cold.append(len(parts))
                     parts.append((key, rows, where))
@@ -139,7 +145,7 @@ class BatchReader:
             layouts = self.layouts(plans)
         wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
-            cold = [k for k in wanted if self._index(k) is not None]
+            cold = [k for k in wanted if not self.cache.holds(self._sha256[k]) and self._index(k) is not None]
             with self._lock:
                 self._deferred.update(dict.fromkeys(cold))
             wanted = {k: None for k in wanted if k not in cold}
@@ -167,15 +173,17 @@ class BatchReader:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _shard_or_cold(self, key: tuple[int, int]) -> CachedShard | None:
-        """The shard if it is open or cached (or fails to fill: its error), else None when its rows
-        can be read cold (it has an index) while it fills."""
+    def _shard_or_cold(self, key: tuple[int, int], patience: float | None) -> CachedShard | None:
+        """The shard if it is open or cached (or fails to fill: its error), or once its fill under
+        way ends (see `read`), else None when its rows can be read cold (it has an index)."""
         with self._lock:
             pending = self._pending.get(key)
         if pending is not None and pending.done():
             pending.result()  # a failed fill raises here
-        if self._index(key) is None or self.cache.holds(self._sha256[key]):
+        if self.cache.holds(self._sha256[key]) or self._index(key) is None:
             return self._shard(key)
+        if pending is not None and pending.running() and patience is not None and patience < self._cold_seconds:
+            return self._shard(key)  # waits for the fill
         return None
 
     def _read_cold(self, parts: list, cold: list[int]) -> None:
@@ -184,7 +192,9 @@ class BatchReader:
         if self._cold is None:
             self._cold = ColdRows(self.cache)
         wants = [(self.versions[parts[i][0][0]], parts[i][0][1], self._index(parts[i][0]), parts[i][1]) for i in cold]
+        started = time.monotonic()
         got = self._cold.take(wants, self._read)
+        self._cold_seconds = time.monotonic() - started
         keys = []
         for i, pieces in zip(cold, got):
             key, rows, where = parts[i]
