@@ -79,7 +79,7 @@ class _Partial:
 class ColdRows:
     """Reads rows of uncached shards from their parts; decoded row groups kept up to `max_bytes`."""
 
-    def __init__(self, cache: ShardCache, max_bytes: int = 64 << 20, threads: int = 2):
+    def __init__(self, cache: ShardCache, max_bytes: int = 16 << 20, threads: int = 2):
         self.cache, self.max_bytes = cache, max_bytes
         self._partials: dict[str, _Partial] = {}
         self._groups: LRU[tuple[str, int], RowsShard] = LRU(1 << 30)  # bounded by bytes in `_keep`

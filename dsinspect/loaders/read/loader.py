@@ -72,6 +72,7 @@ class Loader:
         self._stats = self._reader.cache.stats
         self._logger = PeriodicLogger(self._stats, stats_interval)
         self._last_yield: float | None = None
+        self._last_read: float | None = None
         self._source_names = tuple(s.name for s in spec.sources)
         self._plans: dict[int, tuple[BatchPlan, Layout]] = {}
         self._stride = 1
@@ -133,7 +134,11 @@ class Loader:
             planned = self._plans[step]
         return planned
 
-    def _read(self, plan: BatchPlan, layout: Layout | None = None, patience: float | None = None) -> Batch:
+    def _read(self, plan: BatchPlan, layout: Layout | None = None) -> Batch:
+        # the time since the last read ended is what the consumer spent on it: its patience for
+        # cold reads while shards fill (BatchReader.read)
+        started = time.monotonic()
+        patience = None if self._last_read is None else started - self._last_read
         columns, hashes = self._reader.read(plan, layout, patience)
         for v in (hashes, *columns.values()):
             if isinstance(v, np.ndarray):
@@ -142,14 +147,14 @@ class Loader:
                       schema=self._reader.schema, numeric=self._reader.numeric)
         if self.transform is not None:
             batch.transformed = self.transform(batch)
+        self._last_read = time.monotonic()
         return batch
 
     def _next(self) -> Batch:
         step = self._step
         asked = time.monotonic()
-        if self._prefetch <= 0:  # the consumer's time since the last batch: its patience for cold reads
-            batch = self._read(*self._plan(step), patience=None if self._last_yield is None
-                               else asked - self._last_yield)
+        if self._prefetch <= 0:
+            batch = self._read(*self._plan(step))
         else:
             self._fill(step)
             ahead_step, future = self._ahead.popleft()
@@ -222,7 +227,7 @@ class Loader:
         self._step = resumed.start.step
         self._reader.close()
         self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
-        self._last_yield = None
+        self._last_yield = self._last_read = None
         self._parent = saved.segment
         if self._recorder:  # a new segment: which state it resumed from, its world and batch size
             self._recorder.begin(resumed, self._parent)
