@@ -41,6 +41,24 @@ def test_batches_hold_the_planned_rows(cat, shuffle, prefetch):
         assert b.fingerprint == batch_fingerprint(b.row_hashes)
 
 
+@pytest.mark.parametrize("source", ["toy", "mixture"])
+def test_runs_read_together_equal_batches_read_one_by_one(cat, source):
+    """Iteration reads runs of steps in one gather (1, 2, 4, ... up to 16) and DataLoader workers
+    read `batches_at`: every batch equals `batch_at` of its step, values, hashes and order."""
+    addresses = "toy" if source == "toy" else {"toy": 3.0, "other": 1.0}
+    spec = RunSpec.create(cat, addresses, seed=3, batch_size=5, world_size=2, shuffle="global", mixture_block=32)
+    with Loader(spec, rank=1, catalog=cat) as run, Loader(spec, rank=1, catalog=cat) as single:
+        iterated = list(run)
+        together = run.batches_at(range(3, 24))
+        for b in iterated + together:
+            alone = single.batch_at(b.step)
+            assert b.indices.tolist() == alone.indices.tolist() and b.sources.tolist() == alone.sources.tolist()
+            assert b.table.equals(alone.table) and b.row_hashes == alone.row_hashes
+            assert b.to_numpy()["id"].tolist() == alone.to_numpy()["id"].tolist()
+    assert [b.step for b in iterated] == list(range(steps_in_epoch(spec, 0)))
+    assert [b.step for b in together] == list(range(3, 24))
+
+
 def test_epochs_follow_each_other_and_reshuffle(cat):
     spec = RunSpec.create(cat, "toy", seed=1, batch_size=10, world_size=1)
     loader = Loader(spec, catalog=cat)

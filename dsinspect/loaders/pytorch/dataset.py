@@ -112,8 +112,7 @@ class TorchBatches(IterableDataset):
         tensors of them), written into this worker's shared-memory ring, or, should that fail,
         sent through the pipe."""
         chunk = []
-        for step in steps:
-            batch = self._reader().batch_at(step)
+        for batch in self._reader().batches_at(steps):  # one read for the run
             arrays = worker_arrays(batch, self.dense)  # the ring (or pickling) copies them; metadata as one array
             if batch.transformed is not None:
                 arrays["transformed"] = tensors_to_numpy(batch.transformed)

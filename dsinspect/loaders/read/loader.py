@@ -28,6 +28,7 @@ __all__ = ["Loader"]
 
 
 _PLAN_CHUNK = 256    # steps planned per vectorised pass (and looked ahead for shards to fetch)
+_RUN = 16            # steps read together without prefetch (runs grow 1, 2, 4, ... after a start or jump)
 
 
 class Loader:
@@ -73,8 +74,10 @@ class Loader:
         self._logger = PeriodicLogger(self._stats, stats_interval)
         self._last_yield: float | None = None
         self._last_read: float | None = None
+        self._run: deque[Batch] = deque()  # batches read with an earlier step's, not yet yielded
+        self._run_len, self._run_next = 0, -1  # the last run's length, and the step after it
         self._source_names = tuple(s.name for s in spec.sources)
-        self._plans: dict[int, tuple[BatchPlan, Layout]] = {}
+        self._plans: dict[int, tuple[BatchPlan, Layout | None]] = {}
         self._stride = 1
 
     # -- iteration -----------------------------------------------------------------------------
@@ -105,7 +108,18 @@ class Loader:
     def batch_at(self, step: int) -> Batch:
         """The batch of any step, read now (no effect on the iteration position). Steps
         `step + k * stride` are planned along with it (see `set_stride`)."""
-        return self._read(*self._plan(step))
+        plan, layout = self._plan(step)
+        if layout is None:  # split every plan of the chunk by shard at once (a DataLoader worker reads them all)
+            planned = list(self._plans.values())
+            layouts = self._reader.layouts([p for p, _ in planned])
+            self._plans = {p.step: (p, lay) for (p, _), lay in zip(planned, layouts)}
+            layout = self._plans[step][1]
+        return self._read(plan, layout)
+
+    def batches_at(self, steps: Sequence[int]) -> list[Batch]:
+        """The batches of several steps, read together (one gather per column and shard: cheaper
+        per batch than `batch_at` each); no effect on the iteration position."""
+        return self._read_many([self._plan(s) for s in steps])
 
     def set_stride(self, stride: int) -> None:
         """Say that `batch_at` will be asked for every `stride`-th step (a DataLoader worker of
@@ -118,7 +132,7 @@ class Loader:
         order (a DataLoader worker reads every W-th step through `batch_at`)."""
         self._reader.warm(plan_steps(self.spec, list(steps), self.rank))
 
-    def _plan(self, step: int) -> tuple[BatchPlan, Layout]:
+    def _plan(self, step: int) -> tuple[BatchPlan, Layout | None]:
         """Plans (and their split by shard) come in vectorised chunks: one pass serves many steps."""
         planned = self._plans.get(step)
         if planned is None:
@@ -128,33 +142,58 @@ class Loader:
                 chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
                 steps = range(step, step + chunk * self._stride, self._stride)
             plans = plan_steps(self.spec, steps, self.rank)
-            layouts = self._reader.layouts(plans)
-            self._plans = {p.step: (p, layout) for p, layout in zip(plans, layouts)}
-            self._reader.warm(plans, layouts)
+            self._plans = {p.step: (p, None) for p in plans}  # layouts per read: a run splits its rows at once
+            self._reader.warm(plans)
             planned = self._plans[step]
         return planned
 
     def _read(self, plan: BatchPlan, layout: Layout | None = None) -> Batch:
+        return self._read_many([(plan, layout)])[0]
+
+    def _read_many(self, planned: Sequence[tuple[BatchPlan, Layout | None]]) -> list[Batch]:
+        """The batches of consecutive plans, read together (one gather per column and shard)."""
         # the time since the last read ended is what the consumer spent on it: its patience for
         # cold reads while shards fill (BatchReader.read)
-        started = time.monotonic()
-        patience = None if self._last_read is None else started - self._last_read
-        columns, hashes = self._reader.read(plan, layout, patience)
+        patience = None if self._last_read is None else time.monotonic() - self._last_read
+        if len(planned) == 1:
+            columns, hashes = self._reader.read(*planned[0], patience)
+        else:
+            columns, hashes = self._reader.read_many([plan for plan, _ in planned], patience)
         for v in (hashes, *columns.values()):
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False  # shared with the Arrow form, as Arrow's own buffers are
-        batch = Batch(plan, source_names=self._source_names, columns=columns, hash_array=hashes,
-                      schema=self._reader.schema, numeric=self._reader.numeric)
-        if self.transform is not None:
-            batch.transformed = self.transform(batch)
+        batches, at = [], 0
+        for plan, _ in planned:
+            n = len(plan.indices)
+            part = columns if len(planned) == 1 else \
+                {c: v[at:at + n] if isinstance(v, np.ndarray) else v.slice(at, n) for c, v in columns.items()}
+            batch = Batch(plan, source_names=self._source_names, columns=part, hash_array=hashes[at:at + n],
+                          schema=self._reader.schema, numeric=self._reader.numeric)
+            if self.transform is not None:
+                batch.transformed = self.transform(batch)
+            batches.append(batch)
+            at += n
         self._last_read = time.monotonic()
-        return batch
+        return batches
+
+    def _from_run(self, step: int) -> Batch:
+        """The batch of `step` from the run read with it: a run of up to _RUN steps (not past the
+        epoch's end), twice as long as the last one, so a start or a jump reads one batch first.
+        With a transform, one batch at a time: its cost dwarfs the read's, and a run would make
+        every _RUN-th batch wait for _RUN transforms."""
+        if not self._run or self._run[0].step != step:
+            longest = 1 if self.transform is not None else _RUN
+            self._run_len = min(longest, 2 * self._run_len) if step == self._run_next else 1
+            k = max(1, min(self._run_len, epoch_end(self.spec, step) - step))
+            self._run = deque(self._read_many([self._plan(s) for s in range(step, step + k)]))
+            self._run_next = step + k
+        return self._run.popleft()
 
     def _next(self) -> Batch:
         step = self._step
         asked = time.monotonic()
         if self._prefetch <= 0:
-            batch = self._read(*self._plan(step))
+            batch = self._from_run(step)
         else:
             self._fill(step)
             ahead_step, future = self._ahead.popleft()
@@ -197,6 +236,7 @@ class Loader:
             nxt += 1
 
     def _drop_ahead(self) -> None:
+        self._run.clear()
         for _, future in self._ahead:
             future.cancel()
         for _, future in self._ahead:

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,13 @@ log = logging.getLogger("dsinspect.reader")
 
 # ((source, shard), rows in it, output positions)
 Layout = list[tuple[tuple[int, int], np.ndarray, "np.ndarray | None"]]
+
+
+class _Rows(NamedTuple):
+    """What `read` needs of a plan (given its layout): the rows of several plans, one after another."""
+
+    indices: np.ndarray
+    sources: np.ndarray
 
 
 class BatchReader:
@@ -104,6 +111,30 @@ class BatchReader:
             raise IntegrityError("a cached shard's row hashes are not 16-byte values")
         return columns, hashes
 
+    def read_many(self, plans: Sequence[BatchPlan],
+                  patience: float | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
+        """The rows of several plans, one after another, in one read: one gather per column and
+        shard for all of them (a Loader reads runs of steps: per batch, Python's overhead is what
+        separates a read from a bare numpy gather)."""
+        merged = _Rows(np.concatenate([p.indices for p in plans]), np.concatenate([p.sources for p in plans]))
+        return self.read(merged, self.layouts([merged])[0], patience)  # one vectorised split: ~60 us for 512 rows
+
+    def shards_of(self, plans: Sequence[BatchPlan]) -> list[tuple[int, int]]:
+        """The (source, shard) keys these plans read, in order of first need."""
+        indices = np.concatenate([p.indices for p in plans]).astype(np.int64, copy=False)
+        if not len(indices):
+            return []
+        if len(self.versions) == 1:
+            flat = np.searchsorted(self._starts[0], indices, side="right") - 1
+        else:
+            sources = np.concatenate([p.sources for p in plans])
+            flat = np.empty(len(indices), np.int64)
+            for k in np.unique(sources).tolist():
+                sel = sources == k
+                flat[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
+        keys, first = np.unique(flat, return_index=True)
+        return [self._shard_key[k] for k in keys[np.argsort(first)].tolist()]
+
     def layouts(self, plans: Sequence[BatchPlan]) -> list[Layout]:
         """Per plan, its rows split by shard: ((source, shard), rows in the shard, output positions
         or None for all rows in order), for many plans in one vectorised pass (a loader plans
@@ -141,9 +172,8 @@ class BatchReader:
         of the batches (at most half the open budget ahead)."""
         if not plans:
             return
-        if layouts is None:
-            layouts = self.layouts(plans)
-        wanted = dict.fromkeys(key for layout in layouts for key, _, _ in layout)
+        wanted = dict.fromkeys(self.shards_of(plans) if layouts is None
+                               else (key for layout in layouts for key, _, _ in layout))
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
             cold = [k for k in wanted if not self.cache.holds(self._sha256[k]) and self._index(k) is not None]
             with self._lock:
