@@ -51,8 +51,9 @@ BATCH = 32
 SEED = 7            # the shuffle seed every reader gets
 DATA_SEED = 20250101
 VOCAB = 50_257
-SIZES = {"full": {"tokens": 100_000, "images": 20_000}, "quick": {"tokens": 10_000, "images": 2_000}}
-WARMUP_BATCHES = {"full": 20, "quick": 8}
+SIZES = {"full": {"tokens": 100_000, "images": 20_000}, "quick": {"tokens": 10_000, "images": 2_000},
+         "large": {"tokens": 1_000_000, "images": 20_000}}  # large: 4 GB of tokens (--cold --large)
+WARMUP_BATCHES = {"full": 20, "quick": 8, "large": 20}
 SEGMENTS = 3        # throughput: median of this many consecutive timed segments of one pass
 TTFB_REPEATS = 3
 CHILD_TIMEOUT = 300
@@ -168,15 +169,25 @@ def _lit_images(args):
         yield {"image": col[i].as_py()}
 
 
-def prepare(mode: str, log) -> dict[str, float]:
-    """Write every format that is not there yet; seconds spent per format."""
+# which reader needs which written format (the Arrow sources are always written: the others come from them)
+_FORMAT_OF = {"hf_": "hf-datasets", "mds_": "mosaic-streaming", "lit_": "litdata", "catalog": "dsinspect"}
+
+
+def prepare(mode: str, log, readers: set[str] | None = None) -> dict[str, float]:
+    """Write every format that is not there yet (only those `readers` need, when given); seconds
+    spent per format."""
     n = SIZES[mode]
     p = paths(mode)
     p["dir"].mkdir(parents=True, exist_ok=True)
     spent: dict[str, float] = {}
+    needed = None if readers is None else {r.split("-")[0] if r.startswith("dsinspect") else r for r in readers}
 
     def step(name, path, fn):
         if _done(path):
+            return
+        key = next((k for k, v in p.items() if v == path), "")
+        owner = next((r for prefix, r in _FORMAT_OF.items() if key.startswith(prefix)), None)
+        if needed is not None and owner is not None and owner not in needed:
             return
         log(f"  writing {name} ...")
         t0 = time.perf_counter()
@@ -1214,6 +1225,9 @@ def main() -> int:
     ap.add_argument("--workloads", default="tokens,images")
     ap.add_argument("--max-wait", type=float, default=300.0,
                     help="seconds to wait for other processes' CPU use to settle before measuring (default 300)")
+    ap.add_argument("--large", action="store_true",
+                    help="with --cold: 1,000,000 token rows (4 GB); pass --only and --workloads tokens to limit "
+                         "what is written and run")
     ap.add_argument("--cold", action="store_true",
                     help="cold-cache mode (benchmarks/read_cold.py): a fresh process and empty reader caches per "
                          "configuration; time to first batch, resume, a jump to 3/4, peak private memory, throughput")

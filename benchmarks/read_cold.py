@@ -252,7 +252,7 @@ def _load(contention: dict) -> float:
 
 
 def main(args) -> int:
-    mode = "quick" if args.quick else "full"
+    mode = "large" if args.large else "quick" if args.quick else "full"
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     workloads = [w for w in ("tokens", "images") if w in {x.strip() for x in args.workloads.split(",")}]
     configs = [(r, w, nw) for w in workloads for r in READERS for nw in (0, 2) if not only or r in only]
@@ -263,7 +263,7 @@ def main(args) -> int:
 
     log(f"dsinspect read benchmark, cold-cache mode ({mode}): data under {br.data_dir(mode)}")
     os.environ["DSINSPECT_BENCH_CATALOG_KEY"] = br._dsinspect_writer_key()
-    spent = br.prepare(mode, log)
+    spent = br.prepare(mode, log, {r for r, _, _ in configs})
     run_dir = Path(tempfile.mkdtemp(prefix="cold-", dir=br.ROOT))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
@@ -319,7 +319,7 @@ def main(args) -> int:
     print()
     print(table)
     br.RESULTS.mkdir(exist_ok=True)
-    out = br.RESULTS / f"read-cold-{date}{'' if mode == 'full' else '-quick'}.json"
+    out = br.RESULTS / f"read-cold-{date}{'' if mode == 'full' else '-' + mode}.json"
     out.write_text(json.dumps({"meta": meta, "limits": base, "results": results, "table": table}, indent=1) + "\n")
     print(f"wrote {out.relative_to(br.REPO)}; total {time.perf_counter() - started:.0f} s")
     return 0

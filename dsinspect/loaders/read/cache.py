@@ -36,7 +36,7 @@ import pyarrow as pa
 import xxhash
 from fsspec.implementations.local import LocalFileSystem
 
-from dsinspect.errors import IntegrityError, UserError
+from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
 from dsinspect.loaders.format.shard_index import ShardIndex
@@ -318,7 +318,10 @@ class ShardCache:
     def _fill(self, version: DatasetVersion, shard: int) -> dict:
         entry = version.manifest.shards[shard]
         url = version.shard_url(shard)
-        index = version.shard_index(shard)
+        try:
+            index = version.shard_index(shard)
+        except NotFoundError:  # an index file gone missing: the shard whole, as before indexes
+            index = None
         try:
             return self._fill_from(version, shard, index, entry, url)
         finally:  # after the sidecar: until then cold reads still use the parts (and fetch none twice)

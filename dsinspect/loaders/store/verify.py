@@ -89,11 +89,31 @@ def verify_shard(version: DatasetVersion, shard: int, on_bytes: Callable[[int], 
         rep.problems.append(f"sha256 mismatch: manifest says {entry.sha256}, file hashes to {rep.actual_sha256}")
     if len(data) != entry.bytes:
         rep.problems.append(f"size mismatch: manifest says {entry.bytes} bytes, file has {len(data)}")
+    elif entry.index_sha256 is not None:
+        _check_index(version, shard, data, rep)
     try:
         _check_rows(version, shard, data, rep)
     except (*UNREADABLE, DsinspectError) as e:
         rep.problems.append(f"rows not readable: {reason_of(e)}")
     return rep
+
+
+def _check_index(version: DatasetVersion, shard: int, data: pa.Buffer, rep: ShardReport) -> None:
+    """The shard's index: its own sha256, and each part's sha256 against the bytes (a damaged shard
+    is then also located to the row group that holds the damage)."""
+    try:
+        index = version.shard_index(shard)
+    except DsinspectError as e:
+        rep.problems.append(f"index: {reason_of(e)}")
+        return
+    view = memoryview(data)
+    for part in range(index.parts):
+        start, end = index.span(part)
+        got = hashlib.sha256(view[start:end]).hexdigest()
+        if got != index.sha256[part]:
+            what = "the footer" if part == index.footer else f"row group {part}"
+            rep.problems.append(f"index: part {part} ({what}, bytes {start}..{end}) hashes to {got}, "
+                                f"the index says {index.sha256[part]}")
 
 
 def _read_hashing(version: DatasetVersion, shard: int, rep: ShardReport,
