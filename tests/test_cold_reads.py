@@ -65,6 +65,17 @@ def spec_for(url, **options):
     return catalog, RunSpec.create(catalog, "rand", seed=3, batch_size=16, shuffle="global", **options)
 
 
+def first_batch_parts(spec, catalog, version, tmp_path):
+    """(shard, its index, the row groups of it the first batch reads) for the shard of the first
+    batch's first row, learnt by a probe loader on its own cache."""
+    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "probe")) as probe:
+        first = probe.batch_at(0).indices
+    shard = int(np.searchsorted(version.shard_starts, first[0], side="right") - 1)
+    lo, hi = version.shard_starts[shard], version.shard_starts[shard + 1]
+    index = version.shard_index(shard)
+    return shard, index, set(index.parts_of(first[(first >= lo) & (first < hi)] - lo).tolist())
+
+
 def check(batch, data):
     assert batch.rows() == [data["rows"][i] for i in batch.indices]
     assert batch.row_hashes == [data["hashes"][i] for i in batch.indices]
@@ -118,13 +129,8 @@ def test_a_flipped_byte_in_a_row_group_the_first_batch_reads_is_caught_before_th
     server, url, _ = s3
     catalog, spec = spec_for(url)
     version = data["version"]
-    probe = Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "probe"))
-    first = probe.batch_at(0).indices
-    probe.close()
-    shard = int(np.searchsorted(version.shard_starts, first[0], side="right") - 1)
-    index = version.shard_index(shard)
-    part = int(index.parts_of(np.array([first[0] - version.shard_starts[shard]]))[0])
-    start, end = index.span(part)
+    shard, index, read = first_batch_parts(spec, catalog, version, tmp_path)
+    start, end = index.span(min(read))
     server.corrupt(version.shard_path(shard), position=(start + end) // 2)
     try:
         cache = ShardCache(tmp_path / "cache", backoff=0.0)
@@ -143,13 +149,7 @@ def test_a_flipped_byte_in_a_row_group_read_later_stops_the_epoch_before_any_wro
     server, url, _ = s3
     catalog, spec = spec_for(url)
     version = data["version"]
-    probe = Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "probe"))
-    first = probe.batch_at(0).indices
-    probe.close()
-    shard = int(np.searchsorted(version.shard_starts, first[0], side="right") - 1)
-    index = version.shard_index(shard)
-    lo, hi = version.shard_starts[shard], version.shard_starts[shard + 1]
-    read = set(index.parts_of(first[(first >= lo) & (first < hi)] - lo).tolist())
+    shard, index, read = first_batch_parts(spec, catalog, version, tmp_path)
     later = next(p for p in range(index.parts - 1) if p not in read)  # a row group the first batch does not need
     start, end = index.span(later)
     server.corrupt(version.shard_path(shard), position=start + 1)

@@ -48,7 +48,7 @@ from dsinspect.loaders.store.locks import locked_file, open_locked
 from dsinspect.loaders.store.storage import cache_dir, write_errors
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["ShardCache", "CachedShard"]
+__all__ = ["ShardCache", "CachedShard", "write_at"]
 
 log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
@@ -195,6 +195,8 @@ class ShardCache:
         self._parts: dict[str, set[int]] = {}  # per shard: parts this process checked and put in its .partial
         self._parts_lock = threading.Lock()
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
+        self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
+        self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
 
     # -- public --------------------------------------------------------------------------------
 
@@ -236,6 +238,10 @@ class ShardCache:
         return sum(meta["arrow_bytes"] for _, meta in self._entries())
 
     # -- filling -------------------------------------------------------------------------------
+
+    def local_write(self):
+        """Around a write into the cache: a full or read-only disk is a StorageError naming it."""
+        return _local_write(self.root)
 
     def open_partial(self, index: ShardIndex) -> int:
         """A file descriptor (the caller's to close) of the shard's `.partial` file, created sparse at
@@ -385,7 +391,7 @@ class ShardCache:
                                             spans, self.stats, self.retries, self.backoff)
                         with _local_write(self.root):
                             for (start, _, _), data in zip(spans, datas):
-                                os.pwrite(fd, data, start)
+                                write_at(fd, data, start)
                         with self._parts_lock:
                             mine.update(part_run)
                     finally:
@@ -399,15 +405,31 @@ class ShardCache:
                         version.catalog.fs, version.shard_path(shard), version.shard_url(shard), spans,
                         self.stats, self.retries, self.backoff)):
                     with _local_write(self.root):
-                        os.pwrite(fd, data, start)
+                        write_at(fd, data, start)
             os.fsync(fd)
         finally:
             os.close(fd)
         self.stats.add("shards_fetched")  # whole now, part by part (bytes_fetched counts what crossed)
         return str(partial)  # late store_parts may still write into it: the same checked bytes
 
+    def use_partial(self, sha256: str, n: int = 1) -> None:
+        """A cold read of this process is using the shard's parts (n=-1: no longer): the fill that
+        ends meanwhile leaves them until it is done, or it would fetch them again."""
+        retire = False
+        with self._parts_lock:
+            users = self._partial_users[sha256] = self._partial_users.get(sha256, 0) + n
+            if users <= 0:
+                self._partial_users.pop(sha256, None)
+                retire = sha256 in self._retired
+        if retire:
+            self._forget_parts(sha256)
+
     def _forget_parts(self, sha256: str) -> None:
         with self._parts_lock:
+            if self._partial_users.get(sha256):
+                self._retired.add(sha256)  # the last cold read using them forgets them (`use_partial`)
+                return
+            self._retired.discard(sha256)
             self._parts.pop(sha256, None)
         for ext in (".partial", ".have"):
             with contextlib.suppress(FileNotFoundError):
@@ -503,6 +525,16 @@ class ShardCache:
 
     def _arrow(self, sha256: str) -> Path:
         return self._path(sha256, ".arrow")
+
+
+def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """All of `data` at `offset` (pwrite may write less, e.g. on a disk that just filled up: then
+    the rest fails with ENOSPC here). A part must be whole before it is read back through a memory
+    map: an unwritten page of a sparse file on a full tmpfs kills the reader with SIGBUS."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def _runs(parts: list[int], index: ShardIndex, limit: int) -> list[list[int]]:

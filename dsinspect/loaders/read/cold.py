@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
-from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.cache import ShardCache, write_at
 from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.read.fetch import fetch_parts
 from dsinspect.loaders.store.version import DatasetVersion
@@ -63,6 +63,7 @@ class _Partial:
     nothing here)."""
 
     def __init__(self, cache: ShardCache, index: ShardIndex):
+        self.sha256 = index.shard
         self.fd = cache.open_partial(index)
         try:
             self.buffer = pa.py_buffer(mmap.mmap(self.fd, index.size, prot=mmap.PROT_READ))
@@ -87,12 +88,14 @@ class ColdRows:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dsinspect-cold")
 
-    def take(self, wants: Sequence[Want], columns: list[str]) -> list[Pieces]:
-        """Per want, where its rows are: decoded row groups, rows in each, positions in the want.
-        Footers and row groups not held yet are fetched, checked and decoded on a small pool."""
+    def take(self, wants: Sequence[Want], columns: list[str]) -> list[Pieces | None]:
+        """Per want, where its rows are: decoded row groups, rows in each, positions in the want;
+        None for a shard the cache holds by now (read it there). Footers and row groups not held
+        yet are fetched, checked and decoded on a small pool."""
         partials = self._use({w[2].shard: w[2] for w in wants})
         try:
-            return self._take(wants, columns, partials)
+            out = self._take([w for w in wants if w[2].shard in partials], columns, partials)
+            return [out.pop(0) if w[2].shard in partials else None for w in wants]
         finally:
             self._unuse(partials.values())
 
@@ -151,17 +154,24 @@ class ColdRows:
     # -- internals -----------------------------------------------------------------------------
 
     def _use(self, indexes: dict[str, ShardIndex]) -> dict[str, _Partial]:
-        """The partial files of these shards (opened on first use), each marked in use."""
+        """The partial files of these shards (opened on first use), each marked in use, here and
+        in the cache (a fill that ends from now on leaves their parts until we are done); shards
+        the cache holds by now are left out."""
         with self._lock:
             partials = {}
             try:
                 for sha, index in indexes.items():
+                    self.cache.use_partial(sha)  # first: then a fill cannot end unseen between the two
+                    if self.cache.holds(sha):
+                        self.cache.use_partial(sha, -1)
+                        continue
                     partial = self._partials.get(sha)
                     if partial is None:
                         partial = self._partials[sha] = _Partial(self.cache, index)
                     partial.users += 1
                     partials[sha] = partial
             except BaseException:
+                self.cache.use_partial(sha, -1)
                 self._unuse(partials.values(), locked=True)
                 raise
         return partials
@@ -173,6 +183,8 @@ class ColdRows:
                 partial.users -= 1
                 if partial.forgotten and not partial.users:
                     done.append(partial)
+        for partial in partials:
+            self.cache.use_partial(partial.sha256, -1)
         for partial in done:
             partial.close()
 
@@ -213,7 +225,8 @@ class ColdRows:
         while True:
             data = cache.local_part(index, part)
             if data is not None:
-                os.pwrite(partial.fd, data, start)  # our file may be an older one than the path's
+                with cache.local_write():
+                    write_at(partial.fd, data, start)  # our file may be an older one than the path's
                 return
             claimed, busy = cache.claim(index.shard, [part])
             if claimed:
@@ -223,7 +236,8 @@ class ColdRows:
         try:
             [data] = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),
                                  [(start, end, index.sha256[part])], cache.stats, cache.retries, cache.backoff)
-            os.pwrite(partial.fd, data, start)
+            with cache.local_write():
+                write_at(partial.fd, data, start)
         except BaseException:
             cache.release(index.shard, [part])
             raise

@@ -9,7 +9,7 @@ import os
 import random
 import tempfile
 import time
-from typing import NoReturn
+from typing import Callable, NoReturn, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -22,6 +22,7 @@ from dsinspect.loaders.store.transient import is_transient
 __all__ = ["fetch_verified", "fetch_parts"]
 
 _CHUNK = 4 << 20
+T = TypeVar("T")
 
 
 def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: str, size: int, directory: str,
@@ -31,35 +32,15 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
     Transient errors (`is_transient`) are retried `retries` times with backoff, then RetriesExhausted;
     a download whose bytes do not match (our sha256 or the client's own checksum) is fetched once
     more, then IntegrityError; anything else fails at once (see `_fail_at_once`)."""
-    mismatches = 0
-    attempt = 0
-    while True:
-        started = time.monotonic()
-        try:
-            tmp, got, nbytes = _download(fs, path, directory)
-        except Exception as e:  # noqa: BLE001 - sorted here: damaged in transit, transient, or final
-            if _rejected_checksum(e):
-                mismatch = f"the storage client's checksum check failed ({reason_of(e)})"
-            elif not is_transient(e):
-                _fail_at_once(e, url)
-            elif attempt < retries:
-                attempt += 1
-                stats.add("retries")
-                time.sleep(backoff * (2 ** (attempt - 1)) * (1 + random.random()))
-                continue
-            else:
-                raise RetriesExhausted(f"shard {url}: fetch failed after {attempt + 1} tries: "
-                                       f"{e.__class__.__name__}: {e}") from None
-        else:
-            if got == sha256 and nbytes == size:
-                stats.fetched(nbytes, time.monotonic() - started)
-                return tmp
-            os.unlink(tmp)
-            mismatch = f"sha256 {got} ({nbytes} bytes) does not match the manifest's {sha256} ({size} bytes)"
-        stats.add("verify_failures")
-        mismatches += 1
-        if mismatches > 1:
-            raise IntegrityError(f"shard {url}: {mismatch}, also after a re-fetch; refusing to read it")
+    def check(got: tuple[str, str, int], seconds: float) -> str | None:
+        tmp, digest, nbytes = got
+        if digest == sha256 and nbytes == size:
+            stats.fetched(nbytes, seconds)
+            return None
+        os.unlink(tmp)
+        return f"sha256 {digest} ({nbytes} bytes) does not match the manifest's {sha256} ({size} bytes)"
+
+    return _checked(lambda: _download(fs, path, directory), check, url, f"shard {url}", stats, retries, backoff)[0]
 
 
 def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[tuple[int, int, str]],
@@ -67,13 +48,34 @@ def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[
     """The bytes of consecutive parts [(start, end, sha256), ...] of the file at `path`, fetched as
     one ranged read and each checked against its sha256; errors as in `fetch_verified`."""
     first, last = spans[0][0], spans[-1][1]
-    what = f"shard {url} bytes {first}..{last}"
+
+    def cut(data: bytes) -> list[memoryview]:
+        view = memoryview(data)  # slices without copies: a run is up to 8 MiB
+        return [view[a - first:b - first] for a, b, _ in spans]
+
+    def check(data: bytes, seconds: float) -> str | None:
+        for (a, b, want), part in zip(spans, cut(data)):
+            got = hashlib.sha256(part).hexdigest()
+            if got != want:
+                return f"bytes {a}..{b}: sha256 {got} does not match the manifest's shard index ({want})"
+        stats.fetched_parts(len(data), len(spans), seconds)
+        return None
+
+    return cut(_checked(lambda: fs.cat_file(path, start=first, end=last), check, url,
+                        f"shard {url} bytes {first}..{last}", stats, retries, backoff))
+
+
+def _checked(fetch: Callable[[], T], check: Callable[[T, float], str | None], url: str, what: str,
+             stats: ReadStats, retries: int, backoff: float) -> T:
+    """`fetch()` until `check(result, seconds)` finds nothing wrong (None): transient errors retried
+    with backoff, then RetriesExhausted naming `what`; a mismatch (check's reason, or the storage
+    client's own checksum) fetched once more, then IntegrityError; anything else at once."""
     mismatches = attempt = 0
     while True:
         started = time.monotonic()
         try:
-            data = fs.cat_file(path, start=first, end=last)
-        except Exception as e:  # noqa: BLE001 - sorted as in fetch_verified
+            got = fetch()
+        except Exception as e:  # noqa: BLE001 - sorted here: damaged in transit, transient, or final
             if _rejected_checksum(e):
                 mismatch = f"the storage client's checksum check failed ({reason_of(e)})"
             elif not is_transient(e):
@@ -87,15 +89,9 @@ def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[
                 raise RetriesExhausted(f"{what}: fetch failed after {attempt + 1} tries: "
                                        f"{e.__class__.__name__}: {e}") from None
         else:
-            view = memoryview(data)  # slices without copies: a run is up to 8 MiB
-            parts = [view[a - first:b - first] for a, b, _ in spans]
-            got = [hashlib.sha256(p).hexdigest() for p in parts]
-            bad = [(a, b, want, g) for (a, b, want), g in zip(spans, got) if g != want]
-            if not bad:
-                stats.fetched_parts(len(data), len(spans), time.monotonic() - started)
-                return parts
-            a, b, want, got = bad[0]
-            mismatch = f"bytes {a}..{b}: sha256 {got} does not match the manifest's shard index ({want})"
+            mismatch = check(got, time.monotonic() - started)
+            if mismatch is None:
+                return got
         stats.add("verify_failures")
         mismatches += 1
         if mismatches > 1:

@@ -15,7 +15,7 @@ import numpy as np
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import BatchPlan, epoch_end, locate_step, plan_steps
-from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.spec import RunSpec, Shuffle
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.read.cache import ShardCache
@@ -117,8 +117,11 @@ class Loader:
         return self._read(plan, layout)
 
     def batches_at(self, steps: Sequence[int]) -> list[Batch]:
-        """The batches of several steps, read together (one gather per column and shard: cheaper
-        per batch than `batch_at` each); no effect on the iteration position."""
+        """The batches of several steps, read together under a global shuffle (one gather per
+        column and shard: cheaper per batch than `batch_at` each; see `_from_run` for why not under
+        the others); no effect on the iteration position."""
+        if self.spec.shuffle is not Shuffle.GLOBAL:
+            return [self.batch_at(s) for s in steps]
         return self._read_many([self._plan(s) for s in steps])
 
     def set_stride(self, stride: int) -> None:
@@ -180,9 +183,11 @@ class Loader:
         """The batch of `step` from the run read with it: a run of up to _RUN steps (not past the
         epoch's end), twice as long as the last one, so a start or a jump reads one batch first.
         With a transform, one batch at a time: its cost dwarfs the read's, and a run would make
-        every _RUN-th batch wait for _RUN transforms."""
+        every _RUN-th batch wait for _RUN transforms. Only under a global shuffle, whose whole
+        version the cache must hold anyway: under a window shuffle a run would need several windows
+        at once, more than a bounded cache is sized for (shards evicted and fetched again)."""
         if not self._run or self._run[0].step != step:
-            longest = 1 if self.transform is not None else _RUN
+            longest = _RUN if self.transform is None and self.spec.shuffle is Shuffle.GLOBAL else 1
             self._run_len = min(longest, 2 * self._run_len) if step == self._run_next else 1
             k = max(1, min(self._run_len, epoch_end(self.spec, step) - step))
             self._run = deque(self._read_many([self._plan(s) for s in range(step, step + k)]))

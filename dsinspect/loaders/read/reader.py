@@ -228,6 +228,11 @@ class BatchReader:
         keys = []
         for i, pieces in zip(cold, got):
             key, rows, where = parts[i]
+            if pieces is None:  # filled meanwhile: from the cache
+                shard = self._shard(key)
+                shard.check(rows, self._read)
+                parts[i] = (shard, rows, where)
+                continue
             keys.append(key)
             at = np.arange(len(rows)) if where is None else where
             parts[i] = [(group, group_rows, at[sel]) for group, group_rows, sel in pieces]
