@@ -54,7 +54,7 @@ log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
 BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
-_FETCH_RUN = 8 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
+_FETCH_RUN = 2 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
 
 
 class CachedShard:
@@ -333,6 +333,7 @@ class ShardCache:
         finally:  # after the sidecar: until then cold reads still use the parts (and fetch none twice)
             if index is not None:
                 self._forget_parts(entry.sha256)
+            pa.default_memory_pool().release_unused()  # what decoding freed back to the OS, not kept
 
     def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
         if index is not None:
