@@ -50,7 +50,7 @@ def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[
     first, last = spans[0][0], spans[-1][1]
 
     def cut(data: bytes) -> list[memoryview]:
-        view = memoryview(data)  # slices without copies: a run is up to 8 MiB
+        view = memoryview(data)  # slices without copies: a fill's run is up to 2 MiB
         return [view[a - first:b - first] for a, b, _ in spans]
 
     def check(data: bytes, seconds: float) -> str | None:
