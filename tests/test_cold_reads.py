@@ -10,22 +10,14 @@ pytest.importorskip("moto.moto_server.werkzeug_app")
 
 import numpy as np  # noqa: E402
 from s3_server import PROBLEM_RETRIES, s3_server  # noqa: E402
+from test_remote import FIELDS, NAMES, random_rows  # noqa: E402  (the same incompressible rows)
 
 from dsinspect.errors import IntegrityError  # noqa: E402
-from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions  # noqa: E402
+from dsinspect.loaders import HASH_COLUMN, Catalog, Loader, RunSpec, WriteOptions  # noqa: E402
 from dsinspect.loaders.format.canonical import row_hashes  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
-FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
-          Field("tokens", pa.list_(pa.int32()), "tokens")]
-NAMES = [f.name for f in FIELDS]
 SHARDS, SHARD_ROWS, GROUP_ROWS = 6, 200, 20
-
-
-def random_rows(n, seed=0):
-    rng = np.random.default_rng(seed)
-    return [{"id": i, "blob": rng.bytes(300), "tokens": rng.integers(0, 1 << 30, i % 23, dtype=np.int32).tolist()}
-            for i in range(n)]
 
 
 @pytest.fixture(scope="module")

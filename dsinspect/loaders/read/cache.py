@@ -34,7 +34,6 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import xxhash
-from fsspec.implementations.local import LocalFileSystem
 
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
@@ -42,10 +41,10 @@ from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.read.convert import parquet_to_ipc
-from dsinspect.loaders.read.fetch import fetch_parts, fetch_verified
+from dsinspect.loaders.read.fetch import fetch_parts, fetch_verified, local_write
 from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.locks import locked_file, open_locked
-from dsinspect.loaders.store.storage import cache_dir, write_errors
+from dsinspect.loaders.store.storage import cache_dir
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard", "write_at"]
@@ -241,27 +240,28 @@ class ShardCache:
 
     def local_write(self):
         """Around a write into the cache: a full or read-only disk is a StorageError naming it."""
-        return _local_write(self.root)
+        return local_write(str(self.root))
 
-    def open_partial(self, index: ShardIndex) -> int:
+    def open_partial(self, index: ShardIndex) -> tuple[int, bool]:
         """A file descriptor (the caller's to close) of the shard's `.partial` file, created sparse at
-        the shard's size: the parts nobody fetched yet are holes."""
-        with _local_write(self.root):
+        the shard's size (the parts nobody fetched yet are holes), and whether it was made now."""
+        with local_write(str(self.root)):
             fd = os.open(self._path(index.shard, ".partial"), os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                if os.fstat(fd).st_size < index.size:
+                fresh = os.fstat(fd).st_size != index.size
+                if fresh:
                     os.ftruncate(fd, index.size)
             except BaseException:
                 os.close(fd)
                 raise
-        return fd
+        return fd, fresh
 
     def note_part(self, index: ShardIndex, part: int) -> None:
         """A checked part is now in the `.partial` file: the fill need not fetch it (see the module
         docstring); ends the caller's claim on it."""
         try:
             if not self.holds(index.shard):
-                with _local_write(self.root), open(self._path(index.shard, ".have"), "ab") as have:
+                with local_write(str(self.root)), open(self._path(index.shard, ".have"), "ab") as have:
                     have.write(part.to_bytes(4, "little"))  # one small append: atomic
                 with self._parts_lock:
                     self._parts.setdefault(index.shard, set()).add(part)
@@ -364,16 +364,13 @@ class ShardCache:
         """The shard assembled in its `.partial` file from the parts already there and the rest
         fetched in runs of consecutive parts (each part checked); returns the file's path."""
         sha = index.shard
-        partial = self._path(sha, ".partial")
         with self._parts_lock:
             mine = set(self._parts.get(sha, ()))
         hinted = self._hinted(sha) - mine
-        with _local_write(self.root):
-            fd = os.open(partial, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, fresh = self.open_partial(index)
         try:
-            if os.fstat(fd).st_size != index.size:
-                os.ftruncate(fd, index.size)
-                mine, hinted = set(), set()  # a fresh file (or a stray one of another size): nothing in it
+            if fresh:  # (or a stray one of another size): nothing in it
+                mine, hinted = set(), set()
             for part in sorted(hinted):  # written by another process: checked again, locally
                 start, end = index.span(part)
                 if hashlib.sha256(os.pread(fd, end - start, start)).hexdigest() == index.sha256[part]:
@@ -387,12 +384,7 @@ class ShardCache:
                 others += busy
                 for part_run in _runs(claimed, index, _FETCH_RUN):
                     try:
-                        spans = [(*index.span(p), index.sha256[p]) for p in part_run]
-                        datas = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),
-                                            spans, self.stats, self.retries, self.backoff)
-                        with _local_write(self.root):
-                            for (start, _, _), data in zip(spans, datas):
-                                write_at(fd, data, start)
+                        self._fetch_into(fd, version, shard, index, part_run)
                         with self._parts_lock:
                             mine.update(part_run)
                     finally:
@@ -401,17 +393,21 @@ class ShardCache:
                 event.wait()
             left = [p for p in missing if p not in mine]  # a cold read that failed: fetch it here
             for part_run in _runs(left, index, _FETCH_RUN):
-                spans = [(*index.span(p), index.sha256[p]) for p in part_run]
-                for (start, _, _), data in zip(spans, fetch_parts(
-                        version.catalog.fs, version.shard_path(shard), version.shard_url(shard), spans,
-                        self.stats, self.retries, self.backoff)):
-                    with _local_write(self.root):
-                        write_at(fd, data, start)
+                self._fetch_into(fd, version, shard, index, part_run)
             os.fsync(fd)
         finally:
             os.close(fd)
         self.stats.add("shards_fetched")  # whole now, part by part (bytes_fetched counts what crossed)
-        return str(partial)  # late store_parts may still write into it: the same checked bytes
+        return str(self._path(sha, ".partial"))  # late cold reads may still write into it: the same checked bytes
+
+    def _fetch_into(self, fd: int, version: DatasetVersion, shard: int, index: ShardIndex, run: list[int]) -> None:
+        """Consecutive parts fetched in one ranged read, each checked, written at their offsets."""
+        spans = [(*index.span(p), index.sha256[p]) for p in run]
+        datas = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard), spans,
+                            self.stats, self.retries, self.backoff)
+        with local_write(str(self.root)):
+            for (start, _, _), data in zip(spans, datas):
+                write_at(fd, data, start)
 
     def use_partial(self, sha256: str, n: int = 1) -> None:
         """A cold read of this process is using the shard's parts (n=-1: no longer): the fill that
@@ -547,10 +543,6 @@ def _runs(parts: list[int], index: ShardIndex, limit: int) -> list[list[int]]:
         else:
             runs.append([p])
     return runs
-
-
-def _local_write(directory: Path):
-    return write_errors(LocalFileSystem(), str(directory))  # a full or read-only cache disk: StorageError
 
 
 def _block_digests(arrow_path: str) -> np.ndarray:

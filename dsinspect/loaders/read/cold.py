@@ -64,7 +64,7 @@ class _Partial:
 
     def __init__(self, cache: ShardCache, index: ShardIndex):
         self.sha256 = index.shard
-        self.fd = cache.open_partial(index)
+        self.fd, _ = cache.open_partial(index)
         try:
             self.buffer = pa.py_buffer(mmap.mmap(self.fd, index.size, prot=mmap.PROT_READ))
         except BaseException:

@@ -19,7 +19,7 @@ from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.storage import write_errors
 from dsinspect.loaders.store.transient import is_transient
 
-__all__ = ["fetch_verified", "fetch_parts"]
+__all__ = ["fetch_verified", "fetch_parts", "local_write"]
 
 _CHUNK = 4 << 20
 T = TypeVar("T")
@@ -117,13 +117,13 @@ def _rejected_checksum(e: BaseException) -> bool:
 
 def _download(fs: fsspec.AbstractFileSystem, path: str, directory: str) -> tuple[str, str, int]:
     digest, nbytes = hashlib.sha256(), 0
-    with _local_write(directory):
+    with local_write(directory):
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fetch-", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=_CHUNK, cache_type="none") as src:
             for chunk in iter(lambda: src.read(_CHUNK), b""):
                 digest.update(chunk)
-                with _local_write(directory):  # a full or read-only cache disk is no network hiccup
+                with local_write(directory):  # a full or read-only cache disk is no network hiccup
                     out.write(chunk)
                 nbytes += len(chunk)
     except BaseException:
@@ -132,5 +132,6 @@ def _download(fs: fsspec.AbstractFileSystem, path: str, directory: str) -> tuple
     return tmp, digest.hexdigest(), nbytes
 
 
-def _local_write(directory: str):
+def local_write(directory: str):
+    """Around a write into a local directory (the cache): a full or read-only disk is a StorageError."""
     return write_errors(LocalFileSystem(), directory)
