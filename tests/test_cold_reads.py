@@ -2,6 +2,8 @@
 docs/FORMAT.md) instead of after whole-shard fills, the fill then fetching only what is still missing.
 I/O claims are checked on the request log of a real S3 server (moto on loopback)."""
 
+import threading
+
 import pyarrow as pa
 import pytest
 
@@ -104,7 +106,14 @@ def test_the_first_batch_fetches_only_its_rows_parts_and_the_fill_fetches_each_b
     assert all(r.range for r in early if r.path.endswith(".parquet")), "only ranged reads of shards"
     assert got == want and len(got) == len([r for r in early if r.path.endswith(".parquet")])
 
-    # over the epoch: every byte of every shard fetched exactly once (parts of the first batch included)
+    each_byte_fetched_once(server, version, cache)  # parts of the first batch included
+    stats = loader.stats()
+    assert stats["bytes_fetched"] == sum(s.bytes for s in version.manifest.shards)
+    assert stats["shards_fetched"] == stats["cache_misses"] == SHARDS
+
+
+def each_byte_fetched_once(server, version, cache):
+    """Every byte of every shard was fetched exactly once (request log), and the cache holds each shard."""
     for s in range(SHARDS):
         path = server.path(version.shard_path(s))
         spans = sorted((r.start, r.start + r.nbytes) for r in server.requests("GET", path=version.shard_path(s))
@@ -112,9 +121,29 @@ def test_the_first_batch_fetches_only_its_rows_parts_and_the_fill_fetches_each_b
         assert spans[0][0] == 0 and spans[-1][1] == version.manifest.shards[s].bytes, path
         assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), f"{path}: gaps or overlaps {spans}"
         assert cache.holds(version.manifest.shards[s].sha256)
-    stats = loader.stats()
-    assert stats["bytes_fetched"] == sum(s.bytes for s in version.manifest.shards)
-    assert stats["shards_fetched"] == stats["cache_misses"] == SHARDS
+
+
+def test_a_loader_that_does_not_fill_leaves_its_checked_parts_to_the_next(s3, data, tmp_path):
+    """Loader(fill=False), as a TorchLoader's main process reads a pass's first batch before its
+    workers start: its rows from their parts, no fill and no thread left behind; a loader after it
+    on the same cache (a worker) fetches only what is still missing."""
+    server, url, _ = s3
+    catalog, spec = spec_for(url)
+    version = data["version"]
+    server.reset_counts()
+    cache = FillLog(tmp_path / "cache", server)
+    with Loader(spec, catalog=catalog, cache=cache, fill=False) as alone:
+        for step in (0, 1):
+            check(alone.batch_at(step), data)
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("dsinspect-fetch")]  # no fill
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("dsinspect-")]  # safe to fork now
+    assert cache.before_fill is None and not any(cache.holds(s.sha256) for s in version.manifest.shards)
+    fetched = [r for r in server.requests("GET") if r.path.endswith(".parquet")]
+    assert fetched and all(r.range for r in fetched), "only ranged reads of parts"
+    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        for batch in loader:
+            check(batch, data)
+    each_byte_fetched_once(server, version, cache)
 
 
 def test_a_flipped_byte_in_a_row_group_the_first_batch_reads_is_caught_before_the_batch(s3, data, tmp_path):

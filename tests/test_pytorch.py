@@ -2,6 +2,7 @@
 restore across worker counts (TorchLoader) and through torchdata's StatefulDataLoader."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices, steps_in_epoch  # noqa: E402
+from dsinspect.loaders.order.state import LoaderState  # noqa: E402
 from dsinspect.loaders.pytorch import TorchBatches, TorchLoader, batch_to_torch  # noqa: E402
 from dsinspect.loaders.pytorch.conversion import split_ragged, unpack  # noqa: E402
 from dsinspect.loaders.pytorch.dataset import elastic_state  # noqa: E402
@@ -241,6 +243,28 @@ def _decode_like(batch):
     """A transform as a training job writes one: a tensor, a numpy array and a number."""
     ids = torch.from_numpy(batch.to_numpy()["id"].astype(np.float32))
     return {"x": ids * 2, "mask": (ids % 3 == 0), "raw": np.arange(len(batch)), "n": len(batch)}
+
+
+def _made_by(batch):
+    """A transform that says which process made the batch."""
+    return np.full(len(batch), os.getpid())
+
+
+def test_torchloader_makes_each_passs_first_batch_here_before_its_workers_start(catalog):
+    """A fresh node's (or a resume's) first batch is one read in this process: it waits neither for
+    workers to start nor for several workers reading cold at once. The rest come from the workers."""
+    spec = make_spec(catalog, "global", world_size=1)
+    loader = TorchLoader(TorchBatches(spec, catalog, transform=_made_by), num_workers=2)
+    per_epoch = steps_in_epoch(spec, 0)
+    for epoch in range(2):
+        made = [(int(b["transformed"][0]), int(b["step"])) for b in loader]
+        assert [step for _, step in made] == list(range(epoch * per_epoch, (epoch + 1) * per_epoch))
+        assert made[0][0] == os.getpid()
+        assert os.getpid() not in [pid for pid, _ in made[1:]] and len({pid for pid, _ in made[1:]}) == 2
+    resumed = TorchLoader(TorchBatches(spec, catalog, transform=_made_by), num_workers=2)
+    resumed.load_state_dict(LoaderState.at(spec, 3, 0).to_json())
+    made = [(int(b["transformed"][0]), int(b["step"])) for b in resumed]
+    assert made[0] == (os.getpid(), 3) and made[1][0] != os.getpid() and made[1][1] == 4
 
 
 @pytest.mark.slow

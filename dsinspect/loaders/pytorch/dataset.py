@@ -28,7 +28,7 @@ from dsinspect.loaders.pytorch.consistency import check_same_step
 from dsinspect.loaders.pytorch.conversion import batch_to_torch, check_columns, worker_arrays
 from dsinspect.loaders.pytorch.recording import RankRecord
 from dsinspect.loaders.pytorch.ring import RingBatch
-from dsinspect.loaders.pytorch.transfer import ChunkSender, Transfer, WorkerChunk, tensors_to_numpy
+from dsinspect.loaders.pytorch.transfer import ChunkSender, Transfer, WorkerChunk, as_received, tensors_to_numpy
 from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.read.loader import Loader
 from dsinspect.loaders.store.catalog import Catalog
@@ -180,10 +180,27 @@ class TorchBatches(IterableDataset):
     def _reader(self) -> Loader:
         """This process's own Loader: a forked worker must not share the parent's open files."""
         if self._loader is None or self._loader_pid != os.getpid():
-            self._loader = Loader(self.spec, self.rank, Catalog(self.catalog_url), columns=self.columns, prefetch=0,
-                                  transform=self.transform, cache=ShardCache(max_bytes=self.cache_bytes))
+            self._loader = self._new_loader()
             self._loader_pid = os.getpid()
         return self._loader
+
+    def _new_loader(self, fill: bool = True) -> Loader:
+        return Loader(self.spec, self.rank, Catalog(self.catalog_url), columns=self.columns, prefetch=0,
+                      transform=self.transform, cache=ShardCache(max_bytes=self.cache_bytes), fill=fill)
+
+    def _read_alone(self, step: int) -> dict[str, Any]:
+        """The batch of `step` as tensors, read by a Loader of its own that starts nothing in the
+        background and is closed before this returns: the TorchLoader makes a pass's first batch so
+        and then forks its workers, which must not inherit running threads or pinned shards."""
+        loader = self._new_loader(fill=False)
+        try:
+            read = loader.batch_at(step)
+            batch = batch_to_torch(read, self.dense)
+            if read.transformed is not None:
+                batch["transformed"] = as_received(read.transformed)
+            return batch
+        finally:
+            loader.close()
 
     def __getstate__(self) -> dict[str, Any]:
         kept = self._kept_segment

@@ -17,7 +17,7 @@ from torch.utils.data import default_convert
 from dsinspect.loaders.pytorch.conversion import unpacked
 from dsinspect.loaders.pytorch.ring import RingBatch, RingReader, RingWriter
 
-__all__ = ["Transfer", "WorkerChunk", "ChunkSender", "receive", "tensors_to_numpy"]
+__all__ = ["Transfer", "WorkerChunk", "ChunkSender", "receive", "as_received", "tensors_to_numpy"]
 
 
 class Transfer(NamedTuple):
@@ -73,6 +73,12 @@ def _tensor_copy(view: np.ndarray) -> Any:
 
 
 _KEPT_AS_NUMPY = re.compile(r"[SaUO]")  # torch's np_str_obj_array_pattern: dtypes default_convert leaves alone
+
+
+def as_received(transformed: Any) -> Any:
+    """A transform's output made in the main process as a worker's arrives (its tensors sent as
+    numpy, then default_convert): the same types whichever process made the batch."""
+    return default_convert(tensors_to_numpy(transformed))
 
 
 def tensors_to_numpy(value: Any) -> Any:

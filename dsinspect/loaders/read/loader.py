@@ -44,19 +44,21 @@ class Loader:
     `load_state_dict` or with the first batch read, and a line per step: the fingerprint of the rows
     as stored (or, with `fingerprint_of="transformed"`, of the transform's output), per-sample
     digests (`record_samples`: True, False or "auto") and the time waited for the batch.
-    `state_dict()` makes every line so far durable first."""
+    `state_dict()` makes every line so far durable first.
+    `fill=False` starts nothing in the background: each batch reads its rows from the cache or, for
+    shards it lacks, only their parts (a process that reads a batch or two and then forks)."""
 
     def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
                  columns: Sequence[str] | None = None, prefetch: int = 0, record_dir: str | None = None,
                  cache: ShardCache | None = None, stats_interval: float | None = None,
                  transform: Callable[[Batch], Any] | None = None, fingerprint_of: str = "stored",
-                 record_samples: bool | str = "auto"):
+                 record_samples: bool | str = "auto", fill: bool = True):
         if catalog is None:
             raise UserError("Loader needs a catalog: Loader(spec, rank, catalog=Catalog(url))")
         if not 0 <= rank < spec.world_size:  # now, not at the first batch (plan_batch's words)
             raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
         self.spec, self.rank, self.catalog, self.transform = spec, rank, catalog, transform
-        self._reader = BatchReader(catalog, spec, columns, cache)
+        self._reader = BatchReader(catalog, spec, columns, cache, fill=fill)
         self._step = spec.start.step
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
@@ -271,7 +273,8 @@ class Loader:
         self._plans = {}
         self._step = resumed.start.step
         self._reader.close()
-        self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache)
+        self._reader = BatchReader(self.catalog, resumed, self._reader.columns, self._reader.cache,
+                                   fill=self._reader.fill)
         self._last_yield = self._last_read = None
         self._parent = saved.segment
         if self._recorder:  # a new segment: which state it resumed from, its world and batch size

@@ -44,7 +44,7 @@ class BatchReader:
     """Reads the rows a BatchPlan names, in plan order, with their stored row hashes."""
 
     def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None,
-                 cache: ShardCache | None = None, fetch_threads: int = 2):
+                 cache: ShardCache | None = None, fetch_threads: int = 2, fill: bool = True):
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
             if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
@@ -73,6 +73,7 @@ class BatchReader:
         self._deferred: dict[tuple[int, int], None] = {}  # shards to fill once the first batch is read
         self._reads = 0
         self._cold_seconds = 0.0  # how long the last cold read took
+        self.fill = fill  # False: read what each batch needs and start nothing in the background
 
     def read(self, plan: BatchPlan, layout: Layout | None = None,
              patience: float | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
@@ -170,7 +171,7 @@ class BatchReader:
     def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
         """Start fetching the shards these future batches need and the cache lacks, in the order
         of the batches (at most half the open budget ahead)."""
-        if not plans:
+        if not plans or not self.fill:
             return
         wanted = dict.fromkeys(self.shards_of(plans) if layouts is None
                                else (key for layout in layouts for key, _, _ in layout))
@@ -244,6 +245,9 @@ class BatchReader:
     def _start_fills(self) -> None:
         """Fill the shards read cold so far (and what warm() deferred), in the order they were wanted."""
         with self._lock:
+            if not self.fill:
+                self._deferred = {}
+                return
             for key in self._deferred:
                 if key not in self._open and key not in self._pending:
                     self._pending[key] = self._executor().submit(self._load, key)
