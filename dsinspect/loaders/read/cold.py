@@ -27,7 +27,7 @@ from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.cache import ShardCache, write_at
-from dsinspect.loaders.read.columns import View, column_view
+from dsinspect.loaders.read.columns import View, column_view, dense_to_arrow, gather
 from dsinspect.loaders.read.fetch import fetch_parts
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
@@ -55,6 +55,15 @@ class RowsShard:
 
     def check(self, rows: np.ndarray, columns: list[str]) -> None:
         """Nothing to do: its bytes were checked against their part's sha256 before decoding."""
+
+    def taken(self, rows: np.ndarray) -> "RowsShard":
+        """These rows (in this order) copied into a RowsShard of their own, with the same schema."""
+        schema = self.batch.schema
+        arrays = []
+        for field in schema:
+            got = gather([(self.view(field.name), rows, None)], len(rows))
+            arrays.append(dense_to_arrow(got, field.type) if isinstance(got, np.ndarray) else got)
+        return RowsShard(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 
 class _Partial:
@@ -102,29 +111,35 @@ class ColdRows:
     def _take(self, wants: Sequence[Want], columns: list[str], partials: dict[str, _Partial]) -> list[Pieces]:
         missing = {w[2].shard: w for w in wants if partials[w[2].shard].footer is None}
         list(self._pool.map(lambda w: self._footer(w[0], w[1], w[2], partials[w[2].shard]), missing.values()))
-        groups: dict[tuple[str, int], RowsShard] = {}
-        needed = {}
-        with self._lock:
-            for version, shard, index, rows in wants:
-                for part in np.unique(index.parts_of(rows)).tolist():
-                    group = self._groups.get((index.shard, part))
-                    if group is not None:
-                        groups[(index.shard, part)] = group
-                    else:
-                        needed[(index.shard, part)] = (version, shard, index, part, partials[index.shard])
-        groups.update(zip(needed, self._pool.map(lambda n: self._decode(*n, columns), needed.values())))
-        out = []
-        for _, _, index, rows in wants:
+        plan = []  # per want, per row group: (its key, where its rows start among the group's taken rows, positions)
+        taken: dict[tuple[str, int], list[np.ndarray]] = {}  # per row group, the rows the wants read of it
+        sources = {}
+        for version, shard, index, rows in wants:
             parts = index.parts_of(rows)
             pieces = []
             for part in np.unique(parts).tolist():
                 sel = np.flatnonzero(parts == part)
-                pieces.append((groups[(index.shard, part)], rows[sel] - int(index.row_starts[part]), sel))
-            out.append(pieces)
+                key = (index.shard, part)
+                got = taken.setdefault(key, [])
+                pieces.append((key, sum(map(len, got)), sel))
+                got.append(rows[sel] - int(index.row_starts[part]))
+                sources.setdefault(key, (version, shard, index, part, partials[index.shard]))
+            plan.append(pieces)
+        rows_of = dict(zip(taken, self._pool.map(
+            lambda key: self._rows(key, sources[key], np.concatenate(taken[key]), columns), taken)))
+        return [[(rows_of[key], np.arange(at, at + len(sel)), sel) for key, at, sel in pieces] for pieces in plan]
+
+    def _rows(self, key: tuple[str, int], source: tuple, rows: np.ndarray, columns: list[str]) -> "RowsShard":
+        """`rows` of a row group, copied out of it: the decoded group is kept (up to `max_bytes`)
+        or dropped here, so a read holds only the rows it returns (a cold read of a run of 16
+        shuffled batches decodes ~500 row groups of ~256 KiB for a row or two of each)."""
         with self._lock:
-            for key in needed:
-                self._keep(key, groups[key])
-        return out
+            group = self._groups.get(key)
+        if group is None:
+            group = self._decode(*source, columns)
+            with self._lock:
+                self._keep(key, group)
+        return group.taken(rows)
 
     def forget(self, sha256: str) -> None:
         """Drop what is held of a shard (it is in the cache now)."""
