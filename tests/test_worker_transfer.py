@@ -111,6 +111,29 @@ def test_runs_tile_the_pass_and_double_up_to_the_chunk(workers, chunk):
     assert all(b in (a, min(2 * a, chunk)) for a, b in zip(sizes[::workers], sizes[workers::workers]))
 
 
+@pytest.mark.parametrize("workers,chunk", [(2, 3), (3, 2)])
+def test_a_worker_plans_only_the_steps_it_makes(catalog, monkeypatch, workers, chunk):
+    """A TorchLoader worker plans (and fetches ahead for) the steps of its own runs, not every step."""
+    from dsinspect.loaders.pytorch.dataset import _ChunkProducer
+    from dsinspect.loaders.pytorch.transfer import Transfer
+    from dsinspect.loaders.read import loader as loader_module
+    planned = []
+    real = loader_module.plan_steps
+    monkeypatch.setattr(loader_module, "plan_steps", lambda spec, steps, rank: planned.extend(steps) or
+                        real(spec, steps, rank))
+    spec = spec_of(catalog)
+    dataset = TorchBatches(spec, catalog, columns=["id"])
+    dataset._transfer = Transfer(None, 1, chunk)  # through the pipe: this test runs the producer in-process
+    made = {}
+    for worker in range(workers):
+        planned.clear()
+        runs = list(_ChunkProducer(dataset, 0, 13, workers, worker, chunk))
+        made[worker] = [int(b["step"]) for run in runs for b in receive(run, None)]
+        assert sorted(planned) == made[worker], f"worker {worker} planned {sorted(planned)}"
+        dataset.close()
+    assert sorted(s for steps in made.values() for s in steps) == list(range(13))
+
+
 class FailFrom:
     """A transform that fails at steps from `step` on (in the worker that reads them)."""
 

@@ -300,7 +300,20 @@ class _ChunkProducer:
     def __init__(self, dataset: TorchBatches, first: int, end: int, workers: int, worker: int, chunk: int):
         self.dataset, self.first, self.end, self.workers, self.chunk = dataset, first, end, workers, chunk
         self.run = worker  # index of the next run this worker makes
-        dataset._reader().set_stride(1)  # runs of consecutive steps: plan ahead along all of them
+        dataset._reader().set_upcoming(self._upcoming)  # plan ahead along this worker's runs only
+
+    def _upcoming(self, step: int, n: int) -> list[int]:
+        """Up to `n` of this worker's steps from `step` on (it lies in the run being made)."""
+        steps: list[int] = []
+        run = self.run - self.workers
+        while len(steps) < n:
+            offset, size = run_span(run, self.workers, self.chunk)
+            start = self.first + offset
+            if start >= self.end:
+                break
+            steps += range(max(start, step), min(start + size, self.end))
+            run += self.workers
+        return steps[:n] or [step]
 
     def __iter__(self) -> "_ChunkProducer":
         return self

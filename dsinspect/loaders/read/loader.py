@@ -80,7 +80,7 @@ class Loader:
         self._run_len, self._run_next = 0, -1  # the last run's length, and the step after it
         self._source_names = tuple(s.name for s in spec.sources)
         self._plans: dict[int, tuple[BatchPlan, Layout | None]] = {}
-        self._stride = 1
+        self._upcoming: Callable[[int, int], Sequence[int]] = _every(1)  # the steps asked after a step
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -129,7 +129,13 @@ class Loader:
     def set_stride(self, stride: int) -> None:
         """Say that `batch_at` will be asked for every `stride`-th step (a DataLoader worker of
         `stride` workers), so plans and shard fetches run ahead along those steps."""
-        self._stride = max(1, stride)
+        self.set_upcoming(_every(max(1, stride)))
+
+    def set_upcoming(self, upcoming: Callable[[int, int], Sequence[int]]) -> None:
+        """Say which steps `batch_at` / `batches_at` will be asked for: `upcoming(step, n)` gives
+        up to `n` of them in order, from `step` on (a TorchLoader worker's runs), so plans and
+        shard fetches run ahead along exactly those."""
+        self._upcoming = upcoming
         self._plans = {}
 
     def warm(self, steps: Iterable[int]) -> None:
@@ -144,8 +150,7 @@ class Loader:
             if not self._plans:  # the first batch: plan just it (a third of the work)
                 steps: Sequence[int] = [step]
             else:  # start small (the first batch should not wait for 256 plans), then grow to full chunks
-                chunk = min(_PLAN_CHUNK, max(4, 2 * len(self._plans)))
-                steps = range(step, step + chunk * self._stride, self._stride)
+                steps = self._upcoming(step, min(_PLAN_CHUNK, max(4, 2 * len(self._plans))))
             plans = plan_steps(self.spec, steps, self.rank)
             self._plans = {p.step: (p, None) for p in plans}  # layouts per read: a run splits its rows at once
             self._reader.warm(plans)
@@ -294,3 +299,8 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _every(stride: int) -> Callable[[int, int], Sequence[int]]:
+    """Upcoming steps: every `stride`-th from the asked one on."""
+    return lambda step, n: range(step, step + n * stride, stride)
