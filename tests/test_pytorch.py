@@ -267,6 +267,22 @@ def test_torchloader_makes_each_passs_first_batch_here_before_its_workers_start(
     assert made[0] == (os.getpid(), 3) and made[1][0] != os.getpid() and made[1][1] == 4
 
 
+def test_torchloader_without_workers_reads_in_runs_and_gives_what_a_dataloader_gives(catalog, monkeypatch):
+    """Without workers the TorchLoader iterates the dataset itself, steps read together in runs,
+    and converts what a DataLoader's default_convert would (a transform's numpy output to tensors)."""
+    from dsinspect.loaders.read.reader import BatchReader
+    spec = make_spec(catalog, "global", world_size=1)
+    want = [comparable(b) for b in DataLoader(TorchBatches(spec, catalog, transform=_decode_like), batch_size=None)]
+    reads = []
+    real = BatchReader.read
+    monkeypatch.setattr(BatchReader, "read", lambda self, *a, **k: reads.append(1) or real(self, *a, **k))
+    got = [comparable(b) for b in TorchLoader(TorchBatches(spec, catalog, transform=_decode_like))]
+    assert got == want and isinstance(got[0]["transformed"]["raw"], tuple)  # a tensor, as comparable() shows it
+    reads.clear()
+    steps = len([comparable(b) for b in TorchLoader(TorchBatches(spec, catalog))])
+    assert steps == steps_in_epoch(spec, 0) > 4 and len(reads) < steps / 2  # runs of 1, 2, 4, ... steps
+
+
 @pytest.mark.slow
 def test_torchloader_workers_send_numpy_and_yield_what_batch_to_torch_gives(catalog):
     """TorchLoader's workers send numpy through the pipe (not a shared-memory segment per tensor);

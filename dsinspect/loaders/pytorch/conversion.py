@@ -61,8 +61,8 @@ def batch_arrays(batch: Batch, dense: Sequence[str] = (), *, own: bool = True) -
     out, nulls = _column_arrays(batch, dense, own)
     plan = batch.plan
     out.update(step=np.array(plan.step, dtype=np.int64), epoch=np.array(plan.epoch, dtype=np.int64),
-               positions=_owned(plan.positions.astype(np.int64)), indices=_owned(plan.indices.astype(np.int64)),
-               sources=_owned(plan.sources.astype(np.int64)), padding=_owned(plan.padding),
+               positions=plan.positions.astype(np.int64), indices=plan.indices.astype(np.int64),  # astype copies
+               sources=plan.sources.astype(np.int64), padding=_owned(plan.padding),
                seeds=_owned(plan.seeds.view(np.int64)), row_hashes=_owned(batch.hash_array), nulls=nulls)
     return out
 

@@ -240,7 +240,8 @@ class _Producer:
         if self._made == 0:  # this worker reads every stride-th step: plan and fetch ahead along those
             ds._reader().set_stride(self.stride)
         asked = time.monotonic()
-        read = ds._reader().batch_at(step)
+        loader = ds._reader()
+        read = loader.batch_in_run(step) if self.stride == 1 else loader.batch_at(step)  # in order: runs
         batch = batch_to_torch(read, ds.dense)
         if self._record is not None:  # before the batch leaves this process
             recorder = self._record.recorder()
