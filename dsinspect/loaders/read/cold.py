@@ -6,8 +6,12 @@ those rows, fetched as ranged reads and each checked against its sha256 before i
 part is written at its offset into the shard's `.partial` file in the cache (where the background
 fill finds it and does not fetch it again) and decoded from there, through a memory map of that
 same file, so Arrow reads the row group at its real offsets without a copy. Decoded row groups are
-kept (up to `max_bytes`) for the next batches until the shard is in the cache; the batch reader
-gathers from them with the same numpy views as from cached shards.
+kept (up to `max_bytes`) for the next batches until the shard is in the cache; a read holds only the
+rows it returns of the others. Parsed footers are kept for a few shards only (`_FOOTERS`): Arrow's
+parsed metadata takes ~12x the footer's bytes (~1.1 MB for a shard of 400 row groups), and under a
+global shuffle every shard not filled yet is read cold, so a footer per shard grew with the data;
+one dropped is parsed again (~1 ms) from the checked bytes in the `.partial` file. The batch reader
+gathers from the rows with the same numpy views as from cached shards.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ __all__ = ["ColdRows", "RowsShard"]
 Want = tuple[DatasetVersion, int, ShardIndex, np.ndarray]
 # What it gives: per row group, (its rows, rows within it, positions within the want's rows)
 Pieces = list[tuple["RowsShard", np.ndarray, np.ndarray]]
+
+_FOOTERS = 4  # parsed footers kept (see the module docstring): what the two pool threads decode and the next
 
 
 class RowsShard:
@@ -79,7 +85,8 @@ class _Partial:
         except BaseException:
             os.close(self.fd)
             raise
-        self.footer: pq.FileMetaData | None = None
+        self.has_footer = False  # the footer part is in our file, checked (parsed footers: ColdRows._footers)
+        self.footer_lock = threading.Lock()  # one thread parses the footer, the others wait for it
         self.users, self.forgotten = 0, False  # under ColdRows._lock: closed when forgotten and unused
 
     def close(self) -> None:
@@ -94,6 +101,7 @@ class ColdRows:
         self._partials: dict[str, _Partial] = {}
         self._groups: LRU[tuple[str, int], RowsShard] = LRU(1 << 30)  # bounded by bytes in `_keep`
         self._held = 0
+        self._footers: LRU[str, pq.FileMetaData] = LRU(_FOOTERS)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dsinspect-cold")
 
@@ -109,8 +117,6 @@ class ColdRows:
             self._unuse(partials.values())
 
     def _take(self, wants: Sequence[Want], columns: list[str], partials: dict[str, _Partial]) -> list[Pieces]:
-        missing = {w[2].shard: w for w in wants if partials[w[2].shard].footer is None}
-        list(self._pool.map(lambda w: self._footer(w[0], w[1], w[2], partials[w[2].shard]), missing.values()))
         plan = []  # per want, per row group: (its key, where its rows start among the group's taken rows, positions)
         taken: dict[tuple[str, int], list[np.ndarray]] = {}  # per row group, the rows the wants read of it
         sources = {}
@@ -138,7 +144,8 @@ class ColdRows:
         if group is None:
             group = self._decode(*source, columns)
             with self._lock:
-                self._keep(key, group)
+                if key[0] in self._partials:  # not forgotten meanwhile (its shard filled): kept
+                    self._keep(key, group)
         return group.taken(rows)
 
     def forget(self, sha256: str) -> None:
@@ -147,6 +154,7 @@ class ColdRows:
             partial = self._partials.pop(sha256, None)
             for key in [k for k in self._groups if k[0] == sha256]:
                 self._held -= self._groups.pop(key).nbytes
+            self._footers.pop(sha256)
             if partial is not None:
                 partial.forgotten = True
                 if partial.users:
@@ -158,6 +166,7 @@ class ColdRows:
         self._pool.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             self._groups.clear()
+            self._footers.clear()
             self._held = 0
             partials, self._partials = list(self._partials.values()), {}
             for partial in partials:
@@ -203,24 +212,36 @@ class ColdRows:
         for partial in done:
             partial.close()
 
-    def _footer(self, version: DatasetVersion, shard: int, index: ShardIndex, partial: _Partial) -> None:
-        self._fetch(version, shard, index, index.footer, partial)
-        start, end = index.span(index.footer)
-        try:
-            meta = pq.read_metadata(pa.BufferReader(partial.buffer.slice(start, end - start)))
-        except UNREADABLE as e:
-            raise arrow_error(e, f"shard {version.shard_url(shard)}: its footer matches its sha256 but is not "
-                                 "readable Parquet", IntegrityError) from None
-        if meta.num_row_groups != index.parts - 1:
-            raise IntegrityError(f"shard {version.shard_url(shard)}: {meta.num_row_groups} row groups, "
-                                 f"its index has {index.parts - 1}")
-        partial.footer = meta
+    def _footer(self, version: DatasetVersion, shard: int, index: ShardIndex, partial: _Partial) -> pq.FileMetaData:
+        """The shard's parsed footer: kept, or parsed from our file (its part fetched first if needed)."""
+        with partial.footer_lock:
+            with self._lock:
+                meta = self._footers.get(partial.sha256)
+            if meta is not None:
+                return meta
+            if not partial.has_footer:
+                self._fetch(version, shard, index, index.footer, partial)
+                partial.has_footer = True
+            start, end = index.span(index.footer)
+            try:
+                meta = pq.read_metadata(pa.BufferReader(partial.buffer.slice(start, end - start)))
+            except UNREADABLE as e:
+                raise arrow_error(e, f"shard {version.shard_url(shard)}: its footer matches its sha256 but is not "
+                                     "readable Parquet", IntegrityError) from None
+            if meta.num_row_groups != index.parts - 1:
+                raise IntegrityError(f"shard {version.shard_url(shard)}: {meta.num_row_groups} row groups, "
+                                     f"its index has {index.parts - 1}")
+            with self._lock:
+                if partial.sha256 in self._partials:  # not forgotten meanwhile (its shard filled)
+                    self._footers.put(partial.sha256, meta)
+            return meta
 
     def _decode(self, version: DatasetVersion, shard: int, index: ShardIndex, part: int, partial: _Partial,
                 columns: list[str]) -> RowsShard:
+        footer = self._footer(version, shard, index, partial)
         self._fetch(version, shard, index, part, partial)
         try:  # Arrow reads only this row group's column chunks (the footer is given): all checked bytes
-            table = pq.ParquetFile(pa.BufferReader(partial.buffer), metadata=partial.footer).read_row_group(
+            table = pq.ParquetFile(pa.BufferReader(partial.buffer), metadata=footer).read_row_group(
                 part, columns=columns, use_threads=False)
         except UNREADABLE as e:
             raise arrow_error(e, f"shard {version.shard_url(shard)}: row group {part} matches its sha256 but "
