@@ -38,7 +38,9 @@ class TorchLoader:
 
     With workers, each pass's first batch is made in this process before they start (they start
     when the consumer asks for the second): the first batch of a fresh node or a resume waits
-    neither for workers to start nor for several cold reads at once."""
+    neither for workers to start nor for several cold reads at once. Without workers (and without
+    `pin_memory`) it iterates the dataset itself, reading consecutive steps together, and converts
+    non-tensor values as the DataLoader would."""
 
     def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 16,
                  **dataloader_options: Any):
