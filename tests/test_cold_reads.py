@@ -2,6 +2,7 @@
 docs/FORMAT.md) instead of after whole-shard fills, the fill then fetching only what is still missing.
 I/O claims are checked on the request log of a real S3 server (moto on loopback)."""
 
+import os
 import threading
 
 import pyarrow as pa
@@ -203,3 +204,35 @@ def test_a_cold_epoch_reads_exactly_what_a_warm_one_does(tmp_path, shuffle):
             for a, b in zip(warm, cold, strict=True):
                 assert a.indices.tolist() == b.indices.tolist()
                 assert a.table.equals(b.table) and a.row_hashes == b.row_hashes
+
+
+def test_a_fill_trusts_no_part_its_process_put_in_a_partial_file_removed_since(tmp_path):
+    """This process's cold reads put checked parts into a shard's `.partial` file; another process
+    then removed that file (its fill ended, or an eviction) and a cold read there made a new, empty
+    one. A fill here must check every part it did not write itself in the file it assembles: the
+    parts its process knows of are holes there (before: 'Parquet magic bytes not found', 1 run in
+    4-5 of test_concurrency's shared bounded cache)."""
+    catalog = Catalog(str(tmp_path / "catalog"))
+    catalog.write_version("rand", random_rows(300, seed=9), FIELDS, key="id",
+                          options=WriteOptions(shard_rows=100, row_group_rows=10))
+    spec = RunSpec.create(catalog, "rand", seed=1, batch_size=8, shuffle="global")
+    cache = ShardCache(tmp_path / "cache")
+    with Loader(spec, catalog=catalog, cache=cache, fill=False) as cold:
+        first = cold.batch_at(0)
+    version = catalog.resolve("rand")
+    elsewhere = ShardCache(tmp_path / "cache")  # another process's view of the same cache
+    partials = sorted(cache.root.glob("*.partial"))
+    assert partials
+    for path in partials:
+        path.unlink()
+        cache.root.joinpath(path.stem + ".have").unlink(missing_ok=True)
+        shard = [s.sha256 for s in version.manifest.shards].index(path.stem)
+        os.close(elsewhere.open_partial(version.shard_index(shard))[0])  # made anew, holding nothing yet
+    for shard in range(len(version.manifest.shards)):
+        cache.open(version, shard).release()  # the fills, with what this process knows of the parts
+    with Loader(spec, catalog=catalog, cache=cache) as loader:
+        batches = list(loader)
+    assert batches[0].table.equals(first.table)
+    stored = pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
+    for batch in batches:
+        assert batch.table.select(NAMES).to_pylist() == stored.select(NAMES).take(batch.indices).to_pylist()

@@ -332,7 +332,7 @@ class ShardCache:
             return self._fill_from(version, shard, index, entry, url)
         finally:  # after the sidecar: until then cold reads still use the parts (and fetch none twice)
             if index is not None:
-                self._forget_parts(entry.sha256)
+                self._forget_parts(entry.sha256, filling=True)
             pa.default_memory_pool().release_unused()  # what decoding freed back to the OS, not kept
 
     def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
@@ -362,22 +362,21 @@ class ShardCache:
 
     def _fill_parts(self, version: DatasetVersion, shard: int, index: ShardIndex) -> str:
         """The shard assembled in its `.partial` file from the parts already there and the rest
-        fetched in runs of consecutive parts (each part checked); returns the file's path."""
+        fetched in runs of consecutive parts (each part checked); returns the file's path.
+        A part this fill did not write itself is used only once its bytes in this very file check
+        out: what this process's cold reads wrote, and what `.have` says other processes wrote,
+        may have gone into an older `.partial` that another process removed and someone made anew
+        (then it is a hole here, and is fetched)."""
         sha = index.shard
         with self._parts_lock:
-            mine = set(self._parts.get(sha, ()))
-        hinted = self._hinted(sha) - mine
+            known = set(self._parts.get(sha, ()))
         fd, fresh = self.open_partial(index)
         try:
-            if fresh:  # (or a stray one of another size): nothing in it
-                mine, hinted = set(), set()
-            for part in sorted(hinted):  # written by another process: checked again, locally
-                start, end = index.span(part)
-                if hashlib.sha256(os.pread(fd, end - start, start)).hexdigest() == index.sha256[part]:
-                    mine.add(part)
-            with self._parts_lock:
-                self._parts[sha] = mine = mine | self._parts.get(sha, set())
-            missing = [p for p in range(index.parts) if p not in mine]
+            present = set() if fresh else {p for p in sorted(known | self._hinted(sha)) if _holds_part(fd, index, p)}
+            with self._parts_lock:  # what cold reads noted since is checked at the end
+                self._parts[sha] = present | (self._parts.get(sha, set()) - known)
+            missing = [p for p in range(index.parts) if p not in present]
+            written: set[int] = set()
             others: list[threading.Event] = []
             for run in _runs(missing, index, _FETCH_RUN):
                 claimed, busy = self.claim(sha, run)  # cold reads may have brought or be fetching some
@@ -385,13 +384,15 @@ class ShardCache:
                 for part_run in _runs(claimed, index, _FETCH_RUN):
                     try:
                         self._fetch_into(fd, version, shard, index, part_run)
+                        written.update(part_run)
                         with self._parts_lock:
-                            mine.update(part_run)
+                            self._parts.setdefault(sha, set()).update(part_run)
                     finally:
                         self.release(sha, part_run)
             for event in others:
                 event.wait()
-            left = [p for p in missing if p not in mine]  # a cold read that failed: fetch it here
+            # parts a cold read brought meanwhile (or failed to): checked here, fetched if not in this file
+            left = [p for p in missing if p not in written and not _holds_part(fd, index, p)]
             for part_run in _runs(left, index, _FETCH_RUN):
                 self._fetch_into(fd, version, shard, index, part_run)
             os.fsync(fd)
@@ -421,16 +422,27 @@ class ShardCache:
         if retire:
             self._forget_parts(sha256)
 
-    def _forget_parts(self, sha256: str) -> None:
+    def _forget_parts(self, sha256: str, filling: bool = False) -> None:
+        """Drop this process's knowledge of the shard's parts and remove its `.partial` and `.have`
+        files, unless cold reads here still use them (then the last one does). The files go only
+        under the shard's fill lock (`filling`: the caller holds it): a fill started since in
+        another process would otherwise lose the file it is assembling and converting."""
         with self._parts_lock:
             if self._partial_users.get(sha256):
                 self._retired.add(sha256)  # the last cold read using them forgets them (`use_partial`)
                 return
             self._retired.discard(sha256)
             self._parts.pop(sha256, None)
-        for ext in (".partial", ".have"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(sha256, ext))
+        lock = None if filling else open_locked(self._path(sha256, ".lock"), wait=False)
+        if not filling and lock is None:
+            return  # a fill is under way: it removes them when it ends
+        try:
+            for ext in (".partial", ".have"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(sha256, ext))
+        finally:
+            if lock is not None:
+                os.close(lock)
 
     def _convert(self, parquet: str, url: str) -> tuple[str, int]:
         """Parquet -> uncompressed Arrow IPC holding one record batch (contiguous columns, so a
@@ -532,6 +544,12 @@ def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
     while len(view):
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
+
+
+def _holds_part(fd: int, index: ShardIndex, part: int) -> bool:
+    """Whether the file holds `part`, checked against its sha256."""
+    start, end = index.span(part)
+    return hashlib.sha256(os.pread(fd, end - start, start)).hexdigest() == index.sha256[part]
 
 
 def _runs(parts: list[int], index: ShardIndex, limit: int) -> list[list[int]]:
