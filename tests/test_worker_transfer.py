@@ -159,3 +159,29 @@ def test_the_first_batches_leave_before_the_worker_reads_the_rest_of_a_run(catal
     finally:
         batches.close()
         loader.close()
+
+
+def test_worker_runs_hold_about_two_mib_judged_by_the_first_batch(catalog, monkeypatch):
+    """Runs of batches_per_transfer batches, fewer when the pass's first batch shows they would
+    pass ~2 MiB (a ring slot holds a run: large batches would cost memory and gain nothing)."""
+    from dsinspect.loaders.pytorch import loader as torch_loader
+    loader = TorchLoader(TorchBatches(spec_of(catalog), catalog, columns=["id"]), num_workers=2,
+                         batches_per_transfer=16)
+    assert loader._run_length(None) == 16
+    assert loader._run_length({"x": torch.zeros(1 << 16, dtype=torch.uint8)}) == 16  # 64 KiB: 32 fit
+    assert loader._run_length({"x": torch.zeros(1 << 19, dtype=torch.uint8), "y": [np.zeros(8)]}) == 3
+    assert loader._run_length({"x": torch.zeros(3 << 20, dtype=torch.uint8)}) == 1
+    spec = spec_of(catalog)
+    with Loader(spec, 0, catalog, columns=["id", "tokens"]) as reader:
+        want = [exact(batch_to_torch(reader.batch_at(s), ("tokens",))) for s in range(13)]
+    sizes = []
+    real = torch_loader.receive
+    monkeypatch.setattr(torch_loader, "receive", lambda item, ring: sizes.append(len(got := real(item, ring))) or got)
+    dataset = TorchBatches(spec, catalog, columns=["id", "tokens"], dense=["tokens"])
+    assert [exact(b) for b in TorchLoader(dataset, num_workers=2)] == want
+    assert max(sizes) > 1  # small batches: runs of several
+    sizes.clear()
+    monkeypatch.setattr(torch_loader, "_RUN_BYTES", 1)  # every run one batch: still every batch, in order
+    dataset = TorchBatches(spec, catalog, columns=["id", "tokens"], dense=["tokens"])
+    assert [exact(b) for b in TorchLoader(dataset, num_workers=2)] == want
+    assert sizes == [1] * 12  # the first batch is made in this process

@@ -10,6 +10,7 @@ import time
 import weakref
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_convert
 
@@ -45,9 +46,11 @@ class TorchLoader:
     def __init__(self, dataset: TorchBatches, num_workers: int = 0, *, batches_per_transfer: int = 16,
                  **dataloader_options: Any):
         """`batches_per_transfer`: with workers, each sends runs of up to this many consecutive
-        batches as one item through the DataLoader (its per-item cost dominates small batches);
-        each worker's first runs are 1, 2, 4, ... batches, so the first batch waits for one batch.
-        Each worker's ring in shared memory holds (prefetch_factor × num_workers + 2) such runs."""
+        batches as one item through the DataLoader (its per-item cost dominates small batches),
+        and of no more than ~2 MiB (judged by the pass's first batch: large batches gain nothing
+        from runs); each worker's first runs are 1, 2, 4, ... batches, so the first batch waits for
+        one batch. Each worker's ring in shared memory holds (prefetch_factor × num_workers + 2)
+        such runs."""
         if batches_per_transfer < 1:
             raise UserError(f"batches_per_transfer must be at least 1, not {batches_per_transfer}")
         self.batches_per_transfer = batches_per_transfer
@@ -91,6 +94,7 @@ class TorchLoader:
             # workers starting (~50 ms) and reading cold at once on the same cores (230-258 ms),
             # and a resume's first batch does not wait for workers to start.
             first = [dataset._read_alone(self._next)]
+        run = self._run_length(first[0] if first else None)
         dataset._seek(self._next + len(first))
         source, ring = iter(()), None
         try:
@@ -100,7 +104,7 @@ class TorchLoader:
             if dataset.step < end:
                 if record is not None:
                     record.flush()  # nothing pending for forked workers to inherit
-                source, ring = self._start_workers()
+                source, ring = self._start_workers(run)
             for item in source:
                 for batch in receive(item, ring):
                     yield self._hand_over(batch, record, asked)
@@ -120,7 +124,14 @@ class TorchLoader:
             record.record_tensors(batch, *self.dataset._segment_args(), wait=time.monotonic() - asked)
         return batch
 
-    def _start_workers(self) -> tuple[Iterator[Any], RingReader | None]:
+    def _run_length(self, batch: dict[str, Any] | None) -> int:
+        """Batches per worker run: `batches_per_transfer`, fewer when `batch` (the pass's first)
+        shows that many would pass _RUN_BYTES (a ring slot holds a run: memory, not speed, for
+        batches whose copy outweighs the DataLoader's per-item cost)."""
+        size = _nbytes(batch) if batch is not None else 0
+        return max(1, min(self.batches_per_transfer, _RUN_BYTES // size)) if size else self.batches_per_transfer
+
+    def _start_workers(self, run: int) -> tuple[Iterator[Any], RingReader | None]:
         """The DataLoader's iterator over the rest of the pass (its workers started), and the
         shared-memory rings they send through."""
         dataset = self.dataset
@@ -134,7 +145,7 @@ class TorchLoader:
         ring = RingReader(new_prefix(), self.num_workers) if numpy else None
         if ring is not None:
             slots = ring_slots(loader.prefetch_factor or 2, self.num_workers)
-            dataset._transfer = Transfer(ring.prefix, slots, self.batches_per_transfer)
+            dataset._transfer = Transfer(ring.prefix, slots, run)
         dataset._consumer_records = True  # the producers (here or in workers) neither record nor check
         try:
             if self.num_workers == 0 and not self.options.get("pin_memory"):
@@ -170,6 +181,22 @@ class TorchLoader:
         """End a pass left unfinished (its workers and shared memory) and release the dataset's Loader."""
         self._end_pass()
         self.dataset.close()
+
+
+_RUN_BYTES = 2 << 20  # a worker run's bytes at most (TorchLoader._run_length): 15 batches of 32 × 1024 int32 tokens
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the tensors and arrays in a batch (dicts and lists walked)."""
+    if isinstance(value, (torch.Tensor,)):
+        return value.element_size() * value.nelement()
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
 
 
 def _as_collated(batch: dict[str, Any]) -> dict[str, Any]:
