@@ -486,3 +486,31 @@ def test_a_flipped_byte_in_a_dense_column_is_refused_by_the_loader(tmp_path, tar
     with Loader(spec, catalog=catalog, cache=ShardCache(root)) as loader:
         got = [(b.to_numpy()["tokens"], b.row_hashes) for b in loader]
     assert all((g[0] == w[0]).all() and g[1] == w[1] for g, w in zip(got, want)) and len(got) == len(want) == 12
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="shared checks reach forked processes")
+def test_block_checks_are_shared_with_processes_forked_after_share_checks(tmp_path):
+    """A TorchLoader's workers are new processes every pass: after `share_checks`, a block one of
+    them checks is not checked again by the others, nor by the next pass's workers; a corrupt
+    block found by any of them makes all of them check again."""
+    _, version = write(tmp_path, shards=1, shard_rows=400)
+    sha = version.manifest.shards[0].sha256
+    cache = ShardCache(tmp_path / "cache")
+    cache.open(version, 0).release()  # filled; its header and footer blocks checked here
+    cache.share_checks([sha, "0" * 64])  # a shard not cached is left out
+    checked = cache._checked[sha]
+    assert 0 < checked.sum() < len(checked)
+    pid = os.fork()
+    if pid == 0:  # a worker: reads every row (every block checked), then exits
+        code = 1
+        try:
+            shard = cache.open(version, 0)
+            shard.check(np.arange(shard.num_rows), READ)
+            code = 0 if cache._checked[sha].all() else 2
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert checked.all()  # the worker's checks, seen here: a later fork checks nothing again
+    assert "0" * 64 not in cache._checked
+    cache._discard(sha)  # a mismatch found in any process
+    assert not checked.any()

@@ -72,6 +72,7 @@ class TorchBatches(IterableDataset):
         self._base = self.spec.start.step  # where the next pass starts, for every worker
         self._loader: Loader | None = None
         self._loader_pid = 0
+        self._cache: ShardCache | None = None  # this process's (see _shard_cache)
         self._transfer: Transfer | None = None  # set by TorchLoader for its workers: how they send batches
         self._sender: ChunkSender | None = None  # this worker's side of the transfer, made at its first run
         self.check_ranks = check_ranks
@@ -186,7 +187,22 @@ class TorchBatches(IterableDataset):
 
     def _new_loader(self, fill: bool = True) -> Loader:
         return Loader(self.spec, self.rank, Catalog(self.catalog_url), columns=self.columns, prefetch=0,
-                      transform=self.transform, cache=ShardCache(max_bytes=self.cache_bytes), fill=fill)
+                      transform=self.transform, cache=self._shard_cache(), fill=fill)
+
+    def _shard_cache(self) -> ShardCache:
+        """This process's shard cache, kept across passes. A forked worker uses the copy it
+        inherited, whose block checks `share_checks` put in memory shared with the main process:
+        a block any process of the job checked is not checked again (workers are new every pass)."""
+        if self._cache is None:
+            self._cache = ShardCache(max_bytes=self.cache_bytes)
+        return self._cache
+
+    def _share_checks(self) -> None:
+        """Before workers fork: share the block checks of the run's shards cached now."""
+        cache = self._shard_cache()
+        catalog = Catalog(self.catalog_url)
+        cache.share_checks([shard.sha256 for source in self.spec.sources
+                            for shard in catalog.version(source.name, source.version).manifest.shards])
 
     def _read_alone(self, step: int) -> dict[str, Any]:
         """The batch of `step` as tensors, read by a Loader of its own that starts nothing in the
@@ -204,7 +220,7 @@ class TorchBatches(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         kept = self._kept_segment
-        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_sender": None,
+        return {**self.__dict__, "spec": self.spec.to_json(), "_loader": None, "_sender": None, "_cache": None,
                 "_kept_segment": (kept[0].to_json(), kept[1]) if kept else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -148,6 +148,8 @@ class TorchLoader:
             dataset._transfer = Transfer(ring.prefix, slots, run)
         dataset._consumer_records = True  # the producers (here or in workers) neither record nor check
         try:
+            if self.num_workers > 0:
+                dataset._share_checks()
             if self.num_workers == 0 and not self.options.get("pin_memory"):
                 # In this process the DataLoader (made above only to check the options) would add a
                 # profiler scope and a default_convert walk per batch: ~60 of ~190 us a token batch

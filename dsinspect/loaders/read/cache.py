@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import mmap
 import os
 import tempfile
 import threading
@@ -67,6 +68,7 @@ class CachedShard:
         self._checked = cache._checked.setdefault(sha256, np.zeros(len(self._digests), dtype=bool))
         if len(self._checked) != len(self._digests):  # an older entry of this shard was replaced
             self._checked = cache._checked[sha256] = np.zeros(len(self._digests), dtype=bool)
+            cache._shared_checks.discard(sha256)
         self._reads = 0
         # The IPC header and footer are parsed before any column is read: check their blocks first.
         self._verify(np.array([0, max(0, self._buffer.size - BLOCK)]), np.array([1, self._buffer.size]))
@@ -191,6 +193,7 @@ class ShardCache:
         self.max_bytes, self.retries, self.backoff = max_bytes, retries, backoff
         self.stats = stats or ReadStats()
         self._checked: dict[str, np.ndarray] = {}  # per shard: which blocks this process has verified
+        self._shared_checks: set[str] = set()  # shards whose `_checked` is shared with forked processes
         self._parts: dict[str, set[int]] = {}  # per shard: parts this process checked and put in its .partial
         self._parts_lock = threading.Lock()
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
@@ -222,6 +225,31 @@ class ShardCache:
         except BaseException:
             os.close(pin_fd)
             raise
+
+    def share_checks(self, shas: list[str]) -> None:
+        """Keep which blocks of these shards (those cached now) are checked in memory shared with
+        every process forked from this one from now on, keeping what is known: a block one of
+        them checks is not checked again by the others, nor by processes forked later (a
+        TorchLoader's workers of later passes). Call before forking. Unix only (else a no-op)."""
+        todo = []
+        for sha in dict.fromkeys(shas):
+            if sha in self._shared_checks:
+                continue
+            known = self._checked.get(sha)
+            trusted = self._trusted_entry(sha)
+            if trusted is not None:
+                todo.append((sha, len(trusted[1]) // 8, known))
+        if not todo or not hasattr(mmap, "MAP_SHARED"):
+            return
+        shared = np.frombuffer(mmap.mmap(-1, sum(n for _, n, _ in todo), flags=mmap.MAP_SHARED), dtype=bool)
+        at = 0
+        for sha, n, known in todo:
+            view = shared[at:at + n]
+            if known is not None and len(known) == n:
+                view[:] = known
+            self._checked[sha] = view
+            self._shared_checks.add(sha)
+            at += n
 
     def holds(self, sha256: str) -> bool:
         """Whether the shard looks cached (its sidecar exists): a hint for read-ahead; `open` decides."""
@@ -519,7 +547,10 @@ class ShardCache:
     def _discard(self, sha256: str) -> None:
         """Forget a corrupt entry (the sidecar first, so nobody trusts what remains)."""
         self._remove(sha256)
-        self._checked.pop(sha256, None)
+        checked = self._checked.pop(sha256, None)
+        self._shared_checks.discard(sha256)
+        if checked is not None:
+            checked[:] = False  # shared with other processes (share_checks): they check again too
         self.stats.add("verify_failures")
 
     def _remove(self, sha256: str) -> None:
