@@ -73,6 +73,7 @@ class TorchBatches(IterableDataset):
         self._loader: Loader | None = None
         self._loader_pid = 0
         self._cache: ShardCache | None = None  # this process's (see _shard_cache)
+        self._shas: list[str] | None = None  # of the run's shards, for _share_checks
         self._transfer: Transfer | None = None  # set by TorchLoader for its workers: how they send batches
         self._sender: ChunkSender | None = None  # this worker's side of the transfer, made at its first run
         self.check_ranks = check_ranks
@@ -199,10 +200,11 @@ class TorchBatches(IterableDataset):
 
     def _share_checks(self) -> None:
         """Before workers fork: share the block checks of the run's shards cached now."""
-        cache = self._shard_cache()
-        catalog = Catalog(self.catalog_url)
-        cache.share_checks([shard.sha256 for source in self.spec.sources
-                            for shard in catalog.version(source.name, source.version).manifest.shards])
+        if self._shas is None:  # once: a remote catalog's manifests are not read again every pass
+            catalog = Catalog(self.catalog_url)
+            self._shas = [shard.sha256 for source in self.spec.sources
+                          for shard in catalog.version(source.name, source.version).manifest.shards]
+        self._shard_cache().share_checks(self._shas)
 
     def _read_alone(self, step: int) -> dict[str, Any]:
         """The batch of `step` as tensors, read by a Loader of its own that starts nothing in the

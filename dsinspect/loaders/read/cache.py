@@ -235,10 +235,11 @@ class ShardCache:
         for sha in dict.fromkeys(shas):
             if sha in self._shared_checks:
                 continue
-            known = self._checked.get(sha)
-            trusted = self._trusted_entry(sha)
-            if trusted is not None:
-                todo.append((sha, len(trusted[1]) // 8, known))
+            try:  # the sidecar only (a shard's size in blocks): its block hashes are read when it opens
+                blocks = -(-json.loads(self._path(sha, ".json").read_bytes())["arrow_bytes"] // BLOCK)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not cached (or a broken entry, which `open` refills)
+            todo.append((sha, blocks, self._checked.get(sha)))
         if not todo or not hasattr(mmap, "MAP_SHARED"):
             return
         shared = np.frombuffer(mmap.mmap(-1, sum(n for _, n, _ in todo), flags=mmap.MAP_SHARED), dtype=bool)
@@ -273,7 +274,7 @@ class ShardCache:
     def open_partial(self, index: ShardIndex) -> tuple[int, bool]:
         """A file descriptor (the caller's to close) of the shard's `.partial` file, created sparse at
         the shard's size (the parts nobody fetched yet are holes), and whether it was made now."""
-        with local_write(str(self.root)):
+        with self.local_write():
             fd = os.open(self._path(index.shard, ".partial"), os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fresh = os.fstat(fd).st_size != index.size
@@ -289,7 +290,7 @@ class ShardCache:
         docstring); ends the caller's claim on it."""
         try:
             if not self.holds(index.shard):
-                with local_write(str(self.root)), open(self._path(index.shard, ".have"), "ab") as have:
+                with self.local_write(), open(self._path(index.shard, ".have"), "ab") as have:
                     have.write(part.to_bytes(4, "little"))  # one small append: atomic
                 with self._parts_lock:
                     self._parts.setdefault(index.shard, set()).add(part)
@@ -434,7 +435,7 @@ class ShardCache:
         spans = [(*index.span(p), index.sha256[p]) for p in run]
         datas = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard), spans,
                             self.stats, self.retries, self.backoff)
-        with local_write(str(self.root)):
+        with self.local_write():
             for (start, _, _), data in zip(spans, datas):
                 write_at(fd, data, start)
 
