@@ -125,15 +125,7 @@ class BatchReader:
         indices = np.concatenate([p.indices for p in plans]).astype(np.int64, copy=False)
         if not len(indices):
             return []
-        if len(self.versions) == 1:
-            flat = np.searchsorted(self._starts[0], indices, side="right") - 1
-        else:
-            sources = np.concatenate([p.sources for p in plans])
-            flat = np.empty(len(indices), np.int64)
-            for k in np.unique(sources).tolist():
-                sel = sources == k
-                flat[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
-        keys, first = np.unique(flat, return_index=True)
+        keys, first = np.unique(self._shards(indices, plans), return_index=True)
         return [self._shard_key[k] for k in keys[np.argsort(first)].tolist()]
 
     def layouts(self, plans: Sequence[BatchPlan]) -> list[Layout]:
@@ -148,14 +140,7 @@ class BatchReader:
         total = len(indices)
         if not total:
             return [[] for _ in plans]
-        if len(self.versions) == 1:
-            shard = np.searchsorted(self._starts[0], indices, side="right") - 1
-        else:
-            sources = np.concatenate([p.sources for p in plans])
-            shard = np.empty(total, np.int64)
-            for k in np.unique(sources).tolist():
-                sel = sources == k
-                shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
+        shard = self._shards(indices, plans)
         plan_of = np.repeat(np.arange(len(plans), dtype=np.int64), lengths)
         order = np.argsort(plan_of * len(self._shard_key) + shard, kind="stable")  # by plan, then shard
         shard, plan_of = shard[order], plan_of[order]
@@ -167,6 +152,18 @@ class BatchReader:
         for a, b, p, g in zip(bounds[:-1], bounds[1:], plan_of[bounds[:-1]].tolist(), shard[bounds[:-1]].tolist()):
             out[p].append((self._shard_key[g], rows[a:b], None if b - a == lengths[p] else positions[a:b]))
         return out
+
+    def _shards(self, indices: np.ndarray, plans: Sequence[BatchPlan]) -> np.ndarray:
+        """The shard of each of the plans' rows (`indices`, theirs concatenated), numbered across
+        sources as `_shard_key` is."""
+        if len(self.versions) == 1:
+            return np.searchsorted(self._starts[0], indices, side="right") - 1
+        sources = np.concatenate([p.sources for p in plans])
+        shard = np.empty(len(indices), np.int64)
+        for k in np.unique(sources).tolist():
+            sel = sources == k
+            shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
+        return shard
 
     def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
         """Start fetching the shards these future batches need and the cache lacks, in the order
