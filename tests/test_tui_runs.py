@@ -54,8 +54,10 @@ async def test_the_run_screen_shows_segments_gaps_and_the_grid_and_enter_replays
         assert grid_row(screen, 0) == "█" * 25 + "✗" * 10 + "█" * 5
         assert grid_row(screen, 2).rstrip() == "█" * 10 + "░" * 20
         assert screen.query_one("#run-segments", DataTable).row_count == 3
+        gaps = "gaps: 1 range(s), 20 (step, rank) pair(s): steps 25..34, ranks 0-1"
+        await until(pilot, lambda: gaps in screen_text(app), what="gaps line")  # the grid is set before the repaint
         text = screen_text(app)
-        assert "gaps: 1 range(s), 20 (step, rank) pair(s): steps 25..34, ranks 0-1" in text
+        assert gaps in text
         assert "70 kept lines · 60 superseded" in text and "ranks 3 → 2" in text
 
         table = screen.query_one("#run-grid", DataTable)
