@@ -1,7 +1,8 @@
 """The shared-memory ring that carries batches from DataLoader workers to the main process: arrays
 come out bit-identical and owning their memory, a batch too big for a slot grows the ring, a slot
-rewritten too early is an error (never a wrong batch), and no segment outlives its pass, however
-the pass ends (finished, abandoned, closed, a worker killed)."""
+is written again only once copied out (the lowest free one first), too few slots is an error
+(never a wrong batch), and no segment outlives its pass, however the pass ends (finished,
+abandoned, closed, a worker killed)."""
 
 import multiprocessing
 import os
@@ -75,7 +76,7 @@ def test_arrays_come_back_bit_identical_and_owning_their_memory():
             assert exact(got) == exact(tree)
             assert got["tokens"].flags.owndata and got["tokens"].flags.writeable
             kept = got["tokens"].copy()
-            writer.put(sample_tree(99))  # reusing the slots later leaves what was taken untouched
+            reader.take(writer.put(sample_tree(99)))  # reusing the slot leaves what was taken untouched
             assert np.array_equal(got["tokens"], kept)
         assert segments(prefix) == [f"{prefix}-owner", segment_name(prefix, 0, 0)]
     finally:
@@ -102,16 +103,45 @@ def test_a_batch_bigger_than_a_slot_grows_the_ring_and_older_batches_stay_readab
 
 
 @needs_dev_shm
-def test_a_slot_rewritten_before_it_was_copied_is_an_error_not_a_wrong_batch():
+def test_a_slot_is_written_again_only_after_its_batch_was_copied_out():
     prefix = new_prefix()
     writer, reader = RingWriter(prefix, 0, slots=2), RingReader(prefix, workers=1)
     try:
         first = writer.put({"x": np.zeros(10)})
-        writer.put({"x": np.ones(10)})
-        assert reader.take(first)["x"].sum() == 0  # still there
-        writer.put({"x": np.full(10, 2.0)})  # the third batch takes the first one's slot
-        with pytest.raises(RingOverrun, match=r"holds batch 2, not batch 0: a worker rewrote it"):
+        second = writer.put({"x": np.ones(10)})
+        with pytest.raises(RingOverrun, match=r"worker 0: all 2 shared-memory slots hold batches the main process "
+                                              r"has not copied out yet"):
+            writer.put({"x": np.full(10, 2.0)})  # before, it rewrote the first batch's slot
+        assert reader.take(first)["x"].sum() == 0  # still there, untouched
+        third = writer.put({"x": np.full(10, 2.0)})  # now in the first batch's slot
+        assert third.base == first.base
+        assert reader.take(second)["x"].sum() == 10 and reader.take(third)["x"].sum() == 20
+        with pytest.raises(RingOverrun, match=r"batch 2 was copied out of it already"):  # a slot is read once
+            reader.take(third)
+        fourth = writer.put({"x": np.full(10, 3.0)})
+        with pytest.raises(RingOverrun, match=r"holds batch 3, not batch 0"):
             reader.take(first)
+        assert reader.take(fourth)["x"].sum() == 30
+    finally:
+        writer.close()
+        reader.close()
+
+
+@needs_dev_shm
+def test_the_writer_takes_the_lowest_free_slot_so_idle_slots_stay_untouched():
+    """Pages of shared memory count once touched: with each batch copied out before the next is
+    written, every batch goes through the first slot (before, slot k held batch k % slots)."""
+    prefix = new_prefix()
+    writer, reader = RingWriter(prefix, 0, slots=6), RingReader(prefix, workers=1)
+    try:
+        bases = []
+        for seed in range(8):
+            sent = writer.put(sample_tree(seed))
+            bases.append(sent.base)
+            assert exact(reader.take(sent)) == exact(sample_tree(seed))
+        assert bases == [0] * 8
+        held = [writer.put(sample_tree(seed)) for seed in range(3)]  # three in flight: the three lowest
+        assert [b.base for b in held] == [0, held[1].base, 2 * held[1].base] and held[1].base > 0
     finally:
         writer.close()
         reader.close()
@@ -266,11 +296,10 @@ def test_a_killed_worker_leaves_no_segment_behind(torch_catalog):
 
 @needs_dev_shm
 @pytest.mark.slow
-def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatch):
-    """The sequence check is what makes the slot-count bound safe to rely on: a consumer slow between
-    receiving a descriptor and copying its slot (the DataLoader has already sent that worker its next
-    task) lets the workers write every slot they may. With the bound's slots that is fine; with
-    fewer, the overrun is a clear error."""
+def test_too_few_slots_is_a_clear_error_in_the_worker(torch_catalog, monkeypatch):
+    """A consumer slow between receiving a descriptor and copying its slot (the DataLoader has
+    already sent that worker its next task) lets the workers fill every slot they may. With the
+    bound's slots that is fine; with fewer, the worker finds no free slot: a clear error."""
     from dsinspect.loaders.pytorch import loader as torch_loader  # the module that sizes the rings
     take = RingReader.take
 
@@ -287,7 +316,7 @@ def test_too_few_slots_is_caught_by_the_sequence_check(torch_catalog, monkeypatc
     assert [int(b["step"]) for b in one_per_item()] == list(range(20))
     monkeypatch.setattr(RingReader, "take", slow_take(0.3))
     monkeypatch.setattr(torch_loader, "ring_slots", lambda prefetch, workers: 2)
-    with pytest.raises(RingOverrun, match="rewrote it before the main process copied it out"):
+    with pytest.raises(RingOverrun, match="slots hold batches the main process has not copied out yet"):
         for _ in one_per_item():
             pass
     assert own_segments() == []

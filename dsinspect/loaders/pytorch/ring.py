@@ -1,12 +1,17 @@
 """A ring of slots in one shared-memory segment per DataLoader worker: how a worker hands a batch's
 arrays to the main process without pickling them (torch-free: numpy and multiprocessing only).
 
-The worker writes a batch's arrays into the next slot of its ring and sends only a `RingBatch`
+The worker writes a batch's arrays into a free slot of its ring and sends only a `RingBatch`
 (segment name, slot offset, sequence number, the batch with each array replaced by a marker, and
 each array's place: offset, size, dtype, shape). The main process copies the arrays out into fresh
-ones, so what it hands on owns its memory and no lifetime protocol is needed. Each slot starts with
-the sequence number of the batch in it; the reader checks it before and after copying, so a slot
-reused too early is a clear error, never a silently wrong batch.
+ones, so what it hands on owns its memory, and marks the slot free. Each slot starts with the
+sequence number of the batch in it (or FREE); the reader checks it before and after copying, so a
+slot reused too early would be a clear error, never a silently wrong batch.
+
+The worker takes the lowest free slot, so the slots in use follow what is in flight (about
+prefetch_factor + 1 per worker) while the ring holds the worst case (`ring_slots`): pages of
+shared memory count once touched, and the higher slots are touched only when batches pile up.
+No free slot at all means the bound did not hold: the worker fails with RingOverrun.
 
 Segments are named `<prefix>-w<worker>-g<generation>` (a generation is a bigger ring made when a
 batch outgrows the slots), so the main process can remove every one of them by name when a pass
@@ -36,6 +41,7 @@ __all__ = ["RingBatch", "RingWriter", "RingReader", "RingOverrun", "ring_slots",
 ALIGN = 64  # every array starts on a cache line
 HEADER = ALIGN  # per slot: the int64 sequence number of the batch in it, padded
 _WRITING = -1  # a slot's sequence number while its batch is being written
+_FREE = -2  # a slot never written, or whose batch the main process has copied out
 _PAGE = 4096
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory; elsewhere orphans are not swept
 
@@ -130,7 +136,7 @@ class RingWriter:
         if HEADER + end[0] > self._stride:
             self._grow(end[0])
         segment = self._segments[-1]
-        seq, base = self._seq, (self._seq % self.slots) * self._stride
+        seq, base = self._seq, self._free_slot(segment)
         memory = np.frombuffer(segment.buf, np.uint8)
         header = memory[base:base + 8].view(np.int64)
         header[0] = _WRITING
@@ -142,6 +148,16 @@ class RingWriter:
         self._seq += 1
         return RingBatch(segment.name, base, seq, skeleton, places)
 
+    def _free_slot(self, segment: SharedMemory) -> int:
+        """The offset of the lowest slot the main process is done with."""
+        memory = np.frombuffer(segment.buf, np.int64, count=self._stride * self.slots // 8)
+        free = np.flatnonzero(memory[::self._stride // 8] == _FREE)
+        del memory  # no view may outlive this call (an error's traceback would keep it)
+        if not len(free):
+            raise RingOverrun(f"worker {self.worker}: all {self.slots} shared-memory slots hold batches the main "
+                              "process has not copied out yet (the slot-count bound did not hold)")
+        return int(free[0]) * self._stride
+
     def _grow(self, payload: int) -> None:
         """A new generation whose slots hold this payload with room to spare (x1.25, then x2)."""
         room = payload * 2 if self._segments else payload + payload // 4
@@ -149,7 +165,9 @@ class RingWriter:
         name = segment_name(self.prefix, self.worker, len(self._segments))
         size = self._stride * self.slots
         _check_room(size)
-        self._segments.append(SharedMemory(name=name, create=True, size=size))
+        segment = SharedMemory(name=name, create=True, size=size)
+        np.frombuffer(segment.buf, np.int64, count=size // 8)[::self._stride // 8] = _FREE
+        self._segments.append(segment)
 
     def close(self) -> None:
         """Unmap this process's view (the main process unlinks the names)."""
@@ -173,7 +191,7 @@ def _same(value: Any) -> Any:
 
 
 class RingOverrun(DsinspectError):
-    """A slot was rewritten before its batch was copied out: the slot-count bound did not hold."""
+    """A slot was needed (or rewritten) before its batch was copied out: the slot-count bound did not hold."""
 
 
 class RingReader:
@@ -197,7 +215,12 @@ class RingReader:
         out = (_fill(batch.tree, iter(batch.places), memory, batch.base + HEADER, array, other)
                if before == batch.seq else None)
         found = before if before != batch.seq else int(header[0])  # rewritten while we copied?
+        if found == batch.seq:
+            header[0] = _FREE  # the worker may write this slot again (it only takes free ones)
         del memory, header  # no view of the segment may outlive this call (it would block closing it)
+        if found == _FREE:
+            raise RingOverrun(f"shared-memory slot {batch.base} of {batch.segment}: batch {batch.seq} was "
+                              "copied out of it already")
         if found != batch.seq:
             raise RingOverrun(f"shared-memory slot {batch.base} of {batch.segment} holds batch {found}, not "
                               f"batch {batch.seq}: a worker rewrote it before the main process copied it out")

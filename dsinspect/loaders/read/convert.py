@@ -41,7 +41,8 @@ def parquet_to_ipc(source: str, dest: str, scratch_dir: str) -> int:
     private directory under `scratch_dir` and are removed whatever happens; pyarrow errors propagate."""
     scratch = tempfile.mkdtemp(dir=scratch_dir, prefix=".convert-scratch-")
     try:
-        with pq.ParquetFile(source) as parquet:
+        # memory-mapped: Arrow reads the compressed column chunks in place, not into buffers of its pool
+        with pq.ParquetFile(source, memory_map=True) as parquet:
             schema = parquet.schema_arrow
             files = _ScratchFiles(scratch)
             columns = [_column(f.type, files) for f in schema]
