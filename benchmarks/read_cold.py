@@ -20,7 +20,8 @@ files in place and keep no such cache), while the data files themselves are in t
   jump to 3/4 (a fresh loader from the state for the step at 3/4 of the epoch), each the median of 3,
   with the resumed batches checked bit for bit against the pass;
 - peak private memory of the process tree: PSS anon + PSS shmem from /proc/<pid>/smaps_rollup, summed
-  over the process and its workers, sampled every 20 ms from construction to the end.
+  over the process and its workers, sampled every SAMPLE_S from construction to the end (paused
+  while a first batch is timed, sampled right after it).
 
 Also the limits, in the same run and their own process (bench_read.baselines): a page-cache read of
 the token file, a bare numpy gather of shuffled batches, Pillow's decode rate on one core and two.
@@ -52,7 +53,11 @@ BATCH = br.BATCH
 REPEATS = 3
 COLD_REPEATS = 5  # fresh processes per configuration for the cold time to first batch (median)
 WARM_SEGMENT_S = 3.0  # a timed segment of the second pass ends after this long (or its batches)
-SAMPLE_S = 0.02
+# A read of /proc/<pid>/smaps_rollup walks the process's page tables (~7 ms here with torch loaded)
+# under its mmap lock, stalling the measured process's mmap calls (opening a shard, a fill's files):
+# sampled every 0.1 s (at 0.02 s it took a third of a core and doubled dsinspect's warm first
+# batch), and paused while a first batch is timed, with a sample taken right after it.
+SAMPLE_S = 0.1
 # Libraries some reader imports lazily at its first batch (pyarrow's to_numpy pulls in pandas, for one:
 # ~0.3 s). They are imported before the clock starts, for every reader alike, so the cold time to first
 # batch is the reader's own work on an empty cache, not Python imports a training job has done anyway.
@@ -95,8 +100,17 @@ class PrivateMemorySampler(threading.Thread):
         super().__init__(daemon=True)
         self.peak = {"private": 0, "anon": 0, "shmem": 0, "file": 0, "processes": 0}
         self._halt = threading.Event()
+        self._lock = threading.Lock()  # held by a sample in progress, and while paused
+
+    def paused(self):
+        """No sampling inside the block (a sample in progress finishes first)."""
+        return self._lock
 
     def sample(self) -> dict[str, int]:
+        with self._lock:
+            return self._sample()
+
+    def _sample(self) -> dict[str, int]:
         rows = [_rollup(p) for p in _tree(os.getpid())]
         anon, shmem = sum(r.get("Pss_Anon", 0) for r in rows), sum(r.get("Pss_Shmem", 0) for r in rows)
         now = {"private": anon + shmem, "anon": anon, "shmem": shmem,
@@ -169,11 +183,12 @@ def cold_child(cfg: dict) -> dict:
                   resume_step=marks["resume"], jump_step=marks["jump"])
 
     # 1. cold: construct + first batch, the cache empty
-    t = time.perf_counter()
-    loader = reader.open()
-    it = iter(loader)
-    arr = reader.array(next(it))
-    result["cold_ttfb_ms"] = round((time.perf_counter() - t) * 1e3, 2)
+    with mem.paused():
+        t = time.perf_counter()
+        loader = reader.open()
+        it = iter(loader)
+        arr = reader.array(next(it))
+        result["cold_ttfb_ms"] = round((time.perf_counter() - t) * 1e3, 2)
     result["imported_at_first_batch"] = sorted(set(sys.modules) - loaded)
     result["private_mb_after_first_batch"] = _mb(mem.sample()["private"])
 
@@ -226,11 +241,13 @@ def cold_child(cfg: dict) -> dict:
 
     # 4. warm: first batch, resume from 1/2, jump to 3/4 (a fresh loader each time)
     def first_batch(state=None):
-        t = time.perf_counter()
-        loader = reader.open(state)
-        it = iter(loader)
-        a = reader.array(next(it))
-        elapsed = time.perf_counter() - t
+        with mem.paused():
+            t = time.perf_counter()
+            loader = reader.open(state)
+            it = iter(loader)
+            a = reader.array(next(it))
+            elapsed = time.perf_counter() - t
+        mem.sample()  # what the fresh loader holds, outside the timing
         digest = br.batch_digest(a) if state is not None else None
         del it, a
         reader.close(loader)
