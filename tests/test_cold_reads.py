@@ -102,7 +102,7 @@ def test_the_first_batch_fetches_only_its_rows_parts_and_the_fill_fetches_each_b
             want |= {(path, *index.span(p)) for p in parts}
     early = [r for r in server.requests()[:cache.before_fill] if "/shards/" in r.path and r.method == "GET"]
     indexes = [r for r in early if r.path.endswith(".index.json")]
-    assert len(indexes) == SHARDS and all(r.range is None for r in indexes)
+    assert len(indexes) == SHARDS and all(r.start == 0 for r in indexes)  # each read whole, once
     got = {(r.path, r.start, r.start + r.nbytes) for r in early if r.path.endswith(".parquet")}
     assert all(r.range for r in early if r.path.endswith(".parquet")), "only ranged reads of shards"
     assert got == want and len(got) == len([r for r in early if r.path.endswith(".parquet")])
@@ -111,6 +111,41 @@ def test_the_first_batch_fetches_only_its_rows_parts_and_the_fill_fetches_each_b
     stats = loader.stats()
     assert stats["bytes_fetched"] == sum(s.bytes for s in version.manifest.shards)
     assert stats["shards_fetched"] == stats["cache_misses"] == SHARDS
+
+
+def test_a_cold_start_asks_for_each_metadata_file_once_and_makes_no_head_request(s3, data, tmp_path):
+    """Each request before the first bytes of data is a round trip a fresh node waits for: the tag,
+    the manifest and every shard index are one GET each (no HEAD first), the indexes in flight
+    together. Before, s3fs asked each object's size first and the indexes came one after another:
+    16 requests in a row for 6 shards."""
+    server, url, _ = s3
+    version = data["version"]
+    server.reset_counts()
+    catalog, spec = spec_for(url)
+    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
+        check(next(iter(loader)), data)
+    asked = server.requests()
+    assert [r for r in asked if r.method == "HEAD"] == []
+    counts = server.counts()
+    assert counts[("GET", server.path(catalog.layout.tags_file("rand")))] == 1
+    assert counts[("GET", server.path(catalog.layout.manifest("rand", version.id)))] == 1
+    indexes = [server.path(catalog.layout.shard_index("rand", s.sha256)) for s in version.manifest.shards]
+    assert [counts.get(("GET", p)) for p in indexes] == [1] * SHARDS
+
+
+def test_an_index_damaged_in_transit_while_fetched_with_the_others_is_fetched_again(s3, data, tmp_path):
+    server, url, _ = s3
+    version = data["version"]
+    index = server.path(Catalog(url).layout.shard_index("rand", version.manifest.shards[2].sha256))
+    server.reset_counts()
+    server.corrupt(index, times=1)
+    try:
+        catalog, spec = spec_for(url)
+        with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
+            check(next(iter(loader)), data)
+    finally:
+        server.clear_faults()
+    assert server.counts()[("GET", index)] == 2  # the bad copy dropped, the index fetched once more
 
 
 def each_byte_fetched_once(server, version, cache):

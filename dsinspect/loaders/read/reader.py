@@ -173,7 +173,9 @@ class BatchReader:
         wanted = dict.fromkeys(self.shards_of(plans) if layouts is None
                                else (key for layout in layouts for key, _, _ in layout))
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
-            cold = [k for k in wanted if not self.cache.holds(self._sha256[k]) and self._index(k) is not None]
+            missing = [k for k in wanted if not self.cache.holds(self._sha256[k])]
+            self._load_indexes(missing)
+            cold = [k for k in missing if self._index(k) is not None]
             with self._lock:
                 self._deferred.update(dict.fromkeys(cold))
             wanted = {k: None for k in wanted if k not in cold}
@@ -249,6 +251,11 @@ class BatchReader:
                 if key not in self._open and key not in self._pending:
                     self._pending[key] = self._executor().submit(self._load, key)
             self._deferred = {}
+
+    def _load_indexes(self, keys: Sequence[tuple[int, int]]) -> None:
+        """Fetch the indexes of these shards together (see DatasetVersion.load_indexes)."""
+        for source in dict.fromkeys(k for k, _ in keys):
+            self.versions[source].load_indexes([s for k, s in keys if k == source and (k, s) not in self._indexes])
 
     def _index(self, key: tuple[int, int]) -> ShardIndex | None:
         """The shard's index, or None (written without one, or its index file is missing: then the

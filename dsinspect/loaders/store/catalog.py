@@ -20,7 +20,15 @@ from dsinspect.errors import (
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.store.layout import VERSIONS, Layout, display
-from dsinspect.loaders.store.storage import join, locked, read_only, refuse_read_only, url_to_fs, write_atomic
+from dsinspect.loaders.store.storage import (
+    join,
+    locked,
+    read_only,
+    read_whole,
+    refuse_read_only,
+    url_to_fs,
+    write_atomic,
+)
 from dsinspect.loaders.store.tags import LATEST, VERSION_ID, move_tags, parse_tags
 from dsinspect.loaders.store.transient import is_transient
 from dsinspect.loaders.store.version import DatasetVersion
@@ -94,9 +102,11 @@ class Catalog:
 
     def tags(self, name: str) -> dict[str, str]:
         path = self.layout.tags_file(name)
-        if not self.fs.exists(path):
+        try:  # one request: no existence check first (each is a round trip to object storage)
+            raw = self._read(path)
+        except FileNotFoundError:
             return {}
-        return parse_tags(self._read(path), self.display(path))
+        return parse_tags(raw, self.display(path))
 
     # -- resolving -----------------------------------------------------------------------------
 
@@ -135,11 +145,13 @@ class Catalog:
             return cached
         path = self.layout.manifest(name, version_id)
         where = self.display(path)
-        if not self.fs.exists(path):
-            raise NotFoundError(f"version {version_id} of {name!r} is missing: {where}")
         for second_read in (False, True):  # damaged in transit, or at rest: a second read tells them apart
             try:
-                manifest = Manifest.from_bytes(self._read(path), where)
+                raw = self._read(path)
+            except FileNotFoundError:
+                raise NotFoundError(f"version {version_id} of {name!r} is missing: {where}") from None
+            try:
+                manifest = Manifest.from_bytes(raw, where)
             except ManifestError as e:
                 if second_read:  # a stored object failing its check (exit 1), not a user's bad file
                     raise DamagedError(str(e)) from None
@@ -207,7 +219,7 @@ class Catalog:
         """A small metadata file, retrying what storage clients raise for transient trouble."""
         for attempt in range(_READ_TRIES):
             try:
-                return self.fs.cat_file(path)
+                return read_whole(self.fs, path)
             except (FileNotFoundError, PermissionError):
                 raise
             except Exception as e:  # noqa: BLE001 - a client's errors: only transient ones are tried again

@@ -18,7 +18,7 @@ from dsinspect.errors import StorageError, UserError
 from dsinspect.loaders.store.locks import open_locked
 
 __all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
-           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite"]
+           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
@@ -96,6 +96,28 @@ def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
     """Local for writing: faults (--inject-faults) are injected into reads only, so a wrapped local
     catalog still gets atomic renames and locks."""
     return is_local(fs) or (getattr(fs, "protocol", None) == "faulty" and is_local(getattr(fs, "fs", None)))
+
+
+def read_whole(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
+    """A small file's bytes in one request. s3fs asks for an object's size (a HEAD) before reading
+    it whole, to choose a concurrent download: a round trip more per metadata file, which a cold
+    start pays one after another. A read from byte 0 on is one ranged GET on every filesystem; an
+    empty object refuses that range (EINVAL) and is read plainly."""
+    try:
+        return fs.cat_file(path, start=0)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        return fs.cat_file(path)
+
+
+def read_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[bytes | BaseException]:
+    """Several small files, each as `read_whole` reads it: requests in flight together on
+    asynchronous filesystems (s3, gcs, http), one after another on the others; per path its bytes
+    or the exception it raised."""
+    if not paths:
+        return []
+    return fs.cat_ranges(list(paths), [0] * len(paths), [None] * len(paths), on_error="return")
 
 
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:

@@ -16,7 +16,7 @@ from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, sha256_hex
 from dsinspect.loaders.format.shard_index import ShardIndex
-from dsinspect.loaders.store.storage import is_local
+from dsinspect.loaders.store.storage import is_local, read_many, read_whole
 from dsinspect.lru import LRU
 
 if TYPE_CHECKING:
@@ -78,20 +78,41 @@ class DatasetVersion:
         index = self._indexes.get(shard)
         if index is None:
             path = self.catalog.layout.shard_index(self.name, entry.sha256)
-            where = self.catalog.display(path)
             try:
-                raw = self.catalog.fs.cat_file(path)
+                raw = read_whole(self.catalog.fs, path)
             except FileNotFoundError:
-                raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: {where}") from None
-            if sha256_hex(raw) != entry.index_sha256:
-                raise IntegrityError(f"{where}: content hashes to {sha256_hex(raw)}, "
-                                     f"the manifest says {entry.index_sha256}")
-            try:
-                index = ShardIndex.from_bytes(raw, where, entry.sha256, entry.bytes, entry.rows)
-            except ManifestError as e:  # its sha256 matched: the manifest names a wrong index
-                raise IntegrityError(str(e)) from None
-            self._indexes[shard] = index
+                raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: "
+                                    f"{self.catalog.display(path)}") from None
+            index = self._indexes[shard] = self._parsed_index(shard, raw)
         return index
+
+    def load_indexes(self, shards: Sequence[int]) -> None:
+        """Fetch the indexes of these shards not loaded yet, with the requests in flight together on
+        object storage: a cold first batch under a global shuffle needs one for every shard it
+        touches, and one after another they cost a round trip each. One that fails or does not
+        check out is left to `shard_index`, which fetches it again and names what is wrong."""
+        todo = [s for s in dict.fromkeys(shards)
+                if s not in self._indexes and self.manifest.shards[s].index_sha256 is not None]
+        if len(todo) < 2:
+            return
+        paths = [self.catalog.layout.shard_index(self.name, self.manifest.shards[s].sha256) for s in todo]
+        for shard, raw in zip(todo, read_many(self.catalog.fs, paths)):
+            if isinstance(raw, bytes):
+                try:
+                    self._indexes[shard] = self._parsed_index(shard, raw)
+                except IntegrityError:
+                    pass
+
+    def _parsed_index(self, shard: int, raw: bytes) -> ShardIndex:
+        entry = self.manifest.shards[shard]
+        where = self.catalog.display(self.catalog.layout.shard_index(self.name, entry.sha256))
+        if sha256_hex(raw) != entry.index_sha256:
+            raise IntegrityError(f"{where}: content hashes to {sha256_hex(raw)}, "
+                                 f"the manifest says {entry.index_sha256}")
+        try:
+            return ShardIndex.from_bytes(raw, where, entry.sha256, entry.bytes, entry.rows)
+        except ManifestError as e:  # its sha256 matched: the manifest names a wrong index
+            raise IntegrityError(str(e)) from None
 
     # -- lookup --------------------------------------------------------------------------------
 
