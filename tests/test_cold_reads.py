@@ -148,6 +148,29 @@ def test_an_index_damaged_in_transit_while_fetched_with_the_others_is_fetched_ag
     assert server.counts()[("GET", index)] == 2  # the bad copy dropped, the index fetched once more
 
 
+def test_a_part_damaged_in_the_first_batchs_round_of_fetches_is_fetched_again_alone(s3, data, tmp_path):
+    """The first batch's footers and row groups go out together; one that comes back damaged is
+    dropped and fetched again on its own (with the usual retry and error), never used."""
+    server, url, _ = s3
+    version = data["version"]
+    catalog, spec = spec_for(url)
+    shard, index, parts = first_batch_parts(spec, catalog, version, tmp_path)
+    part = min(parts)
+    start, end = index.span(part)
+    path = server.path(version.shard_path(shard))
+    server.reset_counts()
+    # the round asks for this shard's footer and its parts at once: each of those GETs counts
+    server.corrupt(path, times=1 + len(parts), position=start + (end - start) // 2)
+    try:
+        catalog, spec = spec_for(url)
+        with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
+            check(next(iter(loader)), data)
+    finally:
+        server.clear_faults()
+    asked = [r for r in server.requests("GET", path) if r.start == start and r.nbytes == end - start]
+    assert len(asked) == 2  # the damaged copy, then the part alone
+
+
 def each_byte_fetched_once(server, version, cache):
     """Every byte of every shard was fetched exactly once (request log), and the cache holds each shard."""
     for s in range(SHARDS):

@@ -32,7 +32,8 @@ from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.cache import ShardCache, write_at
 from dsinspect.loaders.read.columns import View, column_view, dense_to_arrow, gather
-from dsinspect.loaders.read.fetch import fetch_parts
+from dsinspect.loaders.read.fetch import fetch_parts, fetch_parts_together
+from dsinspect.loaders.store.storage import is_local
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 
@@ -139,6 +140,7 @@ class ColdRows:
                 got.append(rows[sel] - int(index.row_starts[part]))
                 sources.setdefault(key, (version, shard, index, part, partials[index.shard]))
             plan.append(pieces)
+        self._prefetch(sources)
         rows_of = dict(zip(taken, self._pool.map(
             lambda key: self._rows(key, sources[key], np.concatenate(taken[key]), columns), taken)))
         return [[(rows_of[key], np.arange(at, at + len(sel)), sel) for key, at, sel in pieces] for pieces in plan]
@@ -191,6 +193,51 @@ class ColdRows:
             partial.close()
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _prefetch(self, sources: dict[tuple[str, int], tuple]) -> None:
+        """On remote storage, fetch the footers and row groups these reads need and nobody holds yet
+        in one round of requests in flight together, before the pool decodes them (it would fetch
+        them one after another on two threads: a round trip each). What is in a `.partial` file
+        already, being fetched, or fails here is left to `_fetch`, as without this."""
+        wanted: dict[tuple[str, int], tuple] = {}
+        for version, shard, index, part, partial in sources.values():
+            if is_local(version.catalog.fs):
+                continue  # a local read costs no round trip: the decoding threads read in parallel
+            with self._lock:
+                parsed = partial.sha256 in self._footers
+            for p in ([] if partial.has_footer or parsed else [index.footer]) + [part]:
+                wanted.setdefault((index.shard, p), (version, shard, index, partial))
+        todo = []
+        for (sha, part), (version, shard, index, partial) in wanted.items():
+            data = self.cache.local_part(index, part)
+            if data is not None:
+                with self.cache.local_write():
+                    write_at(partial.fd, data, index.span(part)[0])
+                continue
+            if self.cache.claim(sha, [part])[0]:
+                todo.append((version, shard, index, part, partial))
+        by_fs: dict[int, list] = {}
+        for item in todo:
+            by_fs.setdefault(id(item[0].catalog.fs), []).append(item)
+        for items in by_fs.values():
+            spans = [(v.shard_path(s), *index.span(p), index.sha256[p]) for v, s, index, p, _ in items]
+            try:
+                got = fetch_parts_together(items[0][0].catalog.fs, spans, self.cache.stats)
+            except BaseException:
+                for _, _, index, p, _ in items:
+                    self.cache.release(index.shard, [p])
+                raise
+            for (_, _, index, p, partial), data in zip(items, got):
+                if data is None:
+                    self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
+                    continue
+                try:
+                    with self.cache.local_write():
+                        write_at(partial.fd, data, index.span(p)[0])
+                except BaseException:
+                    self.cache.release(index.shard, [p])
+                    raise
+                self.cache.note_part(index, p)
 
     def _use(self, indexes: dict[str, ShardIndex]) -> dict[str, _Partial]:
         """The partial files of these shards (opened on first use), each marked in use, here and

@@ -19,7 +19,7 @@ from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.storage import write_errors
 from dsinspect.loaders.store.transient import is_transient
 
-__all__ = ["fetch_verified", "fetch_parts", "local_write"]
+__all__ = ["fetch_verified", "fetch_parts", "fetch_parts_together", "local_write"]
 
 _CHUNK = 4 << 20
 T = TypeVar("T")
@@ -63,6 +63,28 @@ def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[
 
     return cut(_checked(lambda: fs.cat_file(path, start=first, end=last), check, url,
                         f"shard {url} bytes {first}..{last}", stats, retries, backoff))
+
+
+def fetch_parts_together(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int, str]],
+                         stats: ReadStats) -> list[bytes | None]:
+    """Parts of several files [(path, start, end, sha256), ...] as ranged reads in flight together
+    (on object storage: one round trip for all, where `fetch_parts` one after another would take
+    one each); per part its bytes when they match the sha256, else None (failed, or not what was
+    asked): the caller fetches those again through `fetch_parts`, which retries and names the
+    error. A first round, not a replacement."""
+    if not wanted:
+        return []
+    started = time.monotonic()
+    got = fs.cat_ranges([p for p, _, _, _ in wanted], [a for _, a, _, _ in wanted], [b for _, _, b, _ in wanted],
+                        on_error="return")
+    seconds = time.monotonic() - started
+    out: list[bytes | None] = []
+    for (_, a, b, want), data in zip(wanted, got):
+        ok = isinstance(data, bytes) and len(data) == b - a and hashlib.sha256(data).hexdigest() == want
+        out.append(data if ok else None)
+        if ok:
+            stats.fetched_parts(len(data), 1, seconds / len(wanted))
+    return out
 
 
 def _checked(fetch: Callable[[], T], check: Callable[[T, float], str | None], url: str, what: str,
