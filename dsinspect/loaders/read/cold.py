@@ -223,10 +223,8 @@ class ColdRows:
             spans = [(v.shard_path(s), *index.span(p), index.sha256[p]) for v, s, index, p, _ in items]
             try:
                 got = fetch_parts_together(items[0][0].catalog.fs, spans, self.cache.stats)
-            except BaseException:
-                for _, _, index, p, _ in items:
-                    self.cache.release(index.shard, [p])
-                raise
+            except Exception:  # noqa: BLE001 - a first round only: `_fetch` tries each again and says why
+                got = [None] * len(items)
             for (_, _, index, p, partial), data in zip(items, got):
                 if data is None:
                     self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
