@@ -1,14 +1,21 @@
-"""The remote read benchmark's link, measured before any reader (issue #18): moto's S3 server on
-loopback, behind the shaped link of shaped_link.py, read with s3fs.
+"""The remote read benchmark (issue #18), built up in steps: moto's S3 server on loopback, behind
+the shaped link of shaped_link.py, read with s3fs.
 
-  python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]
+  python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]          # the link itself
+  python benchmarks/bench_remote.py --first-batch [--rows 10000]         # dsinspect's cold first batch
 
-For the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0 unlimited):
-one whole-object GET, and the object as 8 ranged GETs in flight at once, each the median of 3.
-Printed as MB/s and as a fraction of the link's rate, with the load average, and written to
-benchmarks/results/remote-link-<date>.json. What it shows: whether the link, not the server or the
-proxy, is what limits a reader (the server's ceiling above the link's rate), and what one stream
-gets at each RTT (its TCP window over the delay) against streams in parallel.
+The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
+unlimited), one whole-object GET and the object as 8 ranged GETs in flight at once, each the median
+of 3: whether the link, not the server or the proxy, is what limits a reader, and what one stream
+gets at each RTT against streams in parallel. Written to results/remote-link-<date>.json.
+
+The first batch: a version of `--rows` token rows (1024 int32 each, as bench_read.py) written into
+the server; for each RTT, fresh processes (median of 5) open the catalog, plan a global shuffle and
+read the first batch of 32 at 0 workers on an empty cache: the time from `Catalog(url)` (which
+imports s3fs and makes its client, ~0.35 s here, before any request) and from after it. Beside it:
+the requests the server answered until then, the bytes they carried, and the floor the issue sets
+(3 RTTs plus those bytes at the link's rate), against the time after the client is made.
+Written to results/remote-first-batch-<date>.json.
 """
 
 from __future__ import annotations
@@ -31,6 +38,24 @@ from shaped_link import ShapedLink  # noqa: E402
 
 REPEATS = 3
 PARALLEL = 8
+FIRST_BATCH_REPEATS = 5
+# One fresh process: open the catalog, plan, read the first batch cold; prints its time.
+FIRST_BATCH_CHILD = r"""
+import sys, tempfile, time
+from dsinspect.loaders import Catalog, Loader, RunSpec
+from dsinspect.loaders.read.cache import ShardCache
+t = time.perf_counter()
+catalog = Catalog(sys.argv[1])  # imports s3fs and makes its client: no request yet
+opened = time.perf_counter()
+spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle="global")
+with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetch=0) as loader:
+    batch = next(iter(loader))
+    now = time.perf_counter()
+    print("RESULT", round((now - t) * 1e3, 1), round((now - opened) * 1e3, 1), flush=True)
+    sys.stdout.flush()
+    import os
+    os._exit(0)  # the background fill would go on fetching: the first batch is what is measured
+"""
 
 
 def _timed(fn) -> float:
@@ -57,11 +82,79 @@ def measure(fs, path: str, size: int) -> dict:
     return {"one_stream_mb_s": round(size / one / 1e6, 1), f"{PARALLEL}_streams_mb_s": round(size / many / 1e6, 1)}
 
 
+def _git() -> str:
+    import subprocess
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def first_batch(args) -> int:
+    import subprocess
+
+    import numpy as np
+    import pyarrow as pa
+    from s3_server import S3Server, s3_environment
+
+    from dsinspect.loaders import Catalog, Field
+
+    rate = args.rate_mbit * 1e6 / 8
+    rows = np.random.default_rng(20250101).integers(0, 50_257, (args.rows, 1024), dtype=np.int32)
+    table = pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), 1024)})
+    out_rows = []
+    with S3Server() as server, s3_environment(server) as env:
+        import fsspec
+        fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"])).mkdir(server.bucket)
+        url = server.url("catalog")
+        version = Catalog(url).write_version("tokens", table, [Field("tokens", table.schema.field(0).type, "tokens")])
+        print(f"{args.rows:,} rows in {len(version.manifest.shards)} shards, "
+              f"{sum(s.bytes for s in version.manifest.shards) / 1e6:.1f} MB", flush=True)
+        for rtt in (0.0, 0.020, 0.080):
+            with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
+                child_env = {**env, "FSSPEC_S3": json.dumps({**json.loads(env["FSSPEC_S3"]),
+                                                              "endpoint_url": f"http://127.0.0.1:{link.port}"})}
+                times, after_open, asked, carried = [], [], [], []
+                for _ in range(FIRST_BATCH_REPEATS):
+                    server.reset_counts()
+                    done = subprocess.run([sys.executable, "-c", FIRST_BATCH_CHILD, url], capture_output=True,
+                                          text=True, env={**os.environ, **child_env}, timeout=300)
+                    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+                    if not line:
+                        raise RuntimeError(done.stderr[-2000:])
+                    times.append(float(line[0].split()[1]))
+                    after_open.append(float(line[0].split()[2]))
+                    asked.append(len(server.requests()))  # up to the first batch (the child ends there)
+                    carried.append(sum(r.nbytes for r in server.requests("GET")))
+            ms, ms_open = statistics.median(times), statistics.median(after_open)
+            floor = (3 * rtt + statistics.median(carried) / rate) * 1e3
+            row = {"rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "first_batch_ms": ms,
+                   "first_batch_ms_all": times, "after_open_ms": ms_open, "after_open_ms_all": after_open,
+                   "requests": statistics.median(asked),
+                   "bytes": statistics.median(carried), "floor_ms": round(floor, 1),
+                   "load": round(os.getloadavg()[0], 2)}
+            out_rows.append(row)
+            print(f"RTT {rtt * 1e3:>3.0f} ms: first batch {ms:>7.1f} ms, {ms_open:>7.1f} ms after the client is made "
+                  f"(medians of {FIRST_BATCH_REPEATS}), {row['requests']:.0f} requests, {row['bytes'] / 1e6:.2f} MB; "
+                  f"floor (3 RTTs + bytes at the link's rate) {floor:.1f} ms: {ms_open / floor:.1f}x  "
+                  f"[load {row['load']}]", flush=True)
+    out = HERE / "results" / f"remote-first-batch-{dt.date.today().isoformat()}.json"
+    meta = {"rows": args.rows, "repeats": FIRST_BATCH_REPEATS, "git": _git()}
+    out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(HERE.parent)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=64, help="size of the object read")
     parser.add_argument("--rate-mbit", type=float, default=400.0, help="the shaped link's bandwidth")
+    parser.add_argument("--first-batch", action="store_true", help="dsinspect's cold first batch through the link")
+    parser.add_argument("--rows", type=int, default=10_000, help="token rows of the version (--first-batch)")
     args = parser.parse_args()
+    if args.first_batch:
+        return first_batch(args)
 
     import fsspec
     from s3_server import S3Server, s3_environment

@@ -91,6 +91,7 @@ class ShapedLink:
         self._thread: threading.Thread | None = None
         self._server: asyncio.AbstractServer | None = None
         self._ready = threading.Event()
+        self._connections: set[asyncio.Task] = set()
         self.port = 0
 
     def __enter__(self) -> "ShapedLink":
@@ -110,9 +111,19 @@ class ShapedLink:
 
     def stop(self) -> None:
         if self._loop is not None and self._thread is not None:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             self._loop = self._thread = None
+
+    async def _shutdown(self) -> None:
+        """Stop listening, then end every connection's tasks (their peers may be gone already)."""
+        self._server.close()
+        # until none is left: ending a connection's task can start others (gather wraps its pumps)
+        while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _run(self, listener: socket.socket) -> None:
         loop = self._loop
@@ -122,14 +133,19 @@ class ShapedLink:
         try:
             loop.run_forever()
         finally:
-            self._server.close()
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        # held here: asyncio's stream protocol drops its reference to this task when the client's
+        # connection is lost, and a pending task nobody references is collected mid-flight
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            await self._connect(client_r, client_w)
+        finally:
+            self._connections.discard(task)
+
+    async def _connect(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.stats.add(connections=1)
         try:
             server_r, server_w = await asyncio.open_connection(*self.upstream)
@@ -155,8 +171,7 @@ class ShapedLink:
                     await line.put((loop.time(), data))
             except (ConnectionError, OSError):
                 pass
-            finally:
-                await line.put(None)
+            await line.put(None)  # the end (not when cancelled: the writer is going away too)
 
         filling = asyncio.ensure_future(fill())
         try:
@@ -174,3 +189,4 @@ class ShapedLink:
             pass
         finally:
             filling.cancel()
+            await asyncio.gather(filling, return_exceptions=True)  # ended, not left pending
