@@ -113,6 +113,17 @@ def test_the_first_batch_fetches_only_its_rows_parts_and_the_fill_fetches_each_b
     assert stats["shards_fetched"] == stats["cache_misses"] == SHARDS
 
 
+def cold_first_batch(server, url, data, cache_dir):
+    """A fresh catalog handle's first batch on an empty cache, checked; the server's faults cleared after."""
+    try:
+        catalog, spec = spec_for(url)
+        with Loader(spec, catalog=catalog, cache=ShardCache(cache_dir), prefetch=0) as loader:
+            check(next(iter(loader)), data)
+    finally:
+        server.clear_faults()
+    return catalog
+
+
 def test_a_cold_start_asks_for_each_metadata_file_once_and_makes_no_head_request(s3, data, tmp_path):
     """Each request before the first bytes of data is a round trip a fresh node waits for: the tag,
     the manifest and every shard index are one GET each (no HEAD first), the indexes in flight
@@ -121,9 +132,7 @@ def test_a_cold_start_asks_for_each_metadata_file_once_and_makes_no_head_request
     server, url, _ = s3
     version = data["version"]
     server.reset_counts()
-    catalog, spec = spec_for(url)
-    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
-        check(next(iter(loader)), data)
+    catalog = cold_first_batch(server, url, data, tmp_path / "cache")
     asked = server.requests()
     assert [r for r in asked if r.method == "HEAD"] == []
     counts = server.counts()
@@ -139,12 +148,7 @@ def test_an_index_damaged_in_transit_while_fetched_with_the_others_is_fetched_ag
     index = server.path(Catalog(url).layout.shard_index("rand", version.manifest.shards[2].sha256))
     server.reset_counts()
     server.corrupt(index, times=1)
-    try:
-        catalog, spec = spec_for(url)
-        with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
-            check(next(iter(loader)), data)
-    finally:
-        server.clear_faults()
+    cold_first_batch(server, url, data, tmp_path / "cache")
     assert server.counts()[("GET", index)] == 2  # the bad copy dropped, the index fetched once more
 
 
@@ -161,12 +165,7 @@ def test_a_part_damaged_in_the_first_batchs_round_of_fetches_is_fetched_again_al
     server.reset_counts()
     # the round asks for this shard's footer and its parts at once: each of those GETs counts
     server.corrupt(path, times=1 + len(parts), position=start + (end - start) // 2)
-    try:
-        catalog, spec = spec_for(url)
-        with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), prefetch=0) as loader:
-            check(next(iter(loader)), data)
-    finally:
-        server.clear_faults()
+    cold_first_batch(server, url, data, tmp_path / "cache")
     asked = [r for r in server.requests("GET", path) if r.start == start and r.nbytes == end - start]
     assert len(asked) == 2  # the damaged copy, then the part alone
 
