@@ -170,6 +170,15 @@ def test_a_part_damaged_in_the_first_batchs_round_of_fetches_is_fetched_again_al
     assert len(asked) == 2  # the damaged copy, then the part alone
 
 
+def test_metadata_of_no_bytes_reads_back_from_object_storage(s3):
+    """Metadata is read from byte 0 on (one GET, no HEAD); S3 refuses that range on an empty
+    object, which must still read as empty, while other refusals stay errors."""
+    _, url, _ = s3
+    catalog = Catalog(url)
+    sha = catalog.put_blob("rand", b"")
+    assert catalog.read_blob("rand", sha) == b""
+
+
 def each_byte_fetched_once(server, version, cache):
     """Every byte of every shard was fetched exactly once (request log), and the cache holds each shard."""
     for s in range(SHARDS):

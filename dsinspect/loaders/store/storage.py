@@ -102,13 +102,20 @@ def read_whole(fs: fsspec.AbstractFileSystem, path: str) -> bytes:
     """A small file's bytes in one request. s3fs asks for an object's size (a HEAD) before reading
     it whole, to choose a concurrent download: a round trip more per metadata file, which a cold
     start pays one after another. A read from byte 0 on is one ranged GET on every filesystem; an
-    empty object refuses that range (EINVAL) and is read plainly."""
+    empty object refuses that range (EINVAL, as a bad request does: its size tells them apart)."""
     try:
         return fs.cat_file(path, start=0)
     except OSError as e:
-        if e.errno != errno.EINVAL:
+        if e.errno != errno.EINVAL or not _empty(fs, path):
             raise
-        return fs.cat_file(path)
+        return b""
+
+
+def _empty(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    try:
+        return fs.size(path) == 0
+    except Exception:  # noqa: BLE001 - the read's own error is the one to report
+        return False
 
 
 def read_many(fs: fsspec.AbstractFileSystem, paths: list[str]) -> list[bytes | BaseException]:
