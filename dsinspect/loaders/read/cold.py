@@ -91,6 +91,7 @@ class _Partial:
             os.close(self.fd)
             raise
         self.has_footer = False  # the footer part is in our file, checked (parsed footers: ColdRows._footers)
+        self.have: set[int] = set()  # parts this process checked and wrote into this very file
         self.footer_lock = threading.Lock()  # one thread parses the footer, the others wait for it
         self.users, self.forgotten = 0, False  # under ColdRows._lock: closed when forgotten and unused
 
@@ -209,10 +210,11 @@ class ColdRows:
                 wanted.setdefault((index.shard, p), (version, shard, index, partial))
         todo = []
         for (sha, part), (version, shard, index, partial) in wanted.items():
+            if part in partial.have:
+                continue
             data = self.cache.local_part(index, part)
             if data is not None:
-                with self.cache.local_write():
-                    write_at(partial.fd, data, index.span(part)[0])
+                self._write(partial, index, part, data)
                 continue
             if self.cache.claim(sha, [part])[0]:
                 todo.append((version, shard, index, part, partial))
@@ -230,8 +232,7 @@ class ColdRows:
                     self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
                     continue
                 try:
-                    with self.cache.local_write():
-                        write_at(partial.fd, data, index.span(p)[0])
+                    self._write(partial, index, p, data)
                 except BaseException:
                     self.cache.release(index.shard, [p])
                     raise
@@ -316,13 +317,14 @@ class ColdRows:
         """Put the checked part into this process's `.partial` file: from what the fill (or another
         process) left there when it checks out, else fetched (once: a part another thread is
         fetching is waited for)."""
+        if part in partial.have:  # checked and written into our file already (a part decoded again)
+            return
         cache = self.cache
         start, end = index.span(part)
         while True:
             data = cache.local_part(index, part)
             if data is not None:
-                with cache.local_write():
-                    write_at(partial.fd, data, start)  # our file may be an older one than the path's
+                self._write(partial, index, part, data)  # our file may be an older one than the path's
                 return
             claimed, busy = cache.claim(index.shard, [part])
             if claimed:
@@ -332,12 +334,17 @@ class ColdRows:
         try:
             [data] = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),
                                  [(start, end, index.sha256[part])], cache.stats, cache.retries, cache.backoff)
-            with cache.local_write():
-                write_at(partial.fd, data, start)
+            self._write(partial, index, part, data)
         except BaseException:
             cache.release(index.shard, [part])
             raise
         cache.note_part(index, part)
+
+    def _write(self, partial: _Partial, index: ShardIndex, part: int, data) -> None:
+        """A checked part into our `.partial` file, at its offset."""
+        with self.cache.local_write():
+            write_at(partial.fd, data, index.span(part)[0])
+        partial.have.add(part)
 
     def _keep(self, key: tuple[str, int], group: RowsShard) -> None:
         if key in self._groups:
