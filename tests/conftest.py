@@ -69,6 +69,13 @@ def forge_rl_version(catalog_dir, tmp_path):
     return cat
 
 
+@pytest.fixture(autouse=True)
+def _fresh_node(tmp_path_factory, monkeypatch):
+    """Each test starts on a fresh node: its own shard cache and copies of remote metadata (a test
+    counting requests must not find what an earlier test fetched)."""
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path_factory.mktemp("node-cache")))
+
+
 def pytest_configure(config):
     """Tests (and the processes they start) use a private shard cache, never the user's."""
     if "DSINSPECT_CACHE" not in os.environ or not os.environ["DSINSPECT_CACHE"].startswith(tempfile.gettempdir()):

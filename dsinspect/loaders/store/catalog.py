@@ -20,6 +20,7 @@ from dsinspect.errors import (
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.store.layout import VERSIONS, Layout, display
+from dsinspect.loaders.store.node_copies import NodeCopies
 from dsinspect.loaders.store.storage import (
     join,
     locked,
@@ -42,7 +43,8 @@ _READ_TRIES = 4
 
 
 class Catalog:
-    """A catalog at `url`. Reads go straight to storage; nothing is held but small manifests."""
+    """A catalog at `url`. Reads go straight to storage; nothing is held but small manifests, and
+    for a remote catalog this node's copies of manifests and shard indexes (`node_copies`)."""
 
     def __init__(self, url: str):
         self.url = str(url)
@@ -52,6 +54,7 @@ class Catalog:
             raise UserError(f"catalog {e}") from None
         self.layout = Layout(self.root)
         self._manifests: dict[tuple[str, str], Manifest] = {}
+        self.copies = NodeCopies.for_store(self.fs)
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
@@ -116,12 +119,18 @@ class Catalog:
         return self.version(addr.name, self.resolve_ref(addr.name, addr.ref))
 
     def resolve_ref(self, name: str, ref: str) -> str:
-        """A tag, or a unique version-id prefix of at least 8 hex digits, as a full version id."""
+        """A tag, or a unique version-id prefix of at least 8 hex digits, as a full version id. A
+        whole id is looked up by its manifest (read now, as it is needed next: one request, none
+        with this node's copy), without reading tags or listings (an http catalog may have none)."""
+        if VERSION_ID.fullmatch(ref):
+            try:
+                self.manifest(name, ref)
+                return ref
+            except NotFoundError:
+                pass
         tags = self.tags(name)
         if ref in tags:
             return tags[ref]
-        if VERSION_ID.fullmatch(ref) and self.fs.exists(self.layout.manifest(name, ref)):
-            return ref  # a whole id needs no listing (an http catalog may have no index pages)
         ids = self.version_ids(name)
         if len(ref) >= HEX_PREFIX_MIN and _HEX.match(ref):
             matches = [v for v in ids if v.startswith(ref)]
@@ -143,6 +152,16 @@ class Catalog:
         cached = self._manifests.get((name, version_id))
         if cached is not None:
             return cached
+        where = self.display(self.layout.manifest(name, version_id))
+        if self.copies is None or not VERSION_ID.fullmatch(version_id):
+            manifest = self._fetch_manifest(name, version_id)[1]
+        else:
+            manifest = self.copies.get(version_id, "manifest", lambda: self._fetch_manifest(name, version_id),
+                                       lambda raw: _checked_manifest(raw, version_id, where))
+        self._manifests[(name, version_id)] = manifest
+        return manifest
+
+    def _fetch_manifest(self, name: str, version_id: str) -> tuple[bytes, Manifest]:
         path = self.layout.manifest(name, version_id)
         where = self.display(path)
         for second_read in (False, True):  # damaged in transit, or at rest: a second read tells them apart
@@ -157,11 +176,10 @@ class Catalog:
                     raise DamagedError(str(e)) from None
                 continue
             if manifest.id == version_id:
-                break
+                return raw, manifest
             if second_read:
                 raise IntegrityError(f"{where}: content hashes to {manifest.id}, not the version id in its name")
-        self._manifests[(name, version_id)] = manifest
-        return manifest
+        raise AssertionError("unreachable")
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -242,3 +260,12 @@ class Catalog:
 
     def _exists(self, name: str) -> bool:
         return self.fs.isdir(self.layout.versions(name))
+
+
+def _checked_manifest(raw: bytes, version_id: str, where: str) -> Manifest | None:
+    """A node copy's manifest if it is the version's, else None (fetched again)."""
+    try:
+        manifest = Manifest.from_bytes(raw, where)
+    except ManifestError:
+        return None
+    return manifest if manifest.id == version_id else None

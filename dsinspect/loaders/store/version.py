@@ -77,13 +77,13 @@ class DatasetVersion:
             return None
         index = self._indexes.get(shard)
         if index is None:
-            path = self.catalog.layout.shard_index(self.name, entry.sha256)
-            try:
-                raw = read_whole(self.catalog.fs, path)
-            except FileNotFoundError:
-                raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: "
-                                    f"{self.catalog.display(path)}") from None
-            index = self._indexes[shard] = self._parsed_index(shard, raw)
+            copies = self.catalog.copies
+            if copies is None:
+                index = self._fetch_index(shard)[1]
+            else:
+                index = copies.get(entry.index_sha256, "index", lambda: self._fetch_index(shard),
+                                   lambda raw: self._copied_index(shard, raw))
+            self._indexes[shard] = index
         return index
 
     def load_indexes(self, shards: Sequence[int]) -> None:
@@ -93,15 +93,46 @@ class DatasetVersion:
         check out is left to `shard_index`, which fetches it again and names what is wrong."""
         todo = [s for s in dict.fromkeys(shards)
                 if s not in self._indexes and self.manifest.shards[s].index_sha256 is not None]
-        if len(todo) < 2:
+        if not todo or (len(todo) < 2 and self.catalog.copies is None):
             return
         paths = [self.catalog.layout.shard_index(self.name, self.manifest.shards[s].sha256) for s in todo]
-        for shard, raw in zip(todo, read_many(self.catalog.fs, paths)):
-            if isinstance(raw, bytes):
-                try:
-                    self._indexes[shard] = self._parsed_index(shard, raw)
-                except IntegrityError:
-                    pass
+
+        def fetch(positions: list[int]) -> list:
+            got = read_many(self.catalog.fs, [paths[i] for i in positions])
+            return [self._checked_fetch(todo[i], raw) for i, raw in zip(positions, got)]
+
+        if self.catalog.copies is None:
+            found = [None if isinstance(r, BaseException) else r[1] for r in fetch(list(range(len(todo))))]
+        else:
+            found = self.catalog.copies.get_many([self.manifest.shards[s].index_sha256 for s in todo], "index",
+                                                 fetch, lambda i, raw: self._copied_index(todo[i], raw))
+        for shard, index in zip(todo, found):
+            if index is not None:
+                self._indexes[shard] = index
+
+    def _fetch_index(self, shard: int) -> tuple[bytes, ShardIndex]:
+        path = self.catalog.layout.shard_index(self.name, self.manifest.shards[shard].sha256)
+        try:
+            raw = read_whole(self.catalog.fs, path)
+        except FileNotFoundError:
+            raise NotFoundError(f"the index of shard {shard} of {self.address} is missing: "
+                                f"{self.catalog.display(path)}") from None
+        return raw, self._parsed_index(shard, raw)
+
+    def _checked_fetch(self, shard: int, raw: bytes | BaseException) -> tuple[bytes, ShardIndex] | BaseException:
+        if isinstance(raw, BaseException):
+            return raw
+        try:
+            return raw, self._parsed_index(shard, raw)
+        except IntegrityError as e:
+            return e
+
+    def _copied_index(self, shard: int, raw: bytes) -> ShardIndex | None:
+        """A node copy's index if it is the one the manifest names, else None (fetched again)."""
+        try:
+            return self._parsed_index(shard, raw)
+        except IntegrityError:
+            return None
 
     def _parsed_index(self, shard: int, raw: bytes) -> ShardIndex:
         entry = self.manifest.shards[shard]

@@ -1,0 +1,161 @@
+"""Many ranks starting at once on one node: the store is asked for each manifest and shard index
+once per node, not once per process (Mosaic #662: an index downloaded on every rank). Real forked
+processes against a real S3 server (moto on loopback), counted at the server."""
+
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.moto_server.werkzeug_app")
+
+from s3_server import s3_server  # noqa: E402
+from test_remote import FIELDS, random_rows  # noqa: E402
+
+from dsinspect.loaders import Catalog, Loader, RunSpec, WriteOptions, batch_indices  # noqa: E402
+from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
+from dsinspect.loaders.store import node_copies  # noqa: E402
+from dsinspect.loaders.store.locks import open_locked  # noqa: E402
+
+RANKS, SHARDS, SHARD_ROWS, BATCH = 64, 8, 64, 4
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server() as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def version(s3):
+    _, url, _ = s3
+    catalog = Catalog(url)
+    v = catalog.write_version("ranks", random_rows(SHARDS * SHARD_ROWS), FIELDS, key="id", tags=["v1"],
+                              options=WriteOptions(shard_rows=SHARD_ROWS, row_group_rows=16))
+    assert all(s.index_sha256 for s in v.manifest.shards)
+    return v
+
+
+def _rank(url, rank, barrier, results):
+    """One rank's start-up: a catalog handle, the spec by tag, and its first batch (global shuffle:
+    its rows come from shards all over the version). Reports its rows, or its error."""
+    try:
+        barrier.wait(timeout=120)
+        catalog = Catalog(url)
+        spec = RunSpec.create(catalog, "ranks@v1", seed=11, batch_size=BATCH, world_size=RANKS, shuffle="global")
+        with Loader(spec, rank, catalog=catalog, cache=ShardCache(), fill=False) as loader:
+            batch = next(iter(loader))
+        results.put((rank, batch.indices.tolist()))
+    except BaseException as e:  # noqa: BLE001 - the parent names what failed
+        results.put((rank, repr(e)))
+
+
+@pytest.mark.slow
+def test_sixty_four_ranks_starting_together_fetch_each_manifest_and_index_once(s3, version, tmp_path, monkeypatch):
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))  # one node: one cache directory
+    ctx = mp.get_context("fork")  # ranks start from this process's imports, as torchrun's would take seconds
+    barrier, results = ctx.Barrier(RANKS), ctx.Queue()
+    server.reset_counts()
+    ranks = [ctx.Process(target=_rank, args=(url, r, barrier, results)) for r in range(RANKS)]
+    for p in ranks:
+        p.start()
+    got = dict(results.get(timeout=240) for _ in ranks)
+    for p in ranks:
+        p.join(timeout=60)
+    spec = RunSpec.create(Catalog(url), f"ranks@{version.id}", seed=11, batch_size=BATCH, world_size=RANKS,
+                          shuffle="global")
+    for rank in range(RANKS):  # every rank read its own exact rows
+        assert got[rank] == batch_indices(spec, 0, rank).tolist(), got[rank]
+
+    counts = server.counts()
+    layout = version.catalog.layout
+    metadata = [server.path(layout.manifest("ranks", version.id))]
+    metadata += [server.path(layout.shard_index("ranks", s.sha256)) for s in version.manifest.shards]
+    assert {path: counts.get(("GET", path), 0) for path in metadata} == {path: 1 for path in metadata}
+    # a tag can move: each process reads it once (pin the version id to skip even that)
+    assert counts[("GET", server.path(layout.tags_file("ranks")))] == RANKS
+    assert [r for r in server.requests() if r.method not in ("GET",)] == []  # no HEAD, no listing
+    data = [r for r in server.requests() if r.path.endswith(".parquet")]
+    assert data and all(r.range for r in data)  # parts of shards only: no whole-shard download
+
+
+def test_a_process_killed_while_fetching_metadata_does_not_hold_up_the_others(s3, version, tmp_path, monkeypatch):
+    """The fetch lock of a process that dies is released by the kernel: the next process fetches at
+    once (not after node_copies.WAIT)."""
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    copies = node_copies.NodeCopies()
+    lock = copies._path(version.id, "manifest").with_suffix(".manifest.lock")
+    copies.root.mkdir(parents=True)
+    ctx = mp.get_context("fork")
+    taken = ctx.Event()
+
+    def hold_and_hang():
+        open_locked(lock)  # held until this process dies
+        taken.set()
+        time.sleep(600)
+
+    holder = ctx.Process(target=hold_and_hang)
+    holder.start()
+    assert taken.wait(30)
+    monkeypatch.setattr(node_copies, "WAIT", 120.0)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(30)
+    started = time.monotonic()
+    catalog = Catalog(url)
+    assert catalog.manifest("ranks", version.id).id == version.id
+    assert time.monotonic() - started < 30  # far below WAIT: the dead holder's lock was gone
+    assert (copies.root / f"{version.id}.manifest").read_bytes()
+
+
+def test_a_stuck_fetch_is_waited_for_at_most_wait_seconds(s3, version, tmp_path, monkeypatch):
+    """A holder that hangs (alive) delays the others by WAIT at most; they then fetch themselves."""
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    copies = node_copies.NodeCopies()
+    copies.root.mkdir(parents=True)
+    fd = open_locked(copies._path(version.id, "manifest").with_suffix(".manifest.lock"))
+    try:
+        monkeypatch.setattr(node_copies, "WAIT", 0.3)
+        server.reset_counts()
+        started = time.monotonic()
+        assert Catalog(url).manifest("ranks", version.id).id == version.id
+        assert time.monotonic() - started >= 0.3
+        assert server.counts()[("GET", server.path(version.catalog.layout.manifest("ranks", version.id)))] == 1
+    finally:
+        os.close(fd)
+
+
+def test_a_damaged_node_copy_is_fetched_again_and_replaced(s3, version, tmp_path, monkeypatch):
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    index_sha = version.manifest.shards[3].index_sha256
+    Catalog(url).version("ranks", version.id).shard_index(3)
+    copy = node_copies.NodeCopies()._path(index_sha, "index")
+    good = copy.read_bytes()
+    flipped = bytearray(good)
+    flipped[len(flipped) // 2] ^= 1
+    copy.write_bytes(bytes(flipped))
+    server.reset_counts()
+    fresh = Catalog(url).version("ranks", version.id)
+    assert fresh.shard_index(3).shard == version.manifest.shards[3].sha256
+    index_path = server.path(version.catalog.layout.shard_index("ranks", version.manifest.shards[3].sha256))
+    assert server.counts()[("GET", index_path)] == 1
+    assert copy.read_bytes() == good
+
+
+def test_local_catalogs_keep_no_copies(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    catalog = Catalog(str(tmp_path / "catalog"))
+    v = catalog.write_version("local", random_rows(40), FIELDS, key="id",
+                              options=WriteOptions(shard_rows=20, row_group_rows=10))
+    fresh = Catalog(str(tmp_path / "catalog"))
+    assert fresh.copies is None
+    fresh.version("local", v.id).load_indexes([0, 1])
+    assert not (tmp_path / "node" / "meta").exists()
+    assert np.array_equal(fresh.version("local", v.id).shard_starts, v.shard_starts)
