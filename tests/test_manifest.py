@@ -8,6 +8,7 @@ from conftest import TOY_FIELDS, toy_rows
 
 from dsinspect.errors import IntegrityError, ManifestError
 from dsinspect.loaders.format.manifest import Field, Manifest, canonical_json
+from dsinspect.loaders.store.verify import verify_version
 
 
 @pytest.fixture
@@ -74,7 +75,13 @@ def test_not_json_and_not_an_object():
         Manifest.from_bytes(b"[1]", "m.json")
 
 
-def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, catalog):
+def fresh_node(monkeypatch, tmp_path):
+    """A node that has read nothing yet: no copies of remote metadata (loaders/store/node_copies.py)."""
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "another-node"))
+
+
+def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, catalog, monkeypatch, tmp_path):
+    fresh_node(monkeypatch, tmp_path)
     data, v = good
     data["num_rows"] += 0
     data["shards"][0]["rows"] += 1
@@ -85,11 +92,25 @@ def test_catalog_refuses_a_manifest_whose_content_does_not_match_its_id(good, ca
         fresh.resolve("toy")
 
 
-def test_tampered_manifest_is_a_clear_error_from_the_catalog(good, catalog):
+def test_tampered_manifest_is_a_clear_error_from_the_catalog(good, catalog, monkeypatch, tmp_path):
+    fresh_node(monkeypatch, tmp_path)
     _, v = good
     catalog.fs.pipe_file(catalog.layout.manifest("toy", v.id), b'{"format": "dsinspect.manifest/1"}')
     with pytest.raises(ManifestError, match=rf"{v.id}\.json: missing 'hash'"):
         type(catalog)(catalog.url).resolve("toy")
+
+
+def test_a_node_copy_serves_reads_but_never_hides_damage_in_the_store_from_verify(good, catalog):
+    """A node's copy of a remote manifest is checked on use, like a cached shard: a reader keeps
+    reading the version as it was published. `verify` checks the store itself."""
+    data, v = good
+    data["shards"][0]["rows"] += 1
+    data["num_rows"] += 1  # well formed, but not the content the id names
+    catalog.fs.pipe_file(catalog.layout.manifest("toy", v.id), canonical_json(data))
+    if type(catalog)(catalog.url).copies is not None:  # object storage (here memory://): the node's copy
+        assert type(catalog)(catalog.url).resolve(f"toy@{v.id}").manifest == v.manifest
+    with pytest.raises(IntegrityError, match="content hashes to .* not the version id"):
+        verify_version(v)
 
 
 def test_field_rejects_reserved_names_and_wrong_types():

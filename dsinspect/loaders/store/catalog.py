@@ -46,7 +46,9 @@ class Catalog:
     """A catalog at `url`. Reads go straight to storage; nothing is held but small manifests, and
     for a remote catalog this node's copies of manifests and shard indexes (`node_copies`)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, node_copies: bool = True):
+        """`node_copies=False`: read only what is stored, never this node's copies (what `verify`
+        checks: a copy is checked on use, so a good one would hide damage in the store)."""
         self.url = str(url)
         try:
             self.fs, self.root = url_to_fs(self.url)
@@ -54,7 +56,7 @@ class Catalog:
             raise UserError(f"catalog {e}") from None
         self.layout = Layout(self.root)
         self._manifests: dict[tuple[str, str], Manifest] = {}
-        self.copies = NodeCopies.for_store(self.fs)
+        self.copies = NodeCopies.for_store(self.fs) if node_copies else None
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"

@@ -13,9 +13,10 @@ from dsinspect.errors import DsinspectError, reason_of
 from dsinspect.loaders.format.arrow_errors import UNREADABLE
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard", "verify_side_files"]
+__all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard", "verify_side_files", "stored"]
 
 _CHUNK = 4 << 20
 _MAX_BAD_ROWS = 100  # listed per shard; the count is always exact
@@ -54,11 +55,19 @@ class VerifyReport:
 
 
 def verify_version(version: DatasetVersion, on_bytes: Callable[[int], None] | None = None) -> VerifyReport:
-    """Re-hash everything the version is made of; problems are collected, never raised."""
+    """Re-hash everything the version is made of, as stored (its manifest read again, no node
+    copies: `Catalog.stored`); problems are collected, never raised (a stored manifest that does not
+    check out is an IntegrityError: there is no version to report on)."""
+    version = stored(version)
     report = VerifyReport(version.address, version.id, [], verify_side_files(version))
     for shard in range(len(version.manifest.shards)):
         report.shards.append(verify_shard(version, shard, on_bytes))
     return report
+
+
+def stored(version: DatasetVersion) -> DatasetVersion:
+    """The version as read from storage alone: its manifest read and checked again, no node copies."""
+    return Catalog(version.catalog.url, node_copies=False).version(version.name, version.id)
 
 
 def verify_side_files(version: DatasetVersion) -> list[str]:

@@ -11,7 +11,14 @@ from typing import Callable
 from dsinspect.loaders.compute.engines import run_tasks
 from dsinspect.loaders.compute.tasks import TaskFailed
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.verify import ShardReport, VerifyReport, verify_shard, verify_side_files, verify_version
+from dsinspect.loaders.store.verify import (
+    ShardReport,
+    VerifyReport,
+    stored,
+    verify_shard,
+    verify_side_files,
+    verify_version,
+)
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["verify_parallel", "shard_ranges"]
@@ -29,7 +36,7 @@ def shard_ranges(count: int, ranges: int) -> list[tuple[int, int]]:
 
 def verify_shards_task(payload: dict) -> dict:
     """Task: verify shards [first, stop) of one version (any process, JSON in and out)."""
-    catalog = Catalog(payload["catalog"])
+    catalog = Catalog(payload["catalog"], node_copies=False)  # what is stored (verify.stored)
     version = catalog.version(payload["dataset"], payload["version"])
     first, stop = payload["shards"]
     reports = [verify_shard(version, i) for i in range(first, stop)]
@@ -42,6 +49,7 @@ def verify_parallel(version: DatasetVersion, engine: str = "pool", workers: int 
     """`verify_version`, with the shards split into ranges run on `engine` (inline: the serial path)."""
     if engine == "inline":
         return verify_version(version, on_bytes)
+    version = stored(version)
     from dsinspect.loaders.compute.pool import default_workers
 
     ranges = shard_ranges(len(version.manifest.shards), (workers or default_workers()) * _RANGES_PER_WORKER)
