@@ -3,6 +3,7 @@ the shaped link of shaped_link.py, read with s3fs.
 
   python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]          # the link itself
   python benchmarks/bench_remote.py --first-batch [--rows 10000]         # dsinspect's cold first batch
+  python benchmarks/bench_remote.py --epoch [--rows 40000]               # a cold epoch, dsinspect and a baseline
 
 The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
 unlimited), one whole-object GET and the object as 8 ranged GETs in flight at once, each the median
@@ -16,6 +17,13 @@ imports s3fs and makes its client, ~0.35 s here, before any request) and from af
 the requests the server answered until then, the bytes they carried, and the floor the issue sets
 (3 RTTs plus those bytes at the link's rate), against the time after the client is made.
 Written to results/remote-first-batch-<date>.json.
+
+The cold epoch: the same version (`--rows`, default 100,000: 410 MB as written by numpy, less as zstd Parquet), for each RTT a fresh process
+with an empty cache reads one whole epoch (global shuffle, batch 32, 0 workers): samples/s, the
+data's MB/s as a fraction of the link's rate, the time to the first batch, requests and bytes the
+server answered ÷ the data's size. Beside it a plain fsspec + pyarrow baseline in the same
+process setting: every shard fetched with one `cat` (s3fs keeps them all in flight), decoded, and
+the epoch served from memory in the same order. Written to results/remote-epoch-<date>.json.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +64,50 @@ with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetc
     import os
     os._exit(0)  # the background fill would go on fetching: the first batch is what is measured
 """
+
+
+# One fresh process: a whole cold epoch. argv: url, reader ("dsinspect" or "baseline").
+EPOCH_CHILD = r"""
+import sys, tempfile, time
+import numpy as np
+from dsinspect.loaders import Catalog, Loader, RunSpec, epoch_order
+from dsinspect.loaders.read.cache import ShardCache
+url, reader = sys.argv[1], sys.argv[2]
+t = time.perf_counter()
+catalog = Catalog(url)
+opened = time.perf_counter()
+spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle="global")
+samples, first = 0, None
+if reader == "dsinspect":
+    with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetch=0) as loader:
+        for batch in loader:
+            batch.to_numpy()["tokens"]
+            samples += len(batch)
+            first = first or time.perf_counter()
+else:
+    import io
+    import pyarrow.parquet as pq
+    version = catalog.resolve("tokens")
+    paths = [version.shard_path(s) for s in range(len(version.manifest.shards))]
+    blobs = catalog.fs.cat(paths)
+    tokens = np.concatenate([pq.read_table(io.BytesIO(blobs[p])).column("tokens").combine_chunks()
+                             .flatten().to_numpy().reshape(-1, 1024) for p in paths])
+    order = epoch_order(spec, 0)
+    for at in range(0, len(order) - 31, 32):
+        tokens[order[at:at + 32]]
+        samples += 32
+        first = first or time.perf_counter()
+end = time.perf_counter()
+cpu = time.process_time()  # this process's CPU seconds, all threads (from its start)
+print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1), round(cpu, 2), flush=True)
+"""
+
+
+def _fresh_node() -> dict[str, str]:
+    """The environment of a process on a node that has read nothing: an empty DSINSPECT_CACHE (no
+    shards, no copies of manifests and indexes)."""
+    import tempfile
+    return {"DSINSPECT_CACHE": tempfile.mkdtemp(prefix="bench-remote-node-")}
 
 
 def _timed(fn) -> float:
@@ -93,23 +146,9 @@ def _git() -> str:
 def first_batch(args) -> int:
     import subprocess
 
-    import numpy as np
-    import pyarrow as pa
-    from s3_server import S3Server, s3_environment
-
-    from dsinspect.loaders import Catalog, Field
-
     rate = args.rate_mbit * 1e6 / 8
-    rows = np.random.default_rng(20250101).integers(0, 50_257, (args.rows, 1024), dtype=np.int32)
-    table = pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), 1024)})
     out_rows = []
-    with S3Server() as server, s3_environment(server) as env:
-        import fsspec
-        fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"])).mkdir(server.bucket)
-        url = server.url("catalog")
-        version = Catalog(url).write_version("tokens", table, [Field("tokens", table.schema.field(0).type, "tokens")])
-        print(f"{args.rows:,} rows in {len(version.manifest.shards)} shards, "
-              f"{sum(s.bytes for s in version.manifest.shards) / 1e6:.1f} MB", flush=True)
+    with _tokens_on_server(args.rows) as (server, env, url, _):
         for rtt in (0.0, 0.020, 0.080):
             with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
                 child_env = {**env, "FSSPEC_S3": json.dumps({**json.loads(env["FSSPEC_S3"]),
@@ -118,7 +157,7 @@ def first_batch(args) -> int:
                 for _ in range(FIRST_BATCH_REPEATS):
                     server.reset_counts()
                     done = subprocess.run([sys.executable, "-c", FIRST_BATCH_CHILD, url], capture_output=True,
-                                          text=True, env={**os.environ, **child_env}, timeout=300)
+                                          text=True, env={**os.environ, **child_env, **_fresh_node()}, timeout=300)
                     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
                     if not line:
                         raise RuntimeError(done.stderr[-2000:])
@@ -145,15 +184,90 @@ def first_batch(args) -> int:
     return 0
 
 
+@contextmanager
+def _tokens_on_server(rows_n: int):
+    """(server, its environment, the catalog URL, the data's bytes) with `rows_n` token rows written
+    as version "tokens" (1024 int32 each, as bench_read.py)."""
+    import fsspec
+    import numpy as np
+    import pyarrow as pa
+    from s3_server import S3Server, s3_environment
+
+    from dsinspect.loaders import Catalog, Field
+
+    rows = np.random.default_rng(20250101).integers(0, 50_257, (rows_n, 1024), dtype=np.int32)
+    table = pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), 1024)})
+    with S3Server() as server, s3_environment(server) as env:
+        fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"])).mkdir(server.bucket)
+        url = server.url("catalog")
+        version = Catalog(url).write_version("tokens", table, [Field("tokens", table.schema.field(0).type, "tokens")])
+        size = sum(s.bytes for s in version.manifest.shards)
+        print(f"{rows_n:,} rows in {len(version.manifest.shards)} shards, {size / 1e6:.1f} MB", flush=True)
+        yield server, env, url, size
+
+
+def epoch(args) -> int:
+    rate = args.rate_mbit * 1e6 / 8
+    out_rows = []
+    with _tokens_on_server(args.rows) as (server, env, url, size):
+        for rtt in args.rtts:
+            _epoch_at(server, env, url, size, rtt, rate, out_rows)
+    out = HERE / "results" / f"remote-epoch-{dt.date.today().isoformat()}.json"
+    meta = {"rows": args.rows, "data_bytes": size, "git": _git()}
+    out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(HERE.parent)}")
+    return 0
+
+
+def _epoch_at(server, env: dict, url: str, size: int, rtt: float, rate: float, out_rows: list) -> None:
+    """One RTT: each reader's cold epoch in a fresh process, through a fresh link."""
+    import subprocess
+
+    with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
+        child_env = {**os.environ, **env, "FSSPEC_S3": json.dumps(
+            {**json.loads(env["FSSPEC_S3"]), "endpoint_url": f"http://127.0.0.1:{link.port}"})}
+        for reader in ("dsinspect", "baseline"):
+            server.reset_counts()
+            served = time.process_time()  # the server and the link live in this process
+            done = subprocess.run([sys.executable, "-c", EPOCH_CHILD, url, reader], capture_output=True,
+                                  text=True, env={**child_env, **_fresh_node()}, timeout=1800)
+            served = time.process_time() - served
+            line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+            if not line:
+                raise RuntimeError(done.stderr[-2000:])
+            _, samples, seconds, first_ms, reader_cpu = line[0].split()
+            samples, seconds, first_ms, reader_cpu = int(samples), float(seconds), float(first_ms), float(reader_cpu)
+            moved = sum(r.nbytes for r in server.requests("GET"))
+            row = {"reader": reader, "rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "samples": samples,
+                   "epoch_s": seconds, "samples_per_s": round(samples / seconds, 1),
+                   "link_fraction": round(size / seconds / rate, 3), "first_batch_ms": first_ms,
+                   "requests": len(server.requests()), "bytes_fetched_per_data": round(moved / size, 3),
+                   "reader_cpu_s": reader_cpu, "server_and_link_cpu_s": round(served, 2),
+                   "load": round(os.getloadavg()[0], 2)}
+            out_rows.append(row)
+            print(f"RTT {rtt * 1e3:>3.0f} ms {reader:<10} epoch {seconds:6.2f} s  {row['samples_per_s']:>8,.0f} "
+                  f"samples/s  {row['link_fraction']:.0%} of the link  first batch {first_ms:7.1f} ms  "
+                  f"{row['requests']} requests, {row['bytes_fetched_per_data']:.2f}x the data  "
+                  f"CPU s: reader {reader_cpu:.1f}, server+link {served:.1f}  [load {row['load']}]", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=64, help="size of the object read")
     parser.add_argument("--rate-mbit", type=float, default=400.0, help="the shaped link's bandwidth")
     parser.add_argument("--first-batch", action="store_true", help="dsinspect's cold first batch through the link")
-    parser.add_argument("--rows", type=int, default=10_000, help="token rows of the version (--first-batch)")
+    parser.add_argument("--epoch", action="store_true", help="a cold epoch through the link, with a baseline")
+    parser.add_argument("--rtt-ms", dest="rtts", type=lambda v: [float(x) / 1e3 for x in v.split(",")],
+                        default=[0.0, 0.020, 0.080], help="round-trip times to measure (--epoch), e.g. 0,20,80")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="token rows of the version (--first-batch: 10,000; --epoch: 100,000, as bench_read.py)")
     args = parser.parse_args()
     if args.first_batch:
+        args.rows = args.rows or 10_000
         return first_batch(args)
+    if args.epoch:
+        args.rows = args.rows or 100_000
+        return epoch(args)
 
     import fsspec
     from s3_server import S3Server, s3_environment

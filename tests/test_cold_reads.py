@@ -4,6 +4,7 @@ I/O claims are checked on the request log of a real S3 server (moto on loopback)
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ from test_remote import FIELDS, NAMES, random_rows  # noqa: E402  (the same inco
 from dsinspect.errors import IntegrityError  # noqa: E402
 from dsinspect.loaders import HASH_COLUMN, Catalog, Loader, RunSpec, WriteOptions  # noqa: E402
 from dsinspect.loaders.format.canonical import row_hashes  # noqa: E402
+from dsinspect.loaders.read import cache as cache_module  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
 SHARDS, SHARD_ROWS, GROUP_ROWS = 6, 200, 20
@@ -302,3 +304,57 @@ def test_a_fill_trusts_no_part_its_process_put_in_a_partial_file_removed_since(t
     stored = pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
     for batch in batches:
         assert batch.table.select(NAMES).to_pylist() == stored.select(NAMES).take(batch.indices).to_pylist()
+
+
+def test_a_resume_keeps_what_was_fetched_ahead_and_fetches_no_byte_twice(s3, data, tmp_path):
+    """A job stopped mid-epoch and resumed by a new loader on the same node: what the first had
+    fetched (the row groups of its first batches, most of whose rows come later in the order) serves
+    the second, so across the restart every byte of every shard crossed the network exactly once
+    (torchdata #1520: data read ahead is thrown away on resume). The first loader does not fill,
+    so that what it leaves is the same every run."""
+    server, url, _ = s3
+    version = data["version"]
+    server.reset_counts()
+    catalog, spec = spec_for(url)
+    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache"), fill=False) as loader:
+        it = iter(loader)
+        before = [next(it) for _ in range(3)]
+        state = loader.state_dict()
+    fetched_before = sum(r.nbytes for r in server.requests("GET", contains="/shards/") if r.path.endswith(".parquet"))
+    assert 0 < fetched_before < sum(s.bytes for s in version.manifest.shards)  # stopped part-way
+    catalog, spec = spec_for(url)
+    cache = ShardCache(tmp_path / "cache")
+    with Loader(spec, catalog=catalog, cache=cache) as loader:
+        loader.load_state_dict(state)
+        after = list(loader)
+    for batch in before + after:
+        check(batch, data)
+    assert sorted(i for b in before + after for i in b.indices.tolist()) == list(range(SHARDS * SHARD_ROWS))
+    each_byte_fetched_once(server, version, cache)
+
+
+def test_a_fill_keeps_several_ranged_reads_in_flight_and_fills_fetch_one_at_a_time(s3, data, tmp_path, monkeypatch):
+    """One ranged read after another, a fill would wait a round trip per run and leave a long link
+    idle; with runs in flight together it fills the bandwidth-delay product. Two fills of one
+    process fetch one after the other (the other converts meanwhile), so the bound on what is in
+    flight holds per process. The server holds each shard GET 50 ms: reads sent together overlap
+    there, reads sent one after another never do."""
+    server, url, _ = s3
+    version = Catalog(url).version("rand", data["version"].id)
+    monkeypatch.setattr(cache_module, "_FETCH_RUN", 1)  # a run per part: 11 runs per shard
+    server.hold_gets(".parquet", 0.05)
+    try:
+        cache = ShardCache(tmp_path / "cache")
+        cache.open(version, 0).release()
+        alone = server.most_in_flight
+        server.hold_gets(".parquet", 0.05)
+        with ThreadPoolExecutor(2) as pool:
+            for shard in pool.map(lambda s: cache.open(version, s), (1, 2)):
+                shard.release()
+        together = server.most_in_flight
+    finally:
+        server.clear_faults()
+    assert 3 <= alone <= cache_module._RUNS_IN_FLIGHT
+    assert 3 <= together <= cache_module._RUNS_IN_FLIGHT
+    for s in (0, 1, 2):
+        assert cache.holds(version.manifest.shards[s].sha256)

@@ -13,6 +13,8 @@ writes them here (`<sha>.partial`, the parts at their offsets; `note_part` lists
 `<sha>.have`). The fill then fetches only the parts nobody fetched, so no byte crosses the network
 twice; a part this process checked is not hashed again, one another process wrote is hashed once
 more from the local disk. Every part checked is the whole file checked (the parts cut it without gaps).
+A fill keeps `_RUNS_IN_FLIGHT` ranged reads in flight (a long link's bandwidth-delay product), and
+one fill of a process fetches at a time while the others convert what they fetched (docs/REMOTE.md).
 
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
@@ -29,6 +31,8 @@ import mmap
 import os
 import tempfile
 import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -55,6 +59,7 @@ _FORMAT = "dsinspect.cache/1"
 BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
 _FETCH_RUN = 2 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
+_RUNS_IN_FLIGHT = 8   # ... this many at once (16 MiB: a 400 Mbit/s link's bandwidth-delay product at 320 ms)
 
 
 class CachedShard:
@@ -196,6 +201,9 @@ class ShardCache:
         self._shared_checks: set[str] = set()  # shards whose `_checked` is shared with forked processes
         self._parts: dict[str, set[int]] = {}  # per shard: parts this process checked and put in its .partial
         self._parts_lock = threading.Lock()
+        # one fill of this process fetches at a time, with all its runs in flight, while the others
+        # convert what they fetched: the link stays busy and the shard needed first arrives first
+        self._fetching = threading.Lock()
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
         self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
@@ -365,11 +373,12 @@ class ShardCache:
             pa.default_memory_pool().release_unused()  # what decoding freed back to the OS, not kept
 
     def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
-        if index is not None:
-            parquet = self._fill_parts(version, shard, index)
-        else:
-            parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
-                                     str(self.root), self.stats, self.retries, self.backoff)
+        with self._fetching:
+            if index is not None:
+                parquet = self._fill_parts(version, shard, index)
+            else:
+                parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
+                                         str(self.root), self.stats, self.retries, self.backoff)
         try:
             arrow_tmp, rows = self._convert(parquet, url)
         finally:
@@ -407,17 +416,33 @@ class ShardCache:
             missing = [p for p in range(index.parts) if p not in present]
             written: set[int] = set()
             others: list[threading.Event] = []
-            for run in _runs(missing, index, _FETCH_RUN):
-                claimed, busy = self.claim(sha, run)  # cold reads may have brought or be fetching some
-                others += busy
-                for part_run in _runs(claimed, index, _FETCH_RUN):
-                    try:
-                        self._fetch_into(fd, version, shard, index, part_run)
-                        written.update(part_run)
-                        with self._parts_lock:
-                            self._parts.setdefault(sha, set()).update(part_run)
-                    finally:
-                        self.release(sha, part_run)
+
+            def fetch(part_run: list[int]) -> None:
+                try:
+                    self._fetch_into(fd, version, shard, index, part_run)
+                    written.update(part_run)
+                    with self._parts_lock:
+                        self._parts.setdefault(sha, set()).update(part_run)
+                finally:
+                    self.release(sha, part_run)
+
+            # runs in flight together: one after another a run waits a round trip, and a link's
+            # bandwidth-delay product is several runs (docs/REMOTE.md). Every submitted run runs to
+            # its end (it releases its claim); the first error is raised once all have.
+            in_flight: deque[Future] = deque()
+            with ThreadPoolExecutor(_RUNS_IN_FLIGHT, thread_name_prefix="dsinspect-run") as pool:
+                try:
+                    for run in _runs(missing, index, _FETCH_RUN):
+                        claimed, busy = self.claim(sha, run)  # cold reads may have brought or be fetching some
+                        others += busy
+                        for part_run in _runs(claimed, index, _FETCH_RUN):
+                            while len(in_flight) >= _RUNS_IN_FLIGHT:
+                                in_flight.popleft().result()
+                            in_flight.append(pool.submit(fetch, part_run))
+                finally:
+                    done = [f.exception() for f in in_flight]
+                if any(done):
+                    raise next(e for e in done if e)
             for event in others:
                 event.wait()
             # parts a cold read brought meanwhile (or failed to): checked here, fetched if not in this file
