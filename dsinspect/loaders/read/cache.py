@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -204,6 +204,7 @@ class ShardCache:
         # one fill of this process fetches at a time, with all its runs in flight, while the others
         # convert what they fetched: the link stays busy and the shard needed first arrives first
         self._fetching = threading.Lock()
+        self._next_use: Callable[[str], float] | None = None  # see evict_by
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
         self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
@@ -544,10 +545,20 @@ class ShardCache:
             except (OSError, ValueError):
                 continue
 
+    def evict_by(self, next_use: Callable[[str], float] | None) -> None:
+        """Evict by the known order: `next_use(sha256)` is when the shard is needed next (inf: not
+        as far as the reader knows), and the entry needed furthest in the future goes first
+        (Belady's policy; order/future.py). None: the least recently used first."""
+        self._next_use = next_use
+
     def _evict_over_bound(self) -> None:
         if self.max_bytes is None:
             return
-        entries = sorted(self._entries(), key=lambda e: e[1]["mtime"])
+        next_use = self._next_use
+        if next_use is None:
+            entries = sorted(self._entries(), key=lambda e: e[1]["mtime"])
+        else:  # furthest next use first; among equals (never needed again), least recently used first
+            entries = sorted(self._entries(), key=lambda e: (-next_use(e[0]), e[1]["mtime"]))
         total = sum(meta["arrow_bytes"] for _, meta in entries)
         for sha, meta in entries:
             if total <= self.max_bytes:

@@ -17,7 +17,8 @@ import pyarrow as pa
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.shard_index import ShardIndex
-from dsinspect.loaders.order.plan import BatchPlan
+from dsinspect.loaders.order.future import NextUse
+from dsinspect.loaders.order.plan import BatchPlan, locate_step, steps_in_epoch
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
 from dsinspect.loaders.read.cache import CachedShard, ShardCache
 from dsinspect.loaders.read.cold import ColdRows
@@ -38,6 +39,7 @@ class _Rows(NamedTuple):
 
     indices: np.ndarray
     sources: np.ndarray
+    step: int  # the first plan's
 
 
 class BatchReader:
@@ -74,6 +76,13 @@ class BatchReader:
         self._reads = 0
         self._cold_seconds = 0.0  # how long the last cold read took
         self.fill = fill  # False: read what each batch needs and start nothing in the background
+        self._now = spec.start.step  # the step last read: where the order's future starts
+        if self.cache.max_bytes is not None:  # a bound: evict what the order needs furthest ahead
+            self._spec, self._future, self._future_lock = spec, None, threading.Lock()
+            self._keys_of: dict[str, list[int]] = {}
+            for i, key in enumerate(self._shard_key):
+                self._keys_of.setdefault(self._sha256[key], []).append(i)
+            self.cache.evict_by(self._next_use)
 
     def read(self, plan: BatchPlan, layout: Layout | None = None,
              patience: float | None = None) -> tuple[dict[str, np.ndarray | pa.Array], np.ndarray]:
@@ -86,6 +95,7 @@ class BatchReader:
         cold batch decodes ~30 row groups to use 32 rows; a fill decodes each once)."""
         if layout is None:
             layout = self.layouts([plan])[0]
+        self._now = plan.step
         opened, read = self._open, self._read
         parts: list = []
         cold = []
@@ -117,7 +127,8 @@ class BatchReader:
         """The rows of several plans, one after another, in one read: one gather per column and
         shard for all of them (a Loader reads runs of steps: per batch, Python's overhead is what
         separates a read from a bare numpy gather)."""
-        merged = _Rows(np.concatenate([p.indices for p in plans]), np.concatenate([p.sources for p in plans]))
+        merged = _Rows(np.concatenate([p.indices for p in plans]), np.concatenate([p.sources for p in plans]),
+                       plans[0].step)
         return self.read(merged, self.layouts([merged])[0], patience)  # one vectorised split: ~60 us for 512 rows
 
     def shards_of(self, plans: Sequence[BatchPlan]) -> list[tuple[int, int]]:
@@ -188,6 +199,21 @@ class BatchReader:
                     continue  # a cached shard opens in well under a millisecond: a thread would cost more
                 self._pending[key] = self._executor().submit(self._load, key)
                 budget -= 1
+
+    def _next_use(self, sha256: str) -> float:
+        """The next step this run (any rank) reads the shard at, from the one read last; inf when
+        not within the horizon (two epochs, or 2^22 samples) or not a shard of this run."""
+        keys = self._keys_of.get(sha256)
+        if not keys:
+            return float("inf")
+        now = self._now
+        with self._future_lock:
+            future = self._future
+            if future is None or not future.first_step <= now <= future.first_step + future.count // 2:
+                epoch = locate_step(self._spec, now)[0]
+                horizon = max(1, min(2 * steps_in_epoch(self._spec, epoch), (1 << 22) // self._spec.global_batch))
+                future = self._future = NextUse(self._spec, now, horizon)
+        return min(future.after(k, now) for k in keys)
 
     def close(self) -> None:
         if self._cold is not None:
