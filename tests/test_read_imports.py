@@ -7,7 +7,8 @@ import sys
 
 NEVER = ("textual", "streamlit", "rich", "click", "PIL", "av", "torch",
          "pandas",           # ~0.5 s to import: it would show in every job's time to first batch
-         "pyarrow.dataset")  # pulls in the dataset machinery (and its thread pools) the engine does not use
+         "pyarrow.dataset",  # pulls in the dataset machinery (and its thread pools) the engine does not use
+         "numpy.ma")         # np.unique's first call imports it (~30 ms of a first batch): dsinspect.arrays
 
 READ_EVERY_DEMO = """
 import json, sys

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dsinspect.arrays import distinct
 from dsinspect.loaders.order.plan import _locate_steps, _samples, locate_step
 from dsinspect.loaders.order.spec import RunSpec
 
@@ -33,12 +34,12 @@ def shard_uses(spec: RunSpec, first_step: int, steps: int) -> tuple[np.ndarray, 
     starts = [np.cumsum([0, *s.shard_rows], dtype=np.int64) for s in spec.sources]
     base = np.cumsum([0] + [len(s.shard_rows) for s in spec.sources], dtype=np.int64)
     out_steps, out_keys = [], []
-    for epoch in np.unique(epochs).tolist():
+    for epoch in distinct(epochs).tolist():
         chosen = np.flatnonzero(epochs == epoch)
         positions = ((firsts[chosen][:, None] + np.arange(g, dtype=np.int64)) % spec.epoch_length).ravel()
         sources, indices, _ = _samples(spec, epoch, positions)
         keys = np.empty(len(indices), np.int64)
-        for k in np.unique(sources).tolist():
+        for k in distinct(sources).tolist():
             sel = sources == k
             keys[sel] = base[k] + np.searchsorted(starts[k], indices[sel], side="right") - 1
         out_steps.append(np.repeat(step_ids[chosen], g))

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dsinspect.arrays import distinct
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.permutation import Permutation, key_of, sample_seeds
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle
@@ -114,7 +115,7 @@ def plan_steps(spec: RunSpec, steps: Sequence[int], rank: int) -> list[BatchPlan
     b = spec.batch_size
     offsets = rank * b + np.arange(b, dtype=np.int64)
     plans: list[BatchPlan | None] = [None] * len(steps)
-    for epoch in np.unique(epochs).tolist():
+    for epoch in distinct(epochs).tolist():
         chosen = np.flatnonzero(epochs == epoch)
         positions = (firsts[chosen][:, None] + offsets).ravel()
         padding = positions >= spec.epoch_length
@@ -168,7 +169,7 @@ def _samples(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.ndarr
     counts = np.asarray(mixture_counts(spec), dtype=np.int64)
     sources = np.empty(len(positions), np.int32)
     occurrence = np.empty(len(positions), np.int64)  # how many of this source came before, run-wide
-    for b in np.unique(block):
+    for b in distinct(block):
         sel = block == b
         src, rank = _block_schedule(spec, int(b))
         sources[sel] = src[offset[sel]]
@@ -179,7 +180,7 @@ def _samples(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.ndarr
         sel = sources == k
         source_epoch, within = np.divmod(occurrence[sel], source.rows)  # each source cycles its own epochs
         out = np.empty(int(sel.sum()), np.int64)
-        for e in np.unique(source_epoch):
+        for e in distinct(source_epoch):
             part = source_epoch == e
             out[part] = _permute(spec, k, int(e), within[part])
         indices[sel] = out
@@ -239,7 +240,7 @@ def _window_permute(spec: RunSpec, k: int, epoch: int, t: np.ndarray) -> np.ndar
     n_shards = len(shard_order)
     window = (np.searchsorted(starts_in_order, t, side="right") - 1) // w
     out = np.empty(len(t), np.int64)
-    for j in np.unique(window):
+    for j in distinct(window):
         sel = window == j
         lo = starts_in_order[j * w]
         hi = starts_in_order[min((j + 1) * w, n_shards)]

@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
+from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.pathnames import check_sha256, is_sha256
@@ -164,12 +165,12 @@ class CachedShard:
         if self._reads:  # after the first read (kept short: time to first batch), check whole
             # aligned spans of blocks: the same bytes hashed in all, but a shard read at random is
             # fully checked (and `check` free) after a fraction of an epoch
-            spans = np.unique(todo // VERIFY_SPAN)
+            spans = distinct(todo // VERIFY_SPAN)
             todo = (spans[:, None] * VERIFY_SPAN + np.arange(VERIFY_SPAN)).ravel()
             todo = todo[todo < len(self._checked)]
             todo = todo[~self._checked[todo]]
         else:
-            todo = np.unique(todo)
+            todo = distinct(todo)
         view = memoryview(self._buffer)
         got = np.fromiter((xxhash.xxh3_64_intdigest(view[b * BLOCK:(b + 1) * BLOCK]) for b in todo.tolist()),
                           np.uint64, len(todo))

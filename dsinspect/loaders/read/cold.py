@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
@@ -133,7 +134,7 @@ class ColdRows:
         for version, shard, index, rows in wants:
             parts = index.parts_of(rows)
             pieces = []
-            for part in np.unique(parts).tolist():
+            for part in distinct(parts).tolist():
                 sel = np.flatnonzero(parts == part)
                 key = (index.shard, part)
                 got = taken.setdefault(key, [])

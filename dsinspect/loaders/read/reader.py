@@ -14,6 +14,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.shard_index import ShardIndex
@@ -171,7 +172,7 @@ class BatchReader:
             return np.searchsorted(self._starts[0], indices, side="right") - 1
         sources = np.concatenate([p.sources for p in plans])
         shard = np.empty(len(indices), np.int64)
-        for k in np.unique(sources).tolist():
+        for k in distinct(sources).tolist():
             sel = sources == k
             shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
         return shard
