@@ -3,7 +3,7 @@ the shaped link of shaped_link.py, read with s3fs.
 
   python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]          # the link itself
   python benchmarks/bench_remote.py --first-batch [--rows 10000]         # dsinspect's cold first batch
-  python benchmarks/bench_remote.py --epoch [--rows 40000]               # a cold epoch, dsinspect and a baseline
+  python benchmarks/bench_remote.py --epoch [--rate-mbit 200]            # a cold epoch: dsinspect, peers, baseline
 
 The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
 unlimited), one whole-object GET and the object as 8 ranged GETs in flight at once, each the median
@@ -18,12 +18,14 @@ the requests the server answered until then, the bytes they carried, and the flo
 (3 RTTs plus those bytes at the link's rate), against the time after the client is made.
 Written to results/remote-first-batch-<date>.json.
 
-The cold epoch: the same version (`--rows`, default 100,000: 410 MB as written by numpy, less as zstd Parquet), for each RTT a fresh process
-with an empty cache reads one whole epoch (global shuffle, batch 32, 0 workers): samples/s, the
-data's MB/s as a fraction of the link's rate, the time to the first batch, requests and bytes the
-server answered ÷ the data's size. Beside it a plain fsspec + pyarrow baseline in the same
-process setting: every shard fetched with one `cat` (s3fs keeps them all in flight), decoded, and
-the epoch served from memory in the same order. Written to results/remote-epoch-<date>.json.
+The cold epoch: bench_read.py's token set (100,000 rows of 1024 int32; written there if missing)
+uploaded in each reader's own format: dsinspect's catalog (zstd Parquet), LitData's chunks and
+Mosaic's MDS shards (both uncompressed), and a plain fsspec + pyarrow baseline on dsinspect's
+Parquet (every shard fetched with one `cat`, s3fs keeping them all in flight, decoded, then served
+from memory). For each RTT and reader, a fresh process on a fresh node (empty caches) reads one
+epoch, shuffled, batch 32, 0 workers: samples/s, the bytes the server sent as a fraction of the
+link's rate, the time to the first batch, requests, and the CPU seconds of the reader and of the
+server with the link (one process). Written to results/remote-epoch-<date>.json.
 """
 
 from __future__ import annotations
@@ -66,41 +68,74 @@ with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetc
 """
 
 
-# One fresh process: a whole cold epoch. argv: url, reader ("dsinspect" or "baseline").
+# One fresh process: a whole cold epoch of one reader. argv: the reader, a JSON of where things are.
 EPOCH_CHILD = r"""
-import sys, tempfile, time
+import json, os, sys, tempfile, time
 import numpy as np
-from dsinspect.loaders import Catalog, Loader, RunSpec, epoch_order
-from dsinspect.loaders.read.cache import ShardCache
-url, reader = sys.argv[1], sys.argv[2]
+reader, where = sys.argv[1], json.loads(sys.argv[2])
 t = time.perf_counter()
-catalog = Catalog(url)
-opened = time.perf_counter()
-spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle="global")
 samples, first = 0, None
-if reader == "dsinspect":
-    with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetch=0) as loader:
-        for batch in loader:
-            batch.to_numpy()["tokens"]
-            samples += len(batch)
-            first = first or time.perf_counter()
-else:
-    import io
-    import pyarrow.parquet as pq
-    version = catalog.resolve("tokens")
-    paths = [version.shard_path(s) for s in range(len(version.manifest.shards))]
-    blobs = catalog.fs.cat(paths)
-    tokens = np.concatenate([pq.read_table(io.BytesIO(blobs[p])).column("tokens").combine_chunks()
-                             .flatten().to_numpy().reshape(-1, 1024) for p in paths])
-    order = epoch_order(spec, 0)
-    for at in range(0, len(order) - 31, 32):
-        tokens[order[at:at + 32]]
-        samples += 32
-        first = first or time.perf_counter()
+
+
+def took(n):
+    global samples, first
+    samples += n
+    first = first or time.perf_counter()
+
+
+if reader in ("dsinspect", "baseline"):
+    from dsinspect.loaders import Catalog, Loader, RunSpec, epoch_order
+    from dsinspect.loaders.read.cache import ShardCache
+    catalog = Catalog(where["catalog"])  # imports s3fs and makes its client: no request yet
+    opened = time.perf_counter()
+    spec = RunSpec.create(catalog, where["address"], seed=7, batch_size=32, shuffle="global")
+    if reader == "dsinspect":
+        with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetch=0) as loader:
+            for batch in loader:
+                batch.to_numpy()["tokens"]
+                took(len(batch))
+    else:  # every shard with one fsspec cat (s3fs keeps them all in flight), decoded, served from memory
+        import io
+        import pyarrow.parquet as pq
+        version = catalog.resolve(where["address"])
+        paths = [version.shard_path(s) for s in range(len(version.manifest.shards))]
+        blobs = catalog.fs.cat(paths)
+        tokens = np.concatenate([pq.read_table(io.BytesIO(blobs[p]), columns=["tokens"]).column("tokens")
+                                 .combine_chunks().flatten().to_numpy().reshape(-1, 1024) for p in paths])
+        order = epoch_order(spec, 0)
+        for at in range(0, len(order) - 31, 32):
+            tokens[order[at:at + 32]]
+            took(32)
+elif reader == "litdata":
+    import litdata
+    from litdata.streaming import downloader
+    # its obstore client is built without allow_http, so a plain-http endpoint fails (BadScheme)
+    downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": True}
+    opened = time.perf_counter()
+    options = {"endpoint_url": where["endpoint"], "aws_access_key_id": "testing",
+               "aws_secret_access_key": "testing", "region_name": "us-east-1"}
+    ds = litdata.StreamingDataset(where["litdata"], cache_dir=tempfile.mkdtemp(), shuffle=True, seed=7,
+                                  drop_last=True, storage_options=options)
+    for batch in litdata.StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True):
+        took(len(batch["tokens"]))
+elif reader == "mosaic":
+    sys.path.insert(0, where["benchmarks"])
+    from bench_read import install_streaming_stubs
+    install_streaming_stubs()
+    os.environ["S3_ENDPOINT_URL"] = where["endpoint"]
+    from streaming import StreamingDataLoader, StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+    clean_stale_shared_memory()
+    opened = time.perf_counter()
+    ds = StreamingDataset(remote=where["mosaic"], local=tempfile.mkdtemp(), shuffle=True, shuffle_seed=7,
+                          shuffle_algo="naive", batch_size=32)
+    for batch in StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True):
+        took(len(batch["tokens"]))
 end = time.perf_counter()
 cpu = time.process_time()  # this process's CPU seconds, all threads (from its start)
 print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1), round(cpu, 2), flush=True)
 """
+EPOCH_READERS = ("dsinspect", "baseline", "litdata", "mosaic")
 
 
 def _fresh_node() -> dict[str, str]:
@@ -207,48 +242,77 @@ def _tokens_on_server(rows_n: int):
 
 
 def epoch(args) -> int:
+    """bench_read.py's token set (written there if missing), uploaded in each reader's format."""
+    import fsspec
+    from bench_read import paths, prepare
+    from s3_server import S3Server, s3_environment
+
+    prepare("full", print, readers={"dsinspect", "litdata", "mosaic-streaming"})
+    p = paths("full")
+    ids = json.loads((p["catalog"] / "bench.json").read_text())
     rate = args.rate_mbit * 1e6 / 8
     out_rows = []
-    with _tokens_on_server(args.rows) as (server, env, url, size):
+    with S3Server() as server, s3_environment(server) as env:
+        fs = fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"]))
+        fs.mkdir(server.bucket)
+        where = {"catalog": server.url("catalog"), "address": f"tokens@{ids['tokens']}",
+                 "litdata": server.url("litdata-tokens"), "mosaic": server.url("mds-tokens"),
+                 "benchmarks": str(HERE)}
+        uploads = (("dsinspect", p["catalog"], "catalog"), ("litdata", p["lit_tokens"] / "ds", "litdata-tokens"),
+                   ("mosaic", p["mds_tokens"] / "ds", "mds-tokens"))
+        for reader, local, remote in uploads:
+            started = time.perf_counter()
+            fs.put(str(local), f"{server.bucket}/{remote}", recursive=True)
+            print(f"uploaded {reader}'s files in {time.perf_counter() - started:.1f} s", flush=True)
+        version_bytes = None
         for rtt in args.rtts:
-            _epoch_at(server, env, url, size, rtt, rate, out_rows)
+            with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
+                endpoint = f"http://127.0.0.1:{link.port}"
+                child_env = {**os.environ, **env,
+                             "FSSPEC_S3": json.dumps({**json.loads(env["FSSPEC_S3"]), "endpoint_url": endpoint})}
+                for reader in args.readers:
+                    row = _epoch_of(server, reader, {**where, "endpoint": endpoint}, child_env, rtt, rate)
+                    out_rows.append(row)
+                    version_bytes = version_bytes or _version_bytes(server, ids["tokens"])
     out = HERE / "results" / f"remote-epoch-{dt.date.today().isoformat()}.json"
-    meta = {"rows": args.rows, "data_bytes": size, "git": _git()}
+    meta = {"rows": 100_000, "dsinspect_version_bytes": version_bytes, "rate_mbit": args.rate_mbit, "git": _git(),
+            "load_at_end": os.getloadavg()}
     out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
     return 0
 
 
-def _epoch_at(server, env: dict, url: str, size: int, rtt: float, rate: float, out_rows: list) -> None:
-    """One RTT: each reader's cold epoch in a fresh process, through a fresh link."""
+def _version_bytes(server, version_id: str) -> int:
+    from dsinspect.loaders import Catalog
+    catalog = Catalog(server.url("catalog"))
+    return sum(s.bytes for s in catalog.version("tokens", version_id).manifest.shards)
+
+
+def _epoch_of(server, reader: str, where: dict, env: dict, rtt: float, rate: float) -> dict:
+    """One reader's cold epoch in a fresh process on a fresh node, and what the server saw."""
     import subprocess
 
-    with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
-        child_env = {**os.environ, **env, "FSSPEC_S3": json.dumps(
-            {**json.loads(env["FSSPEC_S3"]), "endpoint_url": f"http://127.0.0.1:{link.port}"})}
-        for reader in ("dsinspect", "baseline"):
-            server.reset_counts()
-            served = time.process_time()  # the server and the link live in this process
-            done = subprocess.run([sys.executable, "-c", EPOCH_CHILD, url, reader], capture_output=True,
-                                  text=True, env={**child_env, **_fresh_node()}, timeout=1800)
-            served = time.process_time() - served
-            line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
-            if not line:
-                raise RuntimeError(done.stderr[-2000:])
-            _, samples, seconds, first_ms, reader_cpu = line[0].split()
-            samples, seconds, first_ms, reader_cpu = int(samples), float(seconds), float(first_ms), float(reader_cpu)
-            moved = sum(r.nbytes for r in server.requests("GET"))
-            row = {"reader": reader, "rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "samples": samples,
-                   "epoch_s": seconds, "samples_per_s": round(samples / seconds, 1),
-                   "link_fraction": round(size / seconds / rate, 3), "first_batch_ms": first_ms,
-                   "requests": len(server.requests()), "bytes_fetched_per_data": round(moved / size, 3),
-                   "reader_cpu_s": reader_cpu, "server_and_link_cpu_s": round(served, 2),
-                   "load": round(os.getloadavg()[0], 2)}
-            out_rows.append(row)
-            print(f"RTT {rtt * 1e3:>3.0f} ms {reader:<10} epoch {seconds:6.2f} s  {row['samples_per_s']:>8,.0f} "
-                  f"samples/s  {row['link_fraction']:.0%} of the link  first batch {first_ms:7.1f} ms  "
-                  f"{row['requests']} requests, {row['bytes_fetched_per_data']:.2f}x the data  "
-                  f"CPU s: reader {reader_cpu:.1f}, server+link {served:.1f}  [load {row['load']}]", flush=True)
+    server.reset_counts()
+    served = time.process_time()  # the server and the link live in this process
+    done = subprocess.run([sys.executable, "-c", EPOCH_CHILD, reader, json.dumps(where)], capture_output=True,
+                          text=True, env={**env, **_fresh_node()}, timeout=1800)
+    served = time.process_time() - served
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+    if not line:
+        raise RuntimeError(f"{reader}: {done.stderr[-3000:]}")
+    _, samples, seconds, first_ms, reader_cpu = line[0].split()
+    samples, seconds, first_ms, reader_cpu = int(samples), float(seconds), float(first_ms), float(reader_cpu)
+    moved = sum(r.nbytes for r in server.requests("GET"))
+    row = {"reader": reader, "rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "samples": samples,
+           "epoch_s": seconds, "samples_per_s": round(samples / seconds, 1), "bytes_moved": moved,
+           "link_fraction": round(moved / seconds / rate, 3), "first_batch_ms": first_ms,
+           "requests": len(server.requests()), "reader_cpu_s": reader_cpu, "server_and_link_cpu_s": round(served, 2),
+           "load": round(os.getloadavg()[0], 2)}
+    print(f"RTT {rtt * 1e3:>3.0f} ms {reader:<10} epoch {seconds:6.2f} s {row['samples_per_s']:>8,.0f} samples/s  "
+          f"{moved / 1e6:6.1f} MB moved, {row['link_fraction']:.0%} of the link  first batch {first_ms:7.1f} ms  "
+          f"{row['requests']} requests  CPU s: reader {reader_cpu:.1f}, server+link {served:.1f}  "
+          f"[load {row['load']}]", flush=True)
+    return row
 
 
 def main() -> int:
@@ -257,16 +321,16 @@ def main() -> int:
     parser.add_argument("--rate-mbit", type=float, default=400.0, help="the shaped link's bandwidth")
     parser.add_argument("--first-batch", action="store_true", help="dsinspect's cold first batch through the link")
     parser.add_argument("--epoch", action="store_true", help="a cold epoch through the link, with a baseline")
+    parser.add_argument("--readers", type=lambda v: v.split(","), default=list(EPOCH_READERS),
+                        help=f"readers (--epoch), of {','.join(EPOCH_READERS)}")
     parser.add_argument("--rtt-ms", dest="rtts", type=lambda v: [float(x) / 1e3 for x in v.split(",")],
                         default=[0.0, 0.020, 0.080], help="round-trip times to measure (--epoch), e.g. 0,20,80")
-    parser.add_argument("--rows", type=int, default=None,
-                        help="token rows of the version (--first-batch: 10,000; --epoch: 100,000, as bench_read.py)")
+    parser.add_argument("--rows", type=int, default=10_000,
+                        help="token rows of the version (--first-batch)")
     args = parser.parse_args()
     if args.first_batch:
-        args.rows = args.rows or 10_000
         return first_batch(args)
     if args.epoch:
-        args.rows = args.rows or 100_000
         return epoch(args)
 
     import fsspec
