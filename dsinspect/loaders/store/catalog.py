@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from typing import Any, Iterable
@@ -60,6 +61,16 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.url!r})"
+
+    def without_copies(self) -> "Catalog":
+        """This catalog (its filesystem as it is) reading only what is stored, never this node's
+        copies: what `verify` checks (a copy is checked on use, so a good one would hide damage in
+        the store). Itself when it keeps no copies."""
+        if self.copies is None:
+            return self
+        other = copy.copy(self)
+        other.copies, other._manifests = None, {}
+        return other
 
     # -- paths ---------------------------------------------------------------------------------
 

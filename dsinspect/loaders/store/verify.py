@@ -13,7 +13,6 @@ from dsinspect.errors import DsinspectError, reason_of
 from dsinspect.loaders.format.arrow_errors import UNREADABLE
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
-from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard", "verify_side_files", "stored"]
@@ -55,9 +54,9 @@ class VerifyReport:
 
 
 def verify_version(version: DatasetVersion, on_bytes: Callable[[int], None] | None = None) -> VerifyReport:
-    """Re-hash everything the version is made of, as stored (its manifest read again, no node
-    copies: `Catalog.stored`); problems are collected, never raised (a stored manifest that does not
-    check out is an IntegrityError: there is no version to report on)."""
+    """Re-hash everything the version is made of, as stored (never this node's copies: `stored`);
+    problems are collected, never raised (a stored manifest that does not check out, read again for a
+    version that came from a copy, is an IntegrityError: there is no version to report on)."""
     version = stored(version)
     report = VerifyReport(version.address, version.id, [], verify_side_files(version))
     for shard in range(len(version.manifest.shards)):
@@ -66,8 +65,10 @@ def verify_version(version: DatasetVersion, on_bytes: Callable[[int], None] | No
 
 
 def stored(version: DatasetVersion) -> DatasetVersion:
-    """The version as read from storage alone: its manifest read and checked again, no node copies."""
-    return Catalog(version.catalog.url, node_copies=False).version(version.name, version.id)
+    """The version as read from storage alone: from a catalog that keeps node copies, its manifest
+    read and checked again without them (`Catalog.without_copies`); else the version as given."""
+    catalog = version.catalog.without_copies()
+    return version if catalog is version.catalog else catalog.version(version.name, version.id)
 
 
 def verify_side_files(version: DatasetVersion) -> list[str]:
