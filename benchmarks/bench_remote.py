@@ -4,6 +4,7 @@ the shaped link of shaped_link.py, read with s3fs.
   python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]          # the link itself
   python benchmarks/bench_remote.py --first-batch [--rows 10000]         # dsinspect's cold first batch
   python benchmarks/bench_remote.py --epoch [--rate-mbit 200]            # a cold epoch: dsinspect, peers, baseline
+  python benchmarks/bench_remote.py --bounded --rtt-ms 20                # a cache of 25 %: fetches vs Belady, LRU
 
 The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
 unlimited), one whole-object GET and the object as 8 ranged GETs in flight at once, each the median
@@ -26,6 +27,11 @@ from memory). For each RTT and reader, a fresh process on a fresh node (empty ca
 epoch, shuffled, batch 32, 0 workers: samples/s, the bytes the server sent as a fraction of the
 link's rate, the time to the first batch, requests, and the CPU seconds of the reader and of the
 server with the link (one process). Written to results/remote-epoch-<date>.json.
+
+The bounded cache: 40,000 token rows in 40 shards, a cache bound of 25 % of them as cached, a window
+shuffle (2 shards) over 3 epochs through the link, in a fresh process per eviction policy: the
+cache's own (by the known order) and LRU; shards filled and bytes fetched, against Belady's optimum
+and LRU simulated for the same order. Written to results/remote-bounded-<date>.json.
 """
 
 from __future__ import annotations
@@ -137,6 +143,26 @@ print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1
 """
 EPOCH_READERS = ("dsinspect", "baseline", "litdata", "mosaic")
 
+# One fresh process: EPOCHS_BOUNDED epochs under a window shuffle through a bounded cache. argv: url,
+# bound in bytes, policy ("order": the cache's own, by the known order; "lru": least recently used).
+BOUNDED_CHILD = r"""
+import sys, tempfile, time
+from dsinspect.loaders import Catalog, Loader, RunSpec
+from dsinspect.loaders.read.cache import ShardCache
+url, bound, policy, epochs = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+catalog = Catalog(url)
+spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle="window", window_shards=2)
+cache = ShardCache(tempfile.mkdtemp(), max_bytes=bound)
+t = time.perf_counter()
+with Loader(spec, catalog=catalog, cache=cache) as loader:
+    if policy == "lru":
+        cache.evict_by(None)
+    batches = sum(1 for _ in range(epochs) for _ in loader)
+    fills = loader.stats()["cache_misses"]
+print("RESULT", batches, fills, round(time.perf_counter() - t, 2), flush=True)
+"""
+EPOCHS_BOUNDED = 3
+
 
 def _fresh_node() -> dict[str, str]:
     """The environment of a process on a node that has read nothing: an empty DSINSPECT_CACHE (no
@@ -220,7 +246,7 @@ def first_batch(args) -> int:
 
 
 @contextmanager
-def _tokens_on_server(rows_n: int):
+def _tokens_on_server(rows_n: int, **options):
     """(server, its environment, the catalog URL, the data's bytes) with `rows_n` token rows written
     as version "tokens" (1024 int32 each, as bench_read.py)."""
     import fsspec
@@ -235,7 +261,9 @@ def _tokens_on_server(rows_n: int):
     with S3Server() as server, s3_environment(server) as env:
         fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"])).mkdir(server.bucket)
         url = server.url("catalog")
-        version = Catalog(url).write_version("tokens", table, [Field("tokens", table.schema.field(0).type, "tokens")])
+        from dsinspect.loaders import WriteOptions
+        version = Catalog(url).write_version("tokens", table, [Field("tokens", table.schema.field(0).type, "tokens")],
+                                             options=WriteOptions(**options))
         size = sum(s.bytes for s in version.manifest.shards)
         print(f"{rows_n:,} rows in {len(version.manifest.shards)} shards, {size / 1e6:.1f} MB", flush=True)
         yield server, env, url, size
@@ -315,12 +343,71 @@ def _epoch_of(server, reader: str, where: dict, env: dict, rtt: float, rate: flo
     return row
 
 
+def bounded(args) -> int:
+    """A version of 40,000 token rows in 40 shards; a cache bound of 25 % of it (as cached); a window
+    shuffle over EPOCHS_BOUNDED epochs: shards fetched by the cache's order-aware eviction and by LRU,
+    against Belady's optimum and LRU simulated for the same order (order/future.py)."""
+    import subprocess
+    import tempfile
+
+    from dsinspect.loaders import Catalog, RunSpec
+    from dsinspect.loaders.order.future import cache_fetches, shard_uses
+    from dsinspect.loaders.read.cache import ShardCache
+
+    rate, rtt = args.rate_mbit * 1e6 / 8, args.rtts[0]
+    rows = []
+    with _tokens_on_server(40_000, shard_rows=1_000) as (server, env, url, size):
+        catalog = Catalog(url)
+        version = catalog.resolve("tokens")
+        probe = ShardCache(tempfile.mkdtemp()).open(version, 0)
+        cached = probe.nbytes  # every shard holds 1,000 rows of one size: the same cached bytes
+        probe.release()
+        shards = len(version.manifest.shards)
+        bound = int(0.25 * shards * cached)
+        spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle="window", window_shards=2)
+        steps = EPOCHS_BOUNDED * (version.num_rows // 32)
+        uses = shard_uses(spec, 0, steps)
+        simulated = {p: cache_fetches(*uses, [cached] * shards, bound, p)[1] for p in ("belady", "lru")}
+        print(f"{shards} shards, {size / 1e6:.1f} MB stored, {cached / 1e6:.2f} MB each as cached; bound "
+              f"{bound / 1e6:.1f} MB (25 %); {EPOCHS_BOUNDED} epochs: simulated fills, Belady {simulated['belady']}, "
+              f"LRU {simulated['lru']}", flush=True)
+        with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
+            child_env = {**os.environ, **env, **_fresh_node(), "FSSPEC_S3": json.dumps(
+                {**json.loads(env["FSSPEC_S3"]), "endpoint_url": f"http://127.0.0.1:{link.port}"})}
+            for policy in ("order", "lru"):
+                server.reset_counts()
+                done = subprocess.run([sys.executable, "-c", BOUNDED_CHILD, url, str(bound), policy,
+                                       str(EPOCHS_BOUNDED)], capture_output=True, text=True,
+                                      env={**child_env, **_fresh_node()}, timeout=1800)
+                line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+                if not line:
+                    raise RuntimeError(done.stderr[-3000:])
+                _, batches, fills, seconds = line[0].split()
+                moved = sum(r.nbytes for r in server.requests("GET") if r.path.endswith(".parquet"))
+                row = {"policy": policy, "fills": int(fills), "batches": int(batches), "seconds": float(seconds),
+                       "shard_bytes_fetched": moved, "per_epoch_of_data": round(moved / size / EPOCHS_BOUNDED, 3),
+                       "simulated_belady_fills": simulated["belady"], "simulated_lru_fills": simulated["lru"],
+                       "load": round(os.getloadavg()[0], 2)}
+                rows.append(row)
+                print(f"{policy:<6} {row['fills']} fills ({row['fills'] / simulated['belady']:.2f}x Belady's, "
+                      f"{row['fills'] / simulated['lru']:.2f}x LRU's simulated), {moved / 1e6:.0f} MB of shards: "
+                      f"{row['per_epoch_of_data']:.2f}x the data per epoch, {row['seconds']} s  [load {row['load']}]",
+                      flush=True)
+    out = HERE / "results" / f"remote-bounded-{dt.date.today().isoformat()}.json"
+    meta = {"rows": 40_000, "shards": shards, "bound_bytes": bound, "epochs": EPOCHS_BOUNDED, "rtt_ms": rtt * 1e3,
+            "rate_mbit": args.rate_mbit, "git": _git()}
+    out.write_text(json.dumps({**meta, "results": rows}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(HERE.parent)}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=64, help="size of the object read")
     parser.add_argument("--rate-mbit", type=float, default=400.0, help="the shaped link's bandwidth")
     parser.add_argument("--first-batch", action="store_true", help="dsinspect's cold first batch through the link")
     parser.add_argument("--epoch", action="store_true", help="a cold epoch through the link, with a baseline")
+    parser.add_argument("--bounded", action="store_true", help="a bounded cache's fetches against Belady and LRU")
     parser.add_argument("--readers", type=lambda v: v.split(","), default=list(EPOCH_READERS),
                         help=f"readers (--epoch), of {','.join(EPOCH_READERS)}")
     parser.add_argument("--rtt-ms", dest="rtts", type=lambda v: [float(x) / 1e3 for x in v.split(",")],
@@ -332,6 +419,8 @@ def main() -> int:
         return first_batch(args)
     if args.epoch:
         return epoch(args)
+    if args.bounded:
+        return bounded(args)
 
     import fsspec
     from s3_server import S3Server, s3_environment
