@@ -358,3 +358,14 @@ def test_a_fill_keeps_several_ranged_reads_in_flight_and_fills_fetch_one_at_a_ti
     assert 3 <= together <= cache_module._RUNS_IN_FLIGHT
     for s in (0, 1, 2):
         assert cache.holds(version.manifest.shards[s].sha256)
+
+
+def test_a_cold_first_batchs_parts_go_out_in_one_wave_not_ten_at_a_time(s3, data, tmp_path):
+    """botocore's client opens 10 connections unless told otherwise, so the first batch's ranged
+    reads (a footer and row groups of every shard: more than 10) went out in waves, a round trip
+    each. The catalog's S3 client opens more, keeping what fsspec's configuration sets."""
+    server, url, _ = s3
+    server.hold_gets(".parquet", 0.05)
+    catalog = cold_first_batch(server, url, data, tmp_path / "cache")  # clears the hold after
+    assert server.most_in_flight > 10
+    assert catalog.fs.config_kwargs["retries"] == PROBLEM_RETRIES["retries"]  # the configured ones kept

@@ -43,10 +43,18 @@ _NO_LISTINGS_CACHE = ("s3", "s3a", "gs", "gcs")
 _READ_ONLY = ("http", "https")
 
 
+# botocore opens at most 10 connections per client: a cold first batch's ~30 ranged reads went out
+# in waves of 10, a round trip each (first batch at RTT 80 ms: 904 -> 735 ms with 64).
+_S3_CONNECTIONS = 64
+
+
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path of `url` (a plain path is a local directory)."""
     protocol = fsspec.core.split_protocol(str(url))[0]
-    options = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE + _READ_ONLY else {}
+    options: dict = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE + _READ_ONLY else {}
+    if protocol in ("s3", "s3a"):  # fsspec's configuration (FSSPEC_S3) kept; more connections unless set there
+        configured = fsspec.config.conf.get(protocol, {}).get("config_kwargs", {})
+        options["config_kwargs"] = {"max_pool_connections": _S3_CONNECTIONS, **configured}
     try:
         fs, path = fsspec.core.url_to_fs(str(url), **options)
     except ImportError as e:  # a protocol fsspec knows whose client package is not installed
