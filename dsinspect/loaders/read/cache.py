@@ -552,6 +552,11 @@ class ShardCache:
         (Belady's policy; order/future.py). None: the least recently used first."""
         self._next_use = next_use
 
+    def forget_order(self, next_use: Callable[[str], float]) -> None:
+        """Stop evicting by `next_use` (its reader closes), unless another reader's replaced it."""
+        if self._next_use == next_use:
+            self._next_use = None
+
     def _evict_over_bound(self) -> None:
         if self.max_bytes is None:
             return

@@ -217,6 +217,7 @@ class BatchReader:
         return min(future.after(k, now) for k in keys)
 
     def close(self) -> None:
+        self.cache.forget_order(self._next_use)  # the cache no longer asks this reader what comes next
         if self._cold is not None:
             self._cold.close()
         if self._pool:
