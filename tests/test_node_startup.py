@@ -159,3 +159,47 @@ def test_local_catalogs_keep_no_copies(tmp_path, monkeypatch):
     fresh.version("local", v.id).load_indexes([0, 1])
     assert not (tmp_path / "node" / "meta").exists()
     assert np.array_equal(fresh.version("local", v.id).shard_starts, v.shard_starts)
+
+
+def _epoch(url, rank, cache_root, barrier, results):
+    """One rank's whole epoch through the node's shared cache, started together with the others."""
+    try:
+        barrier.wait(timeout=120)
+        catalog = Catalog(url)
+        spec = RunSpec.create(catalog, f"ranks@{catalog.resolve('ranks@v1').id}", seed=5, batch_size=BATCH,
+                              world_size=4, shuffle="global")
+        with Loader(spec, rank, catalog=catalog, cache=ShardCache(cache_root)) as loader:
+            results.put((rank, [b.indices.tolist() for b in loader]))
+    except BaseException as e:  # noqa: BLE001 - the parent names what failed
+        results.put((rank, repr(e)))
+
+
+@pytest.mark.slow
+def test_four_ranks_reading_cold_together_fetch_each_shard_about_once(s3, version, tmp_path, monkeypatch):
+    """Four ranks of one node read a fresh version at the same moment, each its own rows from every
+    shard (global shuffle): cold reads of the same part by two processes are claimed with a record
+    lock (`<sha>.parts`), so one fetches and the others read it from the shared file. Before, each
+    process fetched what it read cold: 1.2-1.6x each shard (1.29x in all). Now 1.00x in most runs,
+    up to 1.05x under load: races around a fill's end are left (a process that opened the shard's
+    parts after the fill removed them fetches what it still reads cold); the bound here is 1.10x."""
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    server.reset_counts()
+    ranks = [ctx.Process(target=_epoch, args=(url, r, str(tmp_path / "node" / "shards"), barrier, results))
+             for r in range(4)]
+    for p in ranks:
+        p.start()
+    got = dict(results.get(timeout=240) for _ in ranks)
+    for p in ranks:
+        p.join(timeout=60)
+    spec = RunSpec.create(Catalog(url), f"ranks@{version.id}", seed=5, batch_size=BATCH, world_size=4,
+                          shuffle="global")
+    for rank in range(4):
+        assert isinstance(got[rank], list), got[rank]
+        assert got[rank] == [batch_indices(spec, s, rank).tolist() for s in range(len(got[rank]))]
+    assert sorted(i for r in range(4) for b in got[r] for i in b) == list(range(SHARDS * SHARD_ROWS))
+    stored = sum(s.bytes for s in version.manifest.shards)
+    fetched = sum(r.nbytes for r in server.requests("GET") if r.path.endswith(".parquet"))
+    assert stored <= fetched <= 1.10 * stored, fetched / stored

@@ -49,17 +49,19 @@ from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.read.convert import parquet_to_ipc
 from dsinspect.loaders.read.fetch import fetch_parts, fetch_verified, local_write
 from dsinspect.loaders.read.stats import ReadStats
-from dsinspect.loaders.store.locks import locked_file, open_locked
+from dsinspect.loaders.store.locks import SUPPORTED as LOCKS_SUPPORTED
+from dsinspect.loaders.store.locks import SlotLocks, locked_file, open_locked
 from dsinspect.loaders.store.storage import cache_dir
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["ShardCache", "CachedShard", "write_at"]
+__all__ = ["ShardCache", "CachedShard", "write_at", "holds_part"]
 
 log = logging.getLogger("dsinspect.cache")
 _FORMAT = "dsinspect.cache/1"
 BLOCK = 16 << 10  # verification granularity: a read checks (once per process) only the blocks it touches
 VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this many blocks (256 KiB)
 _FETCH_RUN = 2 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
+WAIT_ELSEWHERE = 60.0  # seconds to wait for a part another process is fetching before fetching it too
 _RUNS_IN_FLIGHT = 8   # ... this many at once (16 MiB: a 400 Mbit/s link's bandwidth-delay product at 320 ms)
 
 
@@ -207,6 +209,7 @@ class ShardCache:
         self._fetching = threading.Lock()
         self._next_use: Callable[[str], float] | None = None  # see evict_by
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
+        self._part_slots: dict[str, SlotLocks] = {}  # per shard, the record locks parts are claimed with
         self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
 
@@ -307,9 +310,12 @@ class ShardCache:
         finally:
             self.release(index.shard, [part])
 
-    def claim(self, sha256: str, parts: list[int]) -> tuple[list[int], list[threading.Event]]:
+    def claim(self, sha256: str, parts: list[int]) -> tuple[list[int], list]:
         """Of `parts` not yet in this process's `.partial`, those the caller must fetch now (claimed:
-        `release` them after), and events of those another thread is fetching (set when done)."""
+        `release` them after), and for those another thread or process is fetching, something to
+        `wait()` on (done, or given up: look again). Between processes a part is claimed with a
+        record lock on `<sha>.parts` (released if the process dies), so the ranks of a node reading
+        cold at the same moment fetch each part once."""
         claimed, busy = [], []
         with self._parts_lock:
             have = self._parts.get(sha256, ())
@@ -322,15 +328,41 @@ class ShardCache:
                     claimed.append(p)
                 else:
                     busy.append(event)
+            slots = self._slot_locks(sha256)
+            if slots is not None:
+                elsewhere = [p for p in claimed if not slots.try_lock(p)]
+                for p in elsewhere:  # another process fetches it: ours waits for that, then looks again
+                    self._inflight.pop((sha256, p)).set()
+                    claimed.remove(p)
+                    busy.append(_Elsewhere(slots, p))
+                done = self._hinted(sha256).intersection(claimed) if claimed else ()
+                for p in done:  # another process fetched it before we locked: read it from the file
+                    slots.unlock(p)
+                    self._inflight.pop((sha256, p)).set()
+                    claimed.remove(p)
         return claimed, busy
 
     def release(self, sha256: str, parts: list[int]) -> None:
         """End a claim (see `claim`): whoever waits for these parts looks again."""
         with self._parts_lock:
+            slots = self._part_slots.get(sha256)
             for p in parts:
                 event = self._inflight.pop((sha256, p), None)
                 if event is not None:
+                    if slots is not None:
+                        slots.unlock(p)
                     event.set()
+
+    def _slot_locks(self, sha256: str) -> SlotLocks | None:
+        """This process's handle on the shard's `.parts` lock file (under `_parts_lock`), or None
+        where record locks are not supported or the file cannot be made (then: claims per process)."""
+        slots = self._part_slots.get(sha256)
+        if slots is None and LOCKS_SUPPORTED:
+            try:
+                slots = self._part_slots[sha256] = SlotLocks(self._path(sha256, ".parts"))
+            except OSError:
+                return None
+        return slots
 
     def local_part(self, index: ShardIndex, part: int) -> bytes | None:
         """A part some process put in the shard's `.partial` file (a fill under way, or one a job
@@ -412,7 +444,7 @@ class ShardCache:
             known = set(self._parts.get(sha, ()))
         fd, fresh = self.open_partial(index)
         try:
-            present = set() if fresh else {p for p in sorted(known | self._hinted(sha)) if _holds_part(fd, index, p)}
+            present = set() if fresh else {p for p in sorted(known | self._hinted(sha)) if holds_part(fd, index, p)}
             with self._parts_lock:  # what cold reads noted since is checked at the end
                 self._parts[sha] = present | (self._parts.get(sha, set()) - known)
             missing = [p for p in range(index.parts) if p not in present]
@@ -423,8 +455,8 @@ class ShardCache:
                 try:
                     self._fetch_into(fd, version, shard, index, part_run)
                     written.update(part_run)
-                    with self._parts_lock:
-                        self._parts.setdefault(sha, set()).update(part_run)
+                    for p in part_run:  # listed in `.have`: a process waiting for the part reads it here
+                        self.note_part(index, p)
                 finally:
                     self.release(sha, part_run)
 
@@ -448,7 +480,7 @@ class ShardCache:
             for event in others:
                 event.wait()
             # parts a cold read brought meanwhile (or failed to): checked here, fetched if not in this file
-            left = [p for p in missing if p not in written and not _holds_part(fd, index, p)]
+            left = [p for p in missing if p not in written and not holds_part(fd, index, p)]
             for part_run in _runs(left, index, _FETCH_RUN):
                 self._fetch_into(fd, version, shard, index, part_run)
             os.fsync(fd)
@@ -489,11 +521,15 @@ class ShardCache:
                 return
             self._retired.discard(sha256)
             self._parts.pop(sha256, None)
+            if not any(sha == sha256 for sha, _ in self._inflight):  # no claim left: its locks can go
+                slots = self._part_slots.pop(sha256, None)
+                if slots is not None:
+                    slots.close()
         lock = None if filling else open_locked(self._path(sha256, ".lock"), wait=False)
         if not filling and lock is None:
             return  # a fill is under way: it removes them when it ends
         try:
-            for ext in (".partial", ".have"):
+            for ext in (".partial", ".have", ".parts"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._path(sha256, ext))
         finally:
@@ -597,7 +633,7 @@ class ShardCache:
         self.stats.add("verify_failures")
 
     def _remove(self, sha256: str) -> None:
-        for ext in (".json", ".arrow", ".blocks", ".partial", ".have"):
+        for ext in (".json", ".arrow", ".blocks", ".partial", ".have", ".parts"):
             try:
                 os.unlink(self._path(sha256, ext))
             except FileNotFoundError:
@@ -620,7 +656,7 @@ def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def _holds_part(fd: int, index: ShardIndex, part: int) -> bool:
+def holds_part(fd: int, index: ShardIndex, part: int) -> bool:
     """Whether the file holds `part`, checked against its sha256."""
     start, end = index.span(part)
     return hashlib.sha256(os.pread(fd, end - start, start)).hexdigest() == index.sha256[part]
@@ -650,3 +686,14 @@ def _write_durably(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class _Elsewhere:
+    """A part another process is fetching: `wait()` until it is done (or has died, or WAIT_ELSEWHERE
+    seconds pass: then fetch it here too), as a thread waits on a `threading.Event`."""
+
+    def __init__(self, slots: SlotLocks, part: int):
+        self._slots, self._part = slots, part
+
+    def wait(self) -> None:
+        self._slots.wait(self._part, WAIT_ELSEWHERE)

@@ -31,7 +31,7 @@ from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
-from dsinspect.loaders.read.cache import ShardCache, write_at
+from dsinspect.loaders.read.cache import ShardCache, holds_part, write_at
 from dsinspect.loaders.read.columns import View, column_view, dense_to_arrow, gather
 from dsinspect.loaders.read.fetch import fetch_parts, fetch_parts_together
 from dsinspect.loaders.store.storage import is_local
@@ -326,6 +326,9 @@ class ColdRows:
             data = cache.local_part(index, part)
             if data is not None:
                 self._write(partial, index, part, data)  # our file may be an older one than the path's
+                return
+            if cache.holds(index.shard) and holds_part(partial.fd, index, part):
+                partial.have.add(part)  # filled meanwhile, into our (now unlinked) file: nothing to fetch
                 return
             claimed, busy = cache.claim(index.shard, [part])
             if claimed:

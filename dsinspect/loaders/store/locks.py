@@ -4,6 +4,7 @@ a lock when its file descriptor closes, so a process that dies never leaves one 
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from typing import Iterator, Literal, overload
 
@@ -12,7 +13,7 @@ try:
 except ImportError:  # not POSIX: no file locks
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SUPPORTED", "open_locked", "locked_file"]
+__all__ = ["SUPPORTED", "open_locked", "locked_file", "SlotLocks"]
 
 SUPPORTED = fcntl is not None
 
@@ -50,3 +51,36 @@ def locked_file(path: str | os.PathLike, *, shared: bool = False, mode: int = 0o
         yield
     finally:
         os.close(fd)  # closing drops the lock
+
+
+class SlotLocks:
+    """Exclusive locks on numbered slots of one file between processes (POSIX record locks, a byte
+    per slot): a slot is held by this process until `unlock` or its death. Record locks belong to
+    the process, not a thread (the caller keeps its threads apart) and all of a file's go when any
+    descriptor of it is closed: open each file once per process and keep the handle."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def try_lock(self, slot: int) -> bool:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, slot)
+        except OSError:  # EACCES or EAGAIN: another process holds it
+            return False
+        return True
+
+    def unlock(self, slot: int) -> None:
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, slot)
+
+    def wait(self, slot: int, timeout: float) -> bool:
+        """Until no other process holds `slot` (False: still held after `timeout` seconds)."""
+        deadline = time.monotonic() + timeout
+        while not self.try_lock(slot):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        self.unlock(slot)
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
