@@ -112,6 +112,8 @@ def test_sample_video_third_frame(snap_compare):
         screen = await open_field(pilot, "video")
         await pilot.press("full_stop", "full_stop")
         await until(pilot, lambda: "frame 3/18" in str(screen.query_one("#frame-label").render()), what="frame 3")
+        # the hashes and hex again: under load CI once took the picture while they were being redrawn
+        await until(pilot, lambda: screen.query_one("#raw-body").content, what="hashes and hex")
         await settle(pilot)
 
     assert snap_compare(app("demo-video@v1:1"), terminal_size=SIZE, run_before=run_before)
