@@ -337,17 +337,17 @@ def test_a_fill_keeps_several_ranged_reads_in_flight_and_fills_fetch_one_at_a_ti
     """One ranged read after another, a fill would wait a round trip per run and leave a long link
     idle; with runs in flight together it fills the bandwidth-delay product. Two fills of one
     process fetch one after the other (the other converts meanwhile), so the bound on what is in
-    flight holds per process. The server holds each shard GET 50 ms: reads sent together overlap
+    flight holds per process. The server holds each shard GET 200 ms: reads sent together overlap
     there, reads sent one after another never do."""
     server, url, _ = s3
     version = Catalog(url).version("rand", data["version"].id)
     monkeypatch.setattr(cache_module, "_FETCH_RUN", 1)  # a run per part: 11 runs per shard
-    server.hold_gets(".parquet", 0.05)
+    server.hold_gets(".parquet", 0.2)
     try:
         cache = ShardCache(tmp_path / "cache")
         cache.open(version, 0).release()
         alone = server.most_in_flight
-        server.hold_gets(".parquet", 0.05)
+        server.hold_gets(".parquet", 0.2)
         with ThreadPoolExecutor(2) as pool:
             for shard in pool.map(lambda s: cache.open(version, s), (1, 2)):
                 shard.release()
@@ -365,7 +365,7 @@ def test_a_cold_first_batchs_parts_go_out_in_one_wave_not_ten_at_a_time(s3, data
     reads (a footer and row groups of every shard: more than 10) went out in waves, a round trip
     each. The catalog's S3 client opens more, keeping what fsspec's configuration sets."""
     server, url, _ = s3
-    server.hold_gets(".parquet", 0.05)
+    server.hold_gets(".parquet", 0.2)
     catalog = cold_first_batch(server, url, data, tmp_path / "cache")  # clears the hold after
     assert server.most_in_flight > 10
     assert catalog.fs.config_kwargs["retries"] == PROBLEM_RETRIES["retries"]  # the configured ones kept

@@ -165,10 +165,10 @@ class Catalog:
         cached = self._manifests.get((name, version_id))
         if cached is not None:
             return cached
-        where = self.display(self.layout.manifest(name, version_id))
         if self.copies is None or not VERSION_ID.fullmatch(version_id):
             manifest = self._fetch_manifest(name, version_id)[1]
         else:
+            where = self.display(self.layout.manifest(name, version_id))
             manifest = self.copies.get(version_id, "manifest", lambda: self._fetch_manifest(name, version_id),
                                        lambda raw: _checked_manifest(raw, version_id, where))
         self._manifests[(name, version_id)] = manifest
