@@ -5,6 +5,7 @@ processes against a real S3 server (moto on loopback), counted at the server."""
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -17,8 +18,9 @@ from s3_server import s3_server  # noqa: E402
 from test_remote import FIELDS, random_rows  # noqa: E402
 
 from dsinspect.loaders import Catalog, Loader, RunSpec, WriteOptions, batch_indices  # noqa: E402
+from dsinspect.loaders.read import cache as cache_module  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
-from dsinspect.loaders.store import node_copies  # noqa: E402
+from dsinspect.loaders.store import locks, node_copies  # noqa: E402
 from dsinspect.loaders.store.locks import open_locked  # noqa: E402
 
 RANKS, SHARDS, SHARD_ROWS, BATCH = 64, 8, 64, 4
@@ -131,6 +133,86 @@ def test_a_stuck_fetch_is_waited_for_at_most_wait_seconds(s3, version, tmp_path,
         os.close(fd)
 
 
+def _hold_every_part(root, claims, taken):
+    """A rank that claimed every part of every shard (as a cold read does, `ShardCache.claim`) and
+    then hangs: its record locks on `<sha>.parts` hold until it dies."""
+    held = [locks.SlotLocks(os.path.join(root, f"{sha}.parts")) for sha, _ in claims]
+    for slots, (_, parts) in zip(held, claims):
+        assert all(slots.try_lock(p) for p in range(parts))
+    taken.set()
+    time.sleep(600)
+
+
+def _first_batch_while_parts_are_held(url, version, tmp_path, monkeypatch, wait_elsewhere, then=None):
+    """Start a holder of every part claim, read a first batch cold in a thread, call `then(holder)`
+    once the reader waits on a held part; the batch's indices, and how long the read took."""
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    monkeypatch.setattr(cache_module, "WAIT_ELSEWHERE", wait_elsewhere)
+    root = tmp_path / "node" / "shards"
+    root.mkdir(parents=True)
+    claims = [(s.sha256, version.shard_index(k).parts) for k, s in enumerate(version.manifest.shards)]
+    ctx = mp.get_context("fork")
+    taken = ctx.Event()
+    holder = ctx.Process(target=_hold_every_part, args=(str(root), claims, taken))
+    holder.start()
+    waiting = threading.Event()
+    real_wait = locks.SlotLocks.wait
+
+    def noted_wait(self, slot, timeout):
+        waiting.set()
+        return real_wait(self, slot, timeout)
+
+    monkeypatch.setattr(locks.SlotLocks, "wait", noted_wait)
+    got = {}
+
+    def read():
+        started = time.monotonic()
+        catalog = Catalog(url)
+        spec = RunSpec.create(catalog, f"ranks@{version.id}", seed=2, batch_size=BATCH, shuffle="global")
+        with Loader(spec, catalog=catalog, cache=ShardCache(), fill=False) as loader:
+            got["indices"] = next(iter(loader)).indices.tolist()
+        got["seconds"], got["spec"] = time.monotonic() - started, spec
+
+    try:
+        assert taken.wait(30)
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert waiting.wait(60), "the reader never waited on a part another process holds"
+        if then is not None:
+            then(holder)
+        reader.join(90)
+        assert not reader.is_alive(), "the read is still blocked by the held part claims"
+    finally:
+        holder.kill()
+        holder.join(30)
+    assert got["indices"] == batch_indices(got["spec"], 0, 0).tolist()
+    return got
+
+
+def test_a_rank_killed_while_holding_part_claims_does_not_hold_up_the_others(s3, version, tmp_path, monkeypatch):
+    """The record locks of a process that dies go with it: a rank waiting on them goes on at once,
+    not after WAIT_ELSEWHERE."""
+    _, url, _ = s3
+    killed = {}
+
+    def kill(holder):
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        killed["at"] = time.monotonic()
+
+    got = _first_batch_while_parts_are_held(url, version, tmp_path, monkeypatch, 600.0, then=kill)
+    assert killed and got["seconds"] < 90  # far below WAIT_ELSEWHERE: the dead rank's claims were gone
+
+
+def test_a_rank_stuck_holding_part_claims_delays_the_others_by_wait_elsewhere_at_most(s3, version, tmp_path,
+                                                                                      monkeypatch):
+    """A holder that hangs (alive) delays a cold read by WAIT_ELSEWHERE per part at most: then the
+    reader fetches the part itself. Before, it waited on the live holder forever."""
+    _, url, _ = s3
+    got = _first_batch_while_parts_are_held(url, version, tmp_path, monkeypatch, 0.2)
+    assert got["seconds"] >= 0.2
+
+
 def test_a_damaged_node_copy_is_fetched_again_and_replaced(s3, version, tmp_path, monkeypatch):
     server, url, _ = s3
     monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
@@ -161,13 +243,19 @@ def test_local_catalogs_keep_no_copies(tmp_path, monkeypatch):
     assert np.array_equal(fresh.version("local", v.id).shard_starts, v.shard_starts)
 
 
-def _epoch(url, rank, cache_root, barrier, results):
-    """One rank's whole epoch through the node's shared cache, started together with the others."""
+def _epoch(url, rank, cache_root, barrier, results, workers):
+    """One rank's whole epoch through the node's shared cache, started together with the others:
+    a Loader, or with `workers` a TorchLoader whose worker processes read through the same cache."""
     try:
         barrier.wait(timeout=120)
         catalog = Catalog(url)
         spec = RunSpec.create(catalog, f"ranks@{catalog.resolve('ranks@v1').id}", seed=5, batch_size=BATCH,
                               world_size=4, shuffle="global")
+        if workers:
+            from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
+            loader = TorchLoader(TorchBatches(spec, catalog, rank=rank), num_workers=workers)
+            results.put((rank, [b["indices"].tolist() for b in loader]))
+            return
         with Loader(spec, rank, catalog=catalog, cache=ShardCache(cache_root)) as loader:
             results.put((rank, [b.indices.tolist() for b in loader]))
     except BaseException as e:  # noqa: BLE001 - the parent names what failed
@@ -175,19 +263,23 @@ def _epoch(url, rank, cache_root, barrier, results):
 
 
 @pytest.mark.slow
-def test_four_ranks_reading_cold_together_fetch_each_shard_about_once(s3, version, tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_four_ranks_reading_cold_together_fetch_each_shard_about_once(s3, version, tmp_path, monkeypatch, workers):
     """Four ranks of one node read a fresh version at the same moment, each its own rows from every
     shard (global shuffle): cold reads of the same part by two processes are claimed with a record
     lock (`<sha>.parts`), so one fetches and the others read it from the shared file. Before, each
     process fetched what it read cold: 1.2-1.6x each shard (1.29x in all). Now 1.00x in most runs,
     up to 1.05x under load: races around a fill's end are left (a process that opened the shard's
-    parts after the fill removed them fetches what it still reads cold); the bound here is 1.10x."""
+    parts after the fill removed them fetches what it still reads cold); the bound here is 1.10x.
+    With two DataLoader workers per rank (twelve reading processes), the same."""
+    if workers:
+        pytest.importorskip("torch")
     server, url, _ = s3
     monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(4), ctx.Queue()
     server.reset_counts()
-    ranks = [ctx.Process(target=_epoch, args=(url, r, str(tmp_path / "node" / "shards"), barrier, results))
+    ranks = [ctx.Process(target=_epoch, args=(url, r, str(tmp_path / "node" / "shards"), barrier, results, workers))
              for r in range(4)]
     for p in ranks:
         p.start()

@@ -210,6 +210,7 @@ class ShardCache:
         self._next_use: Callable[[str], float] | None = None  # see evict_by
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
         self._part_slots: dict[str, SlotLocks] = {}  # per shard, the record locks parts are claimed with
+        self._overdue: set[tuple[str, int]] = set()  # parts another process held past WAIT_ELSEWHERE: fetched here
         self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
 
@@ -330,11 +331,11 @@ class ShardCache:
                     busy.append(event)
             slots = self._slot_locks(sha256)
             if slots is not None:
-                elsewhere = [p for p in claimed if not slots.try_lock(p)]
+                elsewhere = [p for p in claimed if not slots.try_lock(p) and (sha256, p) not in self._overdue]
                 for p in elsewhere:  # another process fetches it: ours waits for that, then looks again
                     self._inflight.pop((sha256, p)).set()
                     claimed.remove(p)
-                    busy.append(_Elsewhere(slots, p))
+                    busy.append(_Elsewhere(self, sha256, slots, p))
                 done = self._hinted(sha256).intersection(claimed) if claimed else ()
                 for p in done:  # another process fetched it before we locked: read it from the file
                     slots.unlock(p)
@@ -347,6 +348,7 @@ class ShardCache:
         with self._parts_lock:
             slots = self._part_slots.get(sha256)
             for p in parts:
+                self._overdue.discard((sha256, p))
                 event = self._inflight.pop((sha256, p), None)
                 if event is not None:
                     if slots is not None:
@@ -690,10 +692,13 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 class _Elsewhere:
     """A part another process is fetching: `wait()` until it is done (or has died, or WAIT_ELSEWHERE
-    seconds pass: then fetch it here too), as a thread waits on a `threading.Event`."""
+    seconds pass: then the next `claim` gives it to the caller, who fetches it here too), as a
+    thread waits on a `threading.Event`."""
 
-    def __init__(self, slots: SlotLocks, part: int):
-        self._slots, self._part = slots, part
+    def __init__(self, cache: ShardCache, sha256: str, slots: SlotLocks, part: int):
+        self._cache, self._sha256, self._slots, self._part = cache, sha256, slots, part
 
     def wait(self) -> None:
-        self._slots.wait(self._part, WAIT_ELSEWHERE)
+        if not self._slots.wait(self._part, WAIT_ELSEWHERE):
+            with self._cache._parts_lock:
+                self._cache._overdue.add((self._sha256, self._part))

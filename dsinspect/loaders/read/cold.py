@@ -12,11 +12,18 @@ parsed metadata takes ~12x the footer's bytes (~1.1 MB for a shard of 400 row gr
 global shuffle every shard not filled yet is read cold, so a footer per shard grew with the data;
 one dropped is parsed again (~1 ms) from the checked bytes in the `.partial` file. The batch reader
 gathers from the rows with the same numpy views as from cached shards.
+
+A shard the reader *streams* (one larger than the cache bound, or every shard of a version whose
+working set the bound cannot hold: `reader.py`) never gets a file in the cache: its parts are held
+in memory from their fetch until they are decoded, each through a file object that holds only that
+part at its offset (Arrow reads a row group where the footer says it is). Only its footer's bytes
+are kept, for the last `_STREAMS` shards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
 import threading
@@ -45,6 +52,7 @@ Want = tuple[DatasetVersion, int, ShardIndex, np.ndarray]
 # What it gives: per row group, (its rows, rows within it, positions within the want's rows)
 Pieces = list[tuple["RowsShard", np.ndarray, np.ndarray]]
 
+_STREAMS = 64  # streamed shards whose footer bytes are kept (a few KB to ~100 KB each)
 _FOOTERS = 4  # parsed footers kept (see the module docstring): what the two pool threads decode and the next
 # A pool thread hands what decoding freed back to the OS after about this many bytes decoded: Arrow's
 # allocator (mimalloc) keeps a thread's freed pages for that thread, and only the thread itself can
@@ -96,19 +104,94 @@ class _Partial:
         self.footer_lock = threading.Lock()  # one thread parses the footer, the others wait for it
         self.users, self.forgotten = 0, False  # under ColdRows._lock: closed when forgotten and unused
 
+    in_cache = True  # its parts are shared with the node through the cache (see ShardCache.claim)
+
+    def put(self, index: ShardIndex, part: int, data) -> None:
+        """A checked part into the file, at its offset (`write_at`: the caller guards the disk)."""
+        write_at(self.fd, data, index.span(part)[0])
+        self.have.add(part)
+
+    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
+        start, end = index.span(index.footer)
+        return self.buffer.slice(start, end - start)
+
+    def source(self, index: ShardIndex, part: int) -> pa.NativeFile:
+        """The whole file as Arrow reads it: `part` (and the footer) at their offsets."""
+        return pa.BufferReader(self.buffer)
+
     def close(self) -> None:
         os.close(self.fd)  # the map stays valid while decoded tables may still point into it
+
+
+class _Streamed:
+    """A streamed shard's parts in memory: each held from its fetch until it is decoded (see the
+    module docstring); the footer's bytes are kept."""
+
+    in_cache = False
+
+    def __init__(self, index: ShardIndex):
+        self.sha256, self.size, self.footer = index.shard, index.size, index.footer
+        self.has_footer = False
+        self.have: dict[int, bytes | memoryview] = {}  # fetched, checked, not decoded yet (the footer: kept)
+        self.footer_lock = threading.Lock()
+        self.users, self.forgotten = 0, False
+
+    def put(self, index: ShardIndex, part: int, data) -> None:
+        self.have[part] = data
+
+    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
+        return pa.py_buffer(self.have[self.footer])
+
+    def source(self, index: ShardIndex, part: int) -> pa.NativeFile | None:
+        """The shard as Arrow reads it, holding only `part`; the part is handed over (decoded
+        again, it is fetched again). None: another read took it meanwhile."""
+        data = self.have.pop(part, None)
+        return None if data is None else pa.PythonFile(_PartAt(data, index.span(part)[0], self.size), mode="r")
+
+
+class _PartAt(io.RawIOBase):
+    """A read-only file of `size` bytes of which only `data`, at `start`, is ever read."""
+
+    def __init__(self, data, start: int, size: int):
+        self.data, self.start, self.size, self.at = memoryview(data), start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = offset + (0 if whence == io.SEEK_SET else self.at if whence == io.SEEK_CUR else self.size)
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def readinto(self, out) -> int:
+        if not self.start <= self.at <= self.start + len(self.data):
+            raise OSError(f"read at {self.at}, outside the part held ({self.start}..{self.start + len(self.data)})")
+        got = self.data[self.at - self.start:self.at - self.start + len(out)]
+        out[:len(got)] = got
+        self.at += len(got)
+        return len(got)
+
+    def close(self) -> None:
+        self.have.clear()
 
 
 class ColdRows:
     """Reads rows of uncached shards from their parts; decoded row groups kept up to `max_bytes`."""
 
-    def __init__(self, cache: ShardCache, max_bytes: int = 2 << 20, threads: int = 2):
+    def __init__(self, cache: ShardCache, max_bytes: int = 2 << 20, threads: int = 2,
+                 streamed: set[str] | None = None):
         # max_bytes: decoded groups kept for later batches. Under a global shuffle ~0.4-3 % of them
         # are read again before their shard fills (16 MiB held ~13 MB more after the first batch);
         # a few groups still serve consecutive batches of one group (shuffle "none")
         self.cache, self.max_bytes = cache, max_bytes
+        self.streamed = streamed if streamed is not None else set()  # the shards to stream (the reader's set)
         self._partials: dict[str, _Partial] = {}
+        self._streams: LRU[str, _Streamed] = LRU(_STREAMS)
         self._groups: LRU[tuple[str, int], RowsShard] = LRU(1 << 30)  # bounded by bytes in `_keep`
         self._held = 0
         self._footers: LRU[str, pq.FileMetaData] = LRU(_FOOTERS)
@@ -157,7 +240,7 @@ class ColdRows:
             return group.taken(rows)
         group = self._decode(*source, columns)
         with self._lock:
-            if key[0] in self._partials:  # not forgotten meanwhile (its shard filled): kept
+            if self._current(source[4]):  # not forgotten meanwhile (its shard filled): kept
                 self._keep(key, group)
         out, nbytes = group.taken(rows), group.nbytes
         del group  # freed here unless kept
@@ -186,6 +269,7 @@ class ColdRows:
         with self._lock:
             self._groups.clear()
             self._footers.clear()
+            self._streams.clear()
             self._held = 0
             partials, self._partials = list(self._partials.values()), {}
             for partial in partials:
@@ -206,12 +290,17 @@ class ColdRows:
             if is_local(version.catalog.fs):
                 continue  # a local read costs no round trip: the decoding threads read in parallel
             with self._lock:
+                if (index.shard, part) in self._groups:
+                    continue  # decoded and kept: nothing to fetch (a streamed part is gone once decoded)
                 parsed = partial.sha256 in self._footers
             for p in ([] if partial.has_footer or parsed else [index.footer]) + [part]:
                 wanted.setdefault((index.shard, p), (version, shard, index, partial))
         todo = []
         for (sha, part), (version, shard, index, partial) in wanted.items():
             if part in partial.have:
+                continue
+            if not partial.in_cache:  # streamed: nothing on the node's disk to share or find
+                todo.append((version, shard, index, part, partial))
                 continue
             data = self.cache.local_part(index, part)
             if data is not None:
@@ -229,6 +318,10 @@ class ColdRows:
             except Exception:  # noqa: BLE001 - a first round only: `_fetch` tries each again and says why
                 got = [None] * len(items)
             for (_, _, index, p, partial), data in zip(items, got):
+                if not partial.in_cache:
+                    if data is not None:
+                        partial.put(index, p, data)
+                    continue
                 if data is None:
                     self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
                     continue
@@ -244,9 +337,17 @@ class ColdRows:
         in the cache (a fill that ends from now on leaves their parts until we are done); shards
         the cache holds by now are left out."""
         with self._lock:
-            partials = {}
+            partials: dict[str, _Partial | _Streamed] = {}
             try:
                 for sha, index in indexes.items():
+                    if sha in self.streamed:
+                        stream = self._streams.get(sha)
+                        if stream is None:
+                            stream = _Streamed(index)
+                            self._streams.put(sha, stream)
+                        stream.users += 1
+                        partials[sha] = stream
+                        continue
                     self.cache.use_partial(sha)  # first: then a fill cannot end unseen between the two
                     if self.cache.holds(sha):
                         self.cache.use_partial(sha, -1)
@@ -270,7 +371,8 @@ class ColdRows:
                 if partial.forgotten and not partial.users:
                     done.append(partial)
         for partial in partials:
-            self.cache.use_partial(partial.sha256, -1)
+            if partial.in_cache:
+                self.cache.use_partial(partial.sha256, -1)
         for partial in done:
             partial.close()
 
@@ -284,9 +386,8 @@ class ColdRows:
             if not partial.has_footer:
                 self._fetch(version, shard, index, index.footer, partial)
                 partial.has_footer = True
-            start, end = index.span(index.footer)
             try:
-                meta = pq.read_metadata(pa.BufferReader(partial.buffer.slice(start, end - start)))
+                meta = pq.read_metadata(pa.BufferReader(partial.footer_bytes(index)))
             except UNREADABLE as e:
                 raise arrow_error(e, f"shard {version.shard_url(shard)}: its footer matches its sha256 but is not "
                                      "readable Parquet", IntegrityError) from None
@@ -294,16 +395,19 @@ class ColdRows:
                 raise IntegrityError(f"shard {version.shard_url(shard)}: {meta.num_row_groups} row groups, "
                                      f"its index has {index.parts - 1}")
             with self._lock:
-                if partial.sha256 in self._partials:  # not forgotten meanwhile (its shard filled)
+                if self._current(partial):  # not forgotten meanwhile (its shard filled)
                     self._footers.put(partial.sha256, meta)
             return meta
 
     def _decode(self, version: DatasetVersion, shard: int, index: ShardIndex, part: int, partial: _Partial,
                 columns: list[str]) -> RowsShard:
         footer = self._footer(version, shard, index, partial)
-        self._fetch(version, shard, index, part, partial)
+        source = None
+        while source is None:  # None: a streamed part another read took meanwhile (fetched again)
+            self._fetch(version, shard, index, part, partial)
+            source = partial.source(index, part)
         try:  # Arrow reads only this row group's column chunks (the footer is given): all checked bytes
-            table = pq.ParquetFile(pa.BufferReader(partial.buffer), metadata=footer).read_row_group(
+            table = pq.ParquetFile(source, metadata=footer).read_row_group(
                 part, columns=columns, use_threads=False)
         except UNREADABLE as e:
             raise arrow_error(e, f"shard {version.shard_url(shard)}: row group {part} matches its sha256 but "
@@ -322,6 +426,11 @@ class ColdRows:
             return
         cache = self.cache
         start, end = index.span(part)
+        fetch = lambda: fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),  # noqa: E731
+                                    [(start, end, index.sha256[part])], cache.stats, cache.retries, cache.backoff)[0]
+        if not partial.in_cache:
+            partial.put(index, part, fetch())
+            return
         while True:
             data = cache.local_part(index, part)
             if data is not None:
@@ -336,9 +445,7 @@ class ColdRows:
             if busy:
                 busy[0].wait()
         try:
-            [data] = fetch_parts(version.catalog.fs, version.shard_path(shard), version.shard_url(shard),
-                                 [(start, end, index.sha256[part])], cache.stats, cache.retries, cache.backoff)
-            self._write(partial, index, part, data)
+            self._write(partial, index, part, fetch())
         except BaseException:
             cache.release(index.shard, [part])
             raise
@@ -347,8 +454,13 @@ class ColdRows:
     def _write(self, partial: _Partial, index: ShardIndex, part: int, data) -> None:
         """A checked part into our `.partial` file, at its offset."""
         with self.cache.local_write():
-            write_at(partial.fd, data, index.span(part)[0])
-        partial.have.add(part)
+            partial.put(index, part, data)
+
+    def _current(self, partial: "_Partial | _Streamed") -> bool:
+        """Whether this is still the shard's entry (under `_lock`): not forgotten since (its shard
+        filled), or for a streamed shard, not pushed out by others."""
+        held = self._partials.get(partial.sha256) if partial.in_cache else self._streams.peek(partial.sha256)
+        return held is partial
 
     def _keep(self, key: tuple[str, int], group: RowsShard) -> None:
         if key in self._groups:

@@ -1,7 +1,9 @@
 """Gather a planned batch from the run's versions through the shard cache, shard by shard, and warm
 the cache along the known future order. Rows of a shard the cache does not hold yet come from its
 checked parts (`cold.py`) while it fills in the background, so a fresh node's first batch does not
-wait for whole shards."""
+wait for whole shards. Under a cache bound, shards the bound cannot hold (one larger than it, or
+those past what fits of a working set larger than it) are streamed: read row group by row group
+as batches need them and never filled (`_choose_streamed`)."""
 
 from __future__ import annotations
 
@@ -102,6 +104,10 @@ class BatchReader:
         cold = []
         for key, rows, where in layout:
             shard = opened.get(key)  # the common case, without the lock (released meanwhile: its map stays valid)
+            if shard is None and self.streamed and self._sha256[key] in self.streamed:
+                cold.append(len(parts))  # a streamed shard: its rows from their row groups, always
+                parts.append((key, rows, where))
+                continue
             if shard is None:
                 shard = self._shard_or_cold(key, patience)
                 if shard is None:
@@ -185,7 +191,7 @@ class BatchReader:
         wanted = dict.fromkeys(self.shards_of(plans) if layouts is None
                                else (key for layout in layouts for key, _, _ in layout))
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
-            missing = [k for k in wanted if not self.cache.holds(self._sha256[k])]
+            missing = [k for k in wanted if not self.cache.holds(self._sha256[k]) and not self._streams(k)]
             self._load_indexes(missing)
             cold = [k for k in missing if self._index(k) is not None]
             with self._lock:
@@ -196,7 +202,8 @@ class BatchReader:
             for key in wanted:
                 if budget <= 0:
                     break
-                if key in self._open or key in self._pending or self.cache.holds(self._sha256[key]):
+                if (key in self._open or key in self._pending or self.cache.holds(self._sha256[key])
+                        or self._streams(key)):
                     continue  # a cached shard opens in well under a millisecond: a thread would cost more
                 self._pending[key] = self._executor().submit(self._load, key)
                 budget -= 1
@@ -248,7 +255,7 @@ class BatchReader:
         """Replace the entries of uncached shards in `parts` (at positions `cold`) by the decoded row
         groups their rows are in (`cold.py`), then start filling those shards in the background."""
         if self._cold is None:
-            self._cold = ColdRows(self.cache)
+            self._cold = ColdRows(self.cache, streamed=self.streamed)
         wants = [(self.versions[parts[i][0][0]], parts[i][0][1], self._index(parts[i][0]), parts[i][1]) for i in cold]
         started = time.monotonic()
         got = self._cold.take(wants, self._read)
@@ -261,7 +268,8 @@ class BatchReader:
                 shard.check(rows, self._read)
                 parts[i] = (shard, rows, where)
                 continue
-            keys.append(key)
+            if not self._streams(key):
+                keys.append(key)
             at = np.arange(len(rows)) if where is None else where
             parts[i] = [(group, group_rows, at[sel]) for group, group_rows, sel in pieces]
         parts[:] = [p for entry in parts for p in (entry if isinstance(entry, list) else [entry])]
@@ -276,7 +284,7 @@ class BatchReader:
                 self._deferred = {}
                 return
             for key in self._deferred:
-                if key not in self._open and key not in self._pending:
+                if key not in self._open and key not in self._pending and not self._streams(key):
                     self._pending[key] = self._executor().submit(self._load, key)
             self._deferred = {}
 
@@ -333,32 +341,70 @@ class BatchReader:
         return self._pool
 
     def _plan_budget(self, spec: RunSpec) -> int:
-        """How many shards to keep open, and a clear error now if the cache bound cannot hold the
-        working set of this shuffle mode as stored (checked again, decoded, at the first fill)."""
+        """How many shards to keep open; under a cache bound, which shards to stream (see
+        `_choose_streamed`), or a clear error now if the bound cannot hold what must be cached."""
+        self._takes = []  # per version: how many of its shards the shuffle needs at once, and what they are
         shards = 0
-        self._need: list[tuple[int, str]] = []
         for version in self.versions:
-            sizes = sorted((s.bytes for s in version.manifest.shards), reverse=True)
+            count = len(version.manifest.shards)
             if spec.shuffle is Shuffle.GLOBAL:
-                take, what = len(sizes), "the whole version (global shuffle reads anywhere in it)"
+                take, what = count, "the whole version (global shuffle reads anywhere in it)"
             elif spec.shuffle is Shuffle.WINDOW:
-                take, what = spec.window_shards, f"one shuffle window ({spec.window_shards} shards)"
+                take, what = min(spec.window_shards, count), f"one shuffle window ({spec.window_shards} shards)"
             else:
                 take, what = 1, "one shard"
-            self._need.append((sum(sizes[:take]), f"{what} of {version.address}"))
-            self.cache.check_fits(sum(n for n, _ in self._need), self._need[-1][1])
-            shards += min(2 * take, len(sizes)) if spec.shuffle is not Shuffle.GLOBAL else len(sizes)
+            self._takes.append((take, f"{what} of {version.address}"))
+            shards += min(2 * take, count) if spec.shuffle is not Shuffle.GLOBAL else count
+        self.streamed: set[str] = set()  # sha256s of the shards read through, never filled (shared with ColdRows)
         self._decoded_checked = False
+        self._choose_streamed(1.0)
         return max(2, shards)
+
+    def _choose_streamed(self, ratio: float) -> None:
+        """Under a cache bound, the shards to stream rather than fill, so that what is filled fits:
+        each shard larger than the bound, and where a version's working set (the shards its shuffle
+        reads at once, `ratio` times their stored size: decoded Arrow is often larger) does not fit
+        in what is left, every shard past those that do, in manifest order (a global shuffle over a
+        bound of a quarter of the data keeps a quarter cached and reads the rest as it goes). A shard
+        without an index can only be filled whole: a bound that cannot hold those is refused now."""
+        room = self.cache.max_bytes
+        if room is None:
+            return
+        before = len(self.streamed)
+        for version, (take, what) in zip(self.versions, self._takes):
+            entries = version.manifest.shards
+            size = [int(e.bytes * ratio) for e in entries]
+            indexed = [e.index_sha256 is not None for e in entries]
+            fits = [s for s in range(len(entries)) if size[s] <= room or not indexed[s]]
+            self.streamed.update(entries[s].sha256 for s in set(range(len(entries))).difference(fits))
+            working = sum(sorted((size[s] for s in fits), reverse=True)[:take])
+            if working > room:  # keep what fits, in order; stream the rest
+                kept = []
+                for s in fits:
+                    if indexed[s] and sum(kept) + size[s] > room:
+                        self.streamed.add(entries[s].sha256)
+                    else:
+                        kept.append(size[s])
+                working = sum(sorted(kept, reverse=True)[:take])
+                scaled = "" if ratio == 1 else f" as cached ({ratio:.1f}x its stored size)"
+                self.cache.check_fits(working, f"{what}{scaled}, in shards without an index to stream them by")
+            room -= working
+        if len(self.streamed) > before:
+            log.warning("cache bound of %s bytes: %d of %d shards streamed (fetched row group by row group as "
+                        "batches read them, never cached)", f"{self.cache.max_bytes:,}", len(self.streamed),
+                        len(self._shard_key))
+
+    def _streams(self, key: tuple[int, int]) -> bool:
+        return self._sha256[key] in self.streamed
 
     def _check_decoded(self, k: int, shard: int, cached: CachedShard) -> None:
         """The cache holds decoded Arrow, often larger than the stored Parquet: once the first
-        shard is in, scale the working set by what it really takes and refuse a bound too small."""
+        shard is in, choose again what to stream with the ratio it really takes."""
         if self._decoded_checked or self.cache.max_bytes is None:
             return
         ratio = max(1.0, cached.nbytes / max(1, self.versions[k].manifest.shards[shard].bytes))
-        need = int(sum(n for n, _ in self._need) * ratio)
-        self.cache.check_fits(need, f"{self._need[k][1]} as cached ({ratio:.1f}x its stored size)")
+        if ratio > 1:
+            self._choose_streamed(ratio)
         self._decoded_checked = True  # only once passed: a refusal in a read-ahead thread repeats in the reader
 
     def _check_columns(self) -> None:
