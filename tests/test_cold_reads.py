@@ -336,7 +336,7 @@ def test_a_resume_keeps_what_was_fetched_ahead_and_fetches_no_byte_twice(s3, dat
 def test_a_fill_keeps_several_ranged_reads_in_flight_and_fills_fetch_one_at_a_time(s3, data, tmp_path, monkeypatch):
     """One ranged read after another, a fill would wait a round trip per run and leave a long link
     idle; with runs in flight together it fills the bandwidth-delay product. Two fills of one
-    process fetch one after the other (the other converts meanwhile), so the bound on what is in
+    process fetch one after the other (the other converts meanwhile), and the bound on what is in
     flight holds per process. The server holds each shard GET 200 ms: reads sent together overlap
     there, reads sent one after another never do."""
     server, url, _ = s3
@@ -358,6 +358,37 @@ def test_a_fill_keeps_several_ranged_reads_in_flight_and_fills_fetch_one_at_a_ti
     assert 3 <= together <= cache_module._RUNS_IN_FLIGHT
     for s in (0, 1, 2):
         assert cache.holds(version.manifest.shards[s].sha256)
+
+
+def test_the_next_fill_starts_fetching_while_the_last_runs_of_the_one_before_land(s3, data, tmp_path, monkeypatch):
+    """Fills one after the other left the link idle a round trip at each shard's end (at 80 ms RTT
+    and ~20 MB shards, ~8 % of an epoch). Now the next fill starts once the last run of the one
+    before is in flight: here that last run is held until the next fill's first run has begun (with
+    one fill after the other it never would: the read fails after 30 s)."""
+    _, url, _ = s3
+    version = Catalog(url).version("rand", data["version"].id)
+    monkeypatch.setattr(cache_module, "_FETCH_RUN", 1)  # a run per part
+    first_began, second_began = threading.Event(), threading.Event()
+    real = ShardCache._fetch_into
+
+    def gated(self, fd, version, shard, index, run):
+        if shard == 1:
+            first_began.set()
+            if run[-1] == index.parts - 1:  # the first fill's last run
+                assert second_began.wait(30), "the next fill did not start while this run was in flight"
+        if shard == 2:
+            second_began.set()
+        return real(self, fd, version, shard, index, run)
+
+    monkeypatch.setattr(ShardCache, "_fetch_into", gated)
+    cache = ShardCache(tmp_path / "cache")
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(cache.open, version, 1)
+        assert first_began.wait(60)
+        second = pool.submit(cache.open, version, 2)
+        for shard in (first.result(timeout=120), second.result(timeout=120)):
+            shard.release()
+    assert all(cache.holds(version.manifest.shards[s].sha256) for s in (1, 2))
 
 
 def test_a_cold_first_batchs_parts_go_out_in_one_wave_not_ten_at_a_time(s3, data, tmp_path):

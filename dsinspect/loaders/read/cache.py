@@ -206,7 +206,10 @@ class ShardCache:
         self._parts_lock = threading.Lock()
         # one fill of this process fetches at a time, with all its runs in flight, while the others
         # convert what they fetched: the link stays busy and the shard needed first arrives first
+        # (the next begins once the last runs of the one before are in flight: no idle round trip;
+        # `_run_slots` keeps the runs in flight of all fills at _RUNS_IN_FLIGHT)
         self._fetching = threading.Lock()
+        self._run_slots = threading.Semaphore(_RUNS_IN_FLIGHT)
         self._next_use: Callable[[str], float] | None = None  # see evict_by
         self._inflight: dict[tuple[str, int], threading.Event] = {}  # parts a thread is fetching now
         self._part_slots: dict[str, SlotLocks] = {}  # per shard, the record locks parts are claimed with
@@ -409,12 +412,22 @@ class ShardCache:
             pa.default_memory_pool().release_unused()  # what decoding freed back to the OS, not kept
 
     def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
-        with self._fetching:
+        self._fetching.acquire()
+        handed_over = threading.Event()
+
+        def hand_over() -> None:  # the next fill may start fetching (once)
+            if not handed_over.is_set():
+                handed_over.set()
+                self._fetching.release()
+
+        try:
             if index is not None:
-                parquet = self._fill_parts(version, shard, index)
+                parquet = self._fill_parts(version, shard, index, hand_over)
             else:
                 parquet = fetch_verified(version.catalog.fs, version.shard_path(shard), url, entry.sha256, entry.bytes,
                                          str(self.root), self.stats, self.retries, self.backoff)
+        finally:
+            hand_over()
         try:
             arrow_tmp, rows = self._convert(parquet, url)
         finally:
@@ -434,9 +447,12 @@ class ShardCache:
         _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
         return sidecar
 
-    def _fill_parts(self, version: DatasetVersion, shard: int, index: ShardIndex) -> str:
+    def _fill_parts(self, version: DatasetVersion, shard: int, index: ShardIndex,
+                    hand_over: Callable[[], None] = lambda: None) -> str:
         """The shard assembled in its `.partial` file from the parts already there and the rest
         fetched in runs of consecutive parts (each part checked); returns the file's path.
+        `hand_over()` is called once its last run is in flight: the next fill may start fetching
+        while these land (one after the other, the link idles a round trip between two fills).
         A part this fill did not write itself is used only once its bytes in this very file check
         out: what this process's cold reads wrote, and what `.have` says other processes wrote,
         may have gone into an older `.partial` that another process removed and someone made anew
@@ -461,6 +477,7 @@ class ShardCache:
                         self.note_part(index, p)
                 finally:
                     self.release(sha, part_run)
+                    self._run_slots.release()
 
             # runs in flight together: one after another a run waits a round trip, and a link's
             # bandwidth-delay product is several runs (docs/REMOTE.md). Every submitted run runs to
@@ -474,7 +491,13 @@ class ShardCache:
                         for part_run in _runs(claimed, index, _FETCH_RUN):
                             while len(in_flight) >= _RUNS_IN_FLIGHT:
                                 in_flight.popleft().result()
-                            in_flight.append(pool.submit(fetch, part_run))
+                            self._run_slots.acquire()  # a slot the fill before may still hold
+                            try:
+                                in_flight.append(pool.submit(fetch, part_run))
+                            except BaseException:
+                                self._run_slots.release()
+                                raise
+                    hand_over()
                 finally:
                     done = [f.exception() for f in in_flight]
                 if any(done):
