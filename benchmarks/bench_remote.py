@@ -4,6 +4,7 @@ the shaped link of shaped_link.py, read with s3fs.
   python benchmarks/bench_remote.py [--mib 64] [--rate-mbit 400]          # the link itself
   python benchmarks/bench_remote.py --first-batch [--rows 10000]         # dsinspect's cold first batch
   python benchmarks/bench_remote.py --epoch [--rate-mbit 200]            # a cold epoch: dsinspect, peers, baseline
+  python benchmarks/bench_remote.py --epoch --resume --rate-mbit 200      # a resume on a fresh node, to its first batch
   python benchmarks/bench_remote.py --bounded --rtt-ms 20                # a cache of 25 %: fetches vs Belady, LRU
 
 The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
@@ -25,8 +26,12 @@ Mosaic's MDS shards (both uncompressed), and a plain fsspec + pyarrow baseline o
 Parquet (every shard fetched with one `cat`, s3fs keeping them all in flight, decoded, then served
 from memory). For each RTT and reader, a fresh process on a fresh node (empty caches) reads one
 epoch, shuffled, batch 32, 0 workers: samples/s, the bytes the server sent as a fraction of the
-link's rate, the time to the first batch, requests, and the CPU seconds of the reader and of the
-server with the link (one process). Written to results/remote-epoch-<date>.json.
+link's rate, the time to the first batch, requests, the CPU seconds of the reader and of the
+server with the link (one process), the reader's peak RSS and the disk its caches hold at the end.
+Written to results/remote-epoch-<date>.json. With --resume, each reader instead resumes at step
+RESUME_STEP (a third of the epoch) in a fresh process on a fresh node and reads one batch: its
+time to that batch is the cold resume. The peers' states come from a process that read that far
+(straight from the server); dsinspect's is made without reading. results/remote-resume-<date>.json.
 
 The bounded cache: 40,000 token rows in 40 shards, a cache bound of 25 % of them as cached, a window
 shuffle (2 shards) over 3 epochs through the link, in a fresh process per eviction policy: the
@@ -74,32 +79,54 @@ with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetc
 """
 
 
-# One fresh process: a whole cold epoch of one reader. argv: the reader, a JSON of where things are.
+# One fresh process: a whole cold epoch of one reader. argv: the reader, a JSON of where things are,
+# and optionally a mode: "state STEP FILE" reads STEP batches and writes the reader's state to FILE;
+# "resume STEP FILE" restores that state (dsinspect: its state at STEP, made without reading) and
+# reads one batch. Prints the samples, seconds, first batch ms, CPU s, peak RSS MB and disk MB.
 EPOCH_CHILD = r"""
-import json, os, sys, tempfile, time
+import json, os, resource, sys, tempfile, time
 import numpy as np
 reader, where = sys.argv[1], json.loads(sys.argv[2])
+mode, step, state_file = (sys.argv[3], int(sys.argv[4]), sys.argv[5]) if len(sys.argv) > 3 else ("epoch", 0, None)
+limit = step if mode == "state" else 1 if mode == "resume" else None
 t = time.perf_counter()
-samples, first = 0, None
+samples, first, batches = 0, None, 0
+disk = [os.environ["DSINSPECT_CACHE"]]
 
 
 def took(n):
-    global samples, first
-    samples += n
+    global samples, first, batches
+    samples, batches = samples + n, batches + 1
     first = first or time.perf_counter()
+    return limit is not None and batches >= limit
+
+
+def saved():
+    with open(state_file) as f:
+        return json.load(f)
+
+
+def save(state):
+    with open(state_file, "w") as f:
+        json.dump(state, f, default=int)
 
 
 if reader in ("dsinspect", "baseline"):
     from dsinspect.loaders import Catalog, Loader, RunSpec, epoch_order
+    from dsinspect.loaders.order.state import LoaderState
     from dsinspect.loaders.read.cache import ShardCache
     catalog = Catalog(where["catalog"])  # imports s3fs and makes its client: no request yet
     opened = time.perf_counter()
     spec = RunSpec.create(catalog, where["address"], seed=7, batch_size=32, shuffle="global")
     if reader == "dsinspect":
-        with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetch=0) as loader:
+        disk.append(tempfile.mkdtemp())
+        with Loader(spec, catalog=catalog, cache=ShardCache(disk[-1]), prefetch=0) as loader:
+            if mode == "resume":
+                loader.load_state_dict(LoaderState.at(spec, step, 0).to_json())
             for batch in loader:
                 batch.to_numpy()["tokens"]
-                took(len(batch))
+                if took(len(batch)):
+                    break
     else:  # every shard with one fsspec cat (s3fs keeps them all in flight), decoded, served from memory
         import io
         import pyarrow.parquet as pq
@@ -109,9 +136,10 @@ if reader in ("dsinspect", "baseline"):
         tokens = np.concatenate([pq.read_table(io.BytesIO(blobs[p]), columns=["tokens"]).column("tokens")
                                  .combine_chunks().flatten().to_numpy().reshape(-1, 1024) for p in paths])
         order = epoch_order(spec, 0)
-        for at in range(0, len(order) - 31, 32):
+        for at in range(32 * step if mode == "resume" else 0, len(order) - 31, 32):
             tokens[order[at:at + 32]]
-            took(32)
+            if took(32):
+                break
 elif reader == "litdata":
     import litdata
     from litdata.streaming import downloader
@@ -120,10 +148,17 @@ elif reader == "litdata":
     opened = time.perf_counter()
     options = {"endpoint_url": where["endpoint"], "aws_access_key_id": "testing",
                "aws_secret_access_key": "testing", "region_name": "us-east-1"}
-    ds = litdata.StreamingDataset(where["litdata"], cache_dir=tempfile.mkdtemp(), shuffle=True, seed=7,
+    disk.append(tempfile.mkdtemp())
+    ds = litdata.StreamingDataset(where["litdata"], cache_dir=disk[-1], shuffle=True, seed=7,
                                   drop_last=True, storage_options=options)
-    for batch in litdata.StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True):
-        took(len(batch["tokens"]))
+    loader = litdata.StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True)
+    if mode == "resume":
+        loader.load_state_dict(saved())
+    for batch in loader:
+        if took(len(batch["tokens"])):
+            break
+    if mode == "state":
+        save(loader.state_dict())
 elif reader == "mosaic":
     sys.path.insert(0, where["benchmarks"])
     from bench_read import install_streaming_stubs
@@ -133,15 +168,27 @@ elif reader == "mosaic":
     from streaming.base.util import clean_stale_shared_memory
     clean_stale_shared_memory()
     opened = time.perf_counter()
-    ds = StreamingDataset(remote=where["mosaic"], local=tempfile.mkdtemp(), shuffle=True, shuffle_seed=7,
+    disk.append(tempfile.mkdtemp())
+    ds = StreamingDataset(remote=where["mosaic"], local=disk[-1], shuffle=True, shuffle_seed=7,
                           shuffle_algo="naive", batch_size=32)
-    for batch in StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True):
-        took(len(batch["tokens"]))
+    if mode == "resume":
+        ds.load_state_dict(saved())
+    loader = StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True)
+    for batch in loader:
+        if took(len(batch["tokens"])):
+            break
+    if mode == "state":
+        save(loader.state_dict())
 end = time.perf_counter()
 cpu = time.process_time()  # this process's CPU seconds, all threads (from its start)
-print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1), round(cpu, 2), flush=True)
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak resident, KiB on Linux
+disk_mb = sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for root in disk for d, _, fs in os.walk(root)
+              for f in fs) / 1e6  # blocks, not sizes: a sparse file counts what it holds
+print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1), round(cpu, 2), round(rss_mb),
+      round(disk_mb), flush=True)
 """
 EPOCH_READERS = ("dsinspect", "baseline", "litdata", "mosaic")
+RESUME_STEP = 1000  # of 3,125 in an epoch: a resume a third of the way in
 
 # One fresh process: EPOCHS_BOUNDED epochs under a window shuffle through a bounded cache. argv: url,
 # bound in bytes, policy ("order": the cache's own, by the known order; "lru": least recently used).
@@ -293,17 +340,29 @@ def epoch(args) -> int:
             fs.put(str(local), f"{server.bucket}/{remote}", recursive=True)
             print(f"uploaded {reader}'s files in {time.perf_counter() - started:.1f} s", flush=True)
         version_bytes = None
+        modes = {reader: () for reader in args.readers}
+        if args.resume:  # the peers' states at RESUME_STEP, read straight from the server (no link)
+            for reader in args.readers:
+                modes[reader] = ("resume", str(RESUME_STEP), str(HERE / "results" / f".state-{reader}.json"))
+                if reader in ("litdata", "mosaic"):
+                    _epoch_of(server, reader, {**where, "endpoint": f"http://127.0.0.1:{server.port}"},
+                              {**os.environ, **env}, 0.0, rate, ("state", *modes[reader][1:]))
         for rtt in args.rtts:
             with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
                 endpoint = f"http://127.0.0.1:{link.port}"
                 child_env = {**os.environ, **env,
                              "FSSPEC_S3": json.dumps({**json.loads(env["FSSPEC_S3"]), "endpoint_url": endpoint})}
                 for reader in args.readers:
-                    row = _epoch_of(server, reader, {**where, "endpoint": endpoint}, child_env, rtt, rate)
+                    row = _epoch_of(server, reader, {**where, "endpoint": endpoint}, child_env, rtt, rate,
+                                    modes[reader])
                     out_rows.append(row)
                     version_bytes = version_bytes or _version_bytes(server, ids["tokens"])
-    out = HERE / "results" / f"remote-epoch-{dt.date.today().isoformat()}.json"
-    meta = {"rows": 100_000, "dsinspect_version_bytes": version_bytes, "rate_mbit": args.rate_mbit, "git": _git(),
+    for reader in args.readers:
+        (HERE / "results" / f".state-{reader}.json").unlink(missing_ok=True)
+    kind = "resume" if args.resume else "epoch"
+    out = HERE / "results" / f"remote-{kind}-{dt.date.today().isoformat()}.json"
+    meta = {"rows": 100_000, "resume_step": RESUME_STEP if args.resume else None,
+            "dsinspect_version_bytes": version_bytes, "rate_mbit": args.rate_mbit, "git": _git(),
             "load_at_end": os.getloadavg()}
     out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
@@ -316,30 +375,33 @@ def _version_bytes(server, version_id: str) -> int:
     return sum(s.bytes for s in catalog.version("tokens", version_id).manifest.shards)
 
 
-def _epoch_of(server, reader: str, where: dict, env: dict, rtt: float, rate: float) -> dict:
-    """One reader's cold epoch in a fresh process on a fresh node, and what the server saw."""
+def _epoch_of(server, reader: str, where: dict, env: dict, rtt: float, rate: float, mode: tuple = ()) -> dict:
+    """One reader's cold epoch in a fresh process on a fresh node, and what the server saw
+    (`mode`: see EPOCH_CHILD)."""
     import subprocess
 
     server.reset_counts()
     served = time.process_time()  # the server and the link live in this process
-    done = subprocess.run([sys.executable, "-c", EPOCH_CHILD, reader, json.dumps(where)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", EPOCH_CHILD, reader, json.dumps(where), *mode], capture_output=True,
                           text=True, env={**env, **_fresh_node()}, timeout=1800)
     served = time.process_time() - served
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
     if not line:
         raise RuntimeError(f"{reader}: {done.stderr[-3000:]}")
-    _, samples, seconds, first_ms, reader_cpu = line[0].split()
+    _, samples, seconds, first_ms, reader_cpu, rss_mb, disk_mb = line[0].split()
     samples, seconds, first_ms, reader_cpu = int(samples), float(seconds), float(first_ms), float(reader_cpu)
     moved = sum(r.nbytes for r in server.requests("GET"))
-    row = {"reader": reader, "rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "samples": samples,
+    row = {"reader": reader, "mode": mode[0] if mode else "epoch",
+           "rtt_ms": rtt * 1e3, "rate_mb_s": round(rate / 1e6, 1), "samples": samples,
            "epoch_s": seconds, "samples_per_s": round(samples / seconds, 1), "bytes_moved": moved,
            "link_fraction": round(moved / seconds / rate, 3), "first_batch_ms": first_ms,
            "requests": len(server.requests()), "reader_cpu_s": reader_cpu, "server_and_link_cpu_s": round(served, 2),
-           "load": round(os.getloadavg()[0], 2)}
-    print(f"RTT {rtt * 1e3:>3.0f} ms {reader:<10} epoch {seconds:6.2f} s {row['samples_per_s']:>8,.0f} samples/s  "
+           "peak_rss_mb": int(rss_mb), "disk_mb": int(disk_mb), "load": round(os.getloadavg()[0], 2)}
+    print(f"RTT {rtt * 1e3:>3.0f} ms {reader:<10} {row['mode']:<6} {seconds:6.2f} s "
+          f"{row['samples_per_s']:>8,.0f} samples/s  "
           f"{moved / 1e6:6.1f} MB moved, {row['link_fraction']:.0%} of the link  first batch {first_ms:7.1f} ms  "
           f"{row['requests']} requests  CPU s: reader {reader_cpu:.1f}, server+link {served:.1f}  "
-          f"[load {row['load']}]", flush=True)
+          f"peak RSS {rss_mb} MB, disk {disk_mb} MB  [load {row['load']}]", flush=True)
     return row
 
 
@@ -407,6 +469,8 @@ def main() -> int:
     parser.add_argument("--rate-mbit", type=float, default=400.0, help="the shaped link's bandwidth")
     parser.add_argument("--first-batch", action="store_true", help="dsinspect's cold first batch through the link")
     parser.add_argument("--epoch", action="store_true", help="a cold epoch through the link, with a baseline")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --epoch: a resume at step RESUME_STEP on a fresh node, to its first batch")
     parser.add_argument("--bounded", action="store_true", help="a bounded cache's fetches against Belady and LRU")
     parser.add_argument("--readers", type=lambda v: v.split(","), default=list(EPOCH_READERS),
                         help=f"readers (--epoch), of {','.join(EPOCH_READERS)}")

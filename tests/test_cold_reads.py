@@ -20,6 +20,7 @@ from dsinspect.errors import IntegrityError  # noqa: E402
 from dsinspect.loaders import HASH_COLUMN, Catalog, Loader, RunSpec, WriteOptions  # noqa: E402
 from dsinspect.loaders.format.canonical import row_hashes  # noqa: E402
 from dsinspect.loaders.read import cache as cache_module  # noqa: E402
+from dsinspect.loaders.read import convert as convert_module  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
 SHARDS, SHARD_ROWS, GROUP_ROWS = 6, 200, 20
@@ -374,7 +375,7 @@ def test_the_next_fill_starts_fetching_while_the_last_runs_of_the_one_before_lan
     def gated(self, fd, version, shard, index, run):
         if shard == 1:
             first_began.set()
-            if run[-1] == index.parts - 1:  # the first fill's last run
+            if run[-1] == index.footer - 1:  # the first fill's last run (the footer comes first)
                 assert second_began.wait(30), "the next fill did not start while this run was in flight"
         if shard == 2:
             second_began.set()
@@ -389,6 +390,39 @@ def test_the_next_fill_starts_fetching_while_the_last_runs_of_the_one_before_lan
         for shard in (first.result(timeout=120), second.result(timeout=120)):
             shard.release()
     assert all(cache.holds(version.manifest.shards[s].sha256) for s in (1, 2))
+
+
+def test_a_fill_converts_row_groups_as_they_land_not_after_its_last_byte(s3, data, tmp_path, monkeypatch):
+    """A shard's conversion to Arrow follows its fill row group by row group (a 65 MB shard took
+    ~1 s to convert after its last byte: at an epoch's end, the consumer waited that long with the
+    link idle). Here the fill's last run is held until the conversion has appended a row group:
+    with the conversion after the fill it never would (the fill fails after 30 s)."""
+    _, url, _ = s3
+    version = Catalog(url).version("rand", data["version"].id)
+    monkeypatch.setattr(cache_module, "_FETCH_RUN", 1)  # a run per part
+    monkeypatch.setattr(convert_module, "_RUN_BYTES", 1)  # a row group per conversion step
+    appended = threading.Event()
+    real_append, real_fetch = convert_module._append_groups, ShardCache._fetch_into
+
+    def noted_append(parquet, groups, columns):
+        appended.set()
+        return real_append(parquet, groups, columns)
+
+    def gated(self, fd, version, shard, index, run):
+        if run[-1] == index.footer - 1:  # the last row group
+            assert appended.wait(30), "nothing was converted before the fill's last run"
+        return real_fetch(self, fd, version, shard, index, run)
+
+    monkeypatch.setattr(convert_module, "_append_groups", noted_append)
+    monkeypatch.setattr(ShardCache, "_fetch_into", gated)
+    ShardCache(tmp_path / "cache").open(version, 3).release()
+    shard = ShardCache(tmp_path / "cache").open(version, 3)  # a fresh process's view: from the sidecar
+    try:
+        rows = slice(3 * SHARD_ROWS, 4 * SHARD_ROWS)
+        assert shard.batch.column(HASH_COLUMN).to_pylist() == data["hashes"][rows]
+        assert shard.batch.select(NAMES).to_pylist() == data["rows"][rows]
+    finally:
+        shard.release()
 
 
 def test_a_cold_first_batchs_parts_go_out_in_one_wave_not_ten_at_a_time(s3, data, tmp_path):

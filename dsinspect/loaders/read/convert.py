@@ -33,20 +33,27 @@ _ONES_CHUNK = 1 << 20  # bytes of all-valid bits written per write when back-fil
 _RUN_BYTES = 1 << 20  # decoded bytes of consecutive row groups converted at once
 
 
-def parquet_to_ipc(source: str, dest: str, scratch_dir: str) -> int:
+def parquet_to_ipc(source: str, dest: str, scratch_dir: str,
+                   ready: Callable[[list[int]], None] = lambda groups: None) -> int:
     """Write the Parquet file at `source` as an uncompressed Arrow IPC file at `dest` holding ONE record
     batch (same schema, same values as pq.ParquetFile(source).read().combine_chunks(); dictionary
     columns decoded), with private memory bounded by a small multiple of the largest row group,
     whatever the file's size; `dest` is fsynced; returns the number of rows. Scratch files live in a
-    private directory under `scratch_dir` and are removed whatever happens; pyarrow errors propagate."""
+    private directory under `scratch_dir` and are removed whatever happens; pyarrow errors propagate.
+    `ready(groups)` returns once the footer and those row groups are in `source` (a file being
+    filled): called with [] before the footer is read, then before each run of row groups."""
     scratch = tempfile.mkdtemp(dir=scratch_dir, prefix=".convert-scratch-")
     try:
         # memory-mapped: Arrow reads the compressed column chunks in place, not into buffers of its pool
+        ready([])
         with pq.ParquetFile(source, memory_map=True) as parquet:
             schema = parquet.schema_arrow
             files = _ScratchFiles(scratch)
             columns = [_column(f.type, files) for f in schema]
-            rows = sum(_append_groups(parquet, run, columns) for run in _runs(parquet.metadata, _RUN_BYTES))
+            rows = 0
+            for run in _runs(parquet.metadata, _RUN_BYTES):
+                ready(run)
+                rows += _append_groups(parquet, run, columns)
         arrays = [column.finish() for column in columns]
         fields = [f.with_type(a.type) for f, a in zip(schema, arrays)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
