@@ -84,7 +84,7 @@ with Loader(spec, catalog=catalog, cache=ShardCache(tempfile.mkdtemp()), prefetc
 # "resume STEP FILE" restores that state (dsinspect: its state at STEP, made without reading) and
 # reads one batch. Prints the samples, seconds, first batch ms, CPU s, peak RSS MB and disk MB.
 EPOCH_CHILD = r"""
-import json, os, resource, sys, tempfile, time
+import json, os, sys, tempfile, time
 import numpy as np
 reader, where = sys.argv[1], json.loads(sys.argv[2])
 mode, step, state_file = (sys.argv[3], int(sys.argv[4]), sys.argv[5]) if len(sys.argv) > 3 else ("epoch", 0, None)
@@ -181,7 +181,8 @@ elif reader == "mosaic":
         save(loader.state_dict())
 end = time.perf_counter()
 cpu = time.process_time()  # this process's CPU seconds, all threads (from its start)
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # peak resident, KiB on Linux
+with open("/proc/self/status") as status:  # VmHWM: peak resident (ru_maxrss keeps the parent's across exec)
+    rss_mb = int(next(x for x in status if x.startswith("VmHWM:")).split()[1]) / 1024
 disk_mb = sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for root in disk for d, _, fs in os.walk(root)
               for f in fs) / 1e6  # blocks, not sizes: a sparse file counts what it holds
 print("RESULT", samples, round(end - opened, 3), round((first - opened) * 1e3, 1), round(cpu, 2), round(rss_mb),

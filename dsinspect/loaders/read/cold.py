@@ -176,9 +176,6 @@ class _PartAt(io.RawIOBase):
         self.at += len(got)
         return len(got)
 
-    def close(self) -> None:
-        self.have.clear()
-
 
 class ColdRows:
     """Reads rows of uncached shards from their parts; decoded row groups kept up to `max_bytes`."""

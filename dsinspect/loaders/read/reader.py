@@ -379,12 +379,14 @@ class BatchReader:
             self.streamed.update(entries[s].sha256 for s in set(range(len(entries))).difference(fits))
             working = sum(sorted((size[s] for s in fits), reverse=True)[:take])
             if working > room:  # keep what fits, in order; stream the rest
-                kept = []
+                kept: list[int] = []
+                total = 0
                 for s in fits:
-                    if indexed[s] and sum(kept) + size[s] > room:
+                    if indexed[s] and total + size[s] > room:
                         self.streamed.add(entries[s].sha256)
                     else:
                         kept.append(size[s])
+                        total += size[s]
                 working = sum(sorted(kept, reverse=True)[:take])
                 scaled = "" if ratio == 1 else f" as cached ({ratio:.1f}x its stored size)"
                 self.cache.check_fits(working, f"{what}{scaled}, in shards without an index to stream them by")
