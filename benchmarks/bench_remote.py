@@ -36,7 +36,9 @@ time to that batch is the cold resume. The peers' states come from a process tha
 The bounded cache: 40,000 token rows in 40 shards, a cache bound of 25 % of them as cached, a window
 shuffle (2 shards) over 3 epochs through the link, in a fresh process per eviction policy: the
 cache's own (by the known order) and LRU; shards filled and bytes fetched, against Belady's optimum
-and LRU simulated for the same order. Written to results/remote-bounded-<date>.json.
+and LRU simulated for the same order. Beside them LitData on the same rows in its own 40 chunks,
+its max_cache_size 25 % of them, its own shuffle: chunk bytes fetched per epoch of its data.
+Written to results/remote-bounded-<date>.json.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -148,7 +151,11 @@ elif reader == "litdata":
     opened = time.perf_counter()
     options = {"endpoint_url": where["endpoint"], "aws_access_key_id": "testing",
                "aws_secret_access_key": "testing", "region_name": "us-east-1"}
-    disk.append(tempfile.mkdtemp())
+    if state_file:  # its state names its cache directory: the same path, emptied (a fresh node)
+        import shutil
+        shutil.rmtree(state_file + ".cache", ignore_errors=True)
+        os.makedirs(state_file + ".cache")
+    disk.append(state_file + ".cache" if state_file else tempfile.mkdtemp())
     ds = litdata.StreamingDataset(where["litdata"], cache_dir=disk[-1], shuffle=True, seed=7,
                                   drop_last=True, storage_options=options)
     loader = litdata.StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True)
@@ -210,6 +217,32 @@ with Loader(spec, catalog=catalog, cache=cache) as loader:
 print("RESULT", batches, fills, round(time.perf_counter() - t, 2), flush=True)
 """
 EPOCHS_BOUNDED = 3
+# The same for LitData: its own chunks (1,000 rows each, as dsinspect's shards), its shuffle (chunk
+# order, then rows within a window of chunks), max_cache_size = the bound. argv: its URL, bound, epochs,
+# the endpoint.
+LIT_BOUNDED_CHILD = r"""
+import sys, tempfile, time
+import litdata
+from litdata.streaming import downloader
+downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": True}
+url, bound, epochs, endpoint = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+options = {"endpoint_url": endpoint, "aws_access_key_id": "testing", "aws_secret_access_key": "testing",
+           "region_name": "us-east-1"}
+ds = litdata.StreamingDataset(url, cache_dir=tempfile.mkdtemp(), shuffle=True, seed=7, drop_last=True,
+                              storage_options=options, max_cache_size=bound)
+loader = litdata.StreamingDataLoader(ds, batch_size=32, num_workers=0, drop_last=True)
+t = time.perf_counter()
+batches = sum(1 for _ in range(epochs) for _ in loader)
+print("RESULT", batches, 0, round(time.perf_counter() - t, 2), flush=True)
+"""
+
+
+def _lit_rows(span):  # litdata.optimize's worker (module level: picklable)
+    import numpy as np
+    path, start, stop = span
+    rows = np.load(path, mmap_mode="r")
+    for i in range(start, stop):
+        yield {"tokens": np.array(rows[i])}
 
 
 def _fresh_node() -> dict[str, str]:
@@ -293,18 +326,22 @@ def first_batch(args) -> int:
     return 0
 
 
+def _token_rows(rows_n: int):
+    import numpy as np
+    return np.random.default_rng(20250101).integers(0, 50_257, (rows_n, 1024), dtype=np.int32)
+
+
 @contextmanager
 def _tokens_on_server(rows_n: int, **options):
     """(server, its environment, the catalog URL, the data's bytes) with `rows_n` token rows written
     as version "tokens" (1024 int32 each, as bench_read.py)."""
     import fsspec
-    import numpy as np
     import pyarrow as pa
     from s3_server import S3Server, s3_environment
 
     from dsinspect.loaders import Catalog, Field
 
-    rows = np.random.default_rng(20250101).integers(0, 50_257, (rows_n, 1024), dtype=np.int32)
+    rows = _token_rows(rows_n)
     table = pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel()), 1024)})
     with S3Server() as server, s3_environment(server) as env:
         fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"])).mkdir(server.bucket)
@@ -360,6 +397,7 @@ def epoch(args) -> int:
                     version_bytes = version_bytes or _version_bytes(server, ids["tokens"])
     for reader in args.readers:
         (HERE / "results" / f".state-{reader}.json").unlink(missing_ok=True)
+        shutil.rmtree(HERE / "results" / f".state-{reader}.json.cache", ignore_errors=True)
     kind = "resume" if args.resume else "epoch"
     out = HERE / "results" / f"remote-{kind}-{dt.date.today().isoformat()}.json"
     meta = {"rows": 100_000, "resume_step": RESUME_STEP if args.resume else None,
@@ -368,6 +406,44 @@ def epoch(args) -> int:
     out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
     return 0
+
+
+def _litdata_bounded(server, env: dict, endpoint: str) -> dict:
+    """LitData on the same 40,000 rows in its own chunks of 1,000, max_cache_size 25 % of them,
+    EPOCHS_BOUNDED epochs through the link: chunk bytes fetched per epoch of its data."""
+    import subprocess
+    import tempfile
+
+    import fsspec
+    import litdata
+    import numpy as np
+
+    work = Path(tempfile.mkdtemp(prefix="bench-remote-lit-"))
+    np.save(work / "rows.npy", _token_rows(40_000))
+    litdata.optimize(fn=_lit_rows, inputs=[(str(work / "rows.npy"), s, s + 1_000) for s in range(0, 40_000, 1_000)],
+                     output_dir=str(work / "ds"), chunk_size=1_000, num_workers=1, verbose=False)
+    fs = fsspec.filesystem("s3", **json.loads(env["FSSPEC_S3"]))
+    fs.put(str(work / "ds"), f"{server.bucket}/lit-bounded", recursive=True)
+    chunks = sorted((work / "ds").glob("*.bin"))
+    size = sum(c.stat().st_size for c in chunks)
+    bound = int(0.25 * size)
+    server.reset_counts()
+    done = subprocess.run([sys.executable, "-c", LIT_BOUNDED_CHILD, server.url("lit-bounded"), str(bound),
+                           str(EPOCHS_BOUNDED), endpoint], capture_output=True, text=True,
+                          env={**os.environ, **env, **_fresh_node()}, timeout=1800)
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT")]
+    if not line:
+        raise RuntimeError(done.stderr[-3000:])
+    _, batches, _, seconds = line[0].split()
+    gets = [r for r in server.requests("GET") if r.path.endswith(".bin")]
+    moved = sum(r.nbytes for r in gets)
+    row = {"policy": "litdata", "fills": len(gets), "batches": int(batches), "seconds": float(seconds),
+           "shard_bytes_fetched": moved, "per_epoch_of_data": round(moved / size / EPOCHS_BOUNDED, 3),
+           "chunks": len(chunks), "bound_bytes": bound, "load": round(os.getloadavg()[0], 2)}
+    print(f"litdata {len(chunks)} chunks, {size / 1e6:.0f} MB, max_cache_size {bound / 1e6:.0f} MB: {len(gets)} chunk "
+          f"GETs, {moved / 1e6:.0f} MB: {row['per_epoch_of_data']:.2f}x the data per epoch, {row['seconds']} s  "
+          f"[load {row['load']}]", flush=True)
+    return row
 
 
 def _version_bytes(server, version_id: str) -> int:
@@ -456,6 +532,8 @@ def bounded(args) -> int:
                       f"{row['fills'] / simulated['lru']:.2f}x LRU's simulated), {moved / 1e6:.0f} MB of shards: "
                       f"{row['per_epoch_of_data']:.2f}x the data per epoch, {row['seconds']} s  [load {row['load']}]",
                       flush=True)
+            if "litdata" in args.readers:
+                rows.append(_litdata_bounded(server, env, f"http://127.0.0.1:{link.port}"))
     out = HERE / "results" / f"remote-bounded-{dt.date.today().isoformat()}.json"
     meta = {"rows": 40_000, "shards": shards, "bound_bytes": bound, "epochs": EPOCHS_BOUNDED, "rtt_ms": rtt * 1e3,
             "rate_mbit": args.rate_mbit, "git": _git()}
@@ -474,7 +552,7 @@ def main() -> int:
                         help="with --epoch: a resume at step RESUME_STEP on a fresh node, to its first batch")
     parser.add_argument("--bounded", action="store_true", help="a bounded cache's fetches against Belady and LRU")
     parser.add_argument("--readers", type=lambda v: v.split(","), default=list(EPOCH_READERS),
-                        help=f"readers (--epoch), of {','.join(EPOCH_READERS)}")
+                        help=f"readers (--epoch; --bounded adds litdata when named), of {','.join(EPOCH_READERS)}")
     parser.add_argument("--rtt-ms", dest="rtts", type=lambda v: [float(x) / 1e3 for x in v.split(",")],
                         default=[0.0, 0.020, 0.080], help="round-trip times to measure (--epoch), e.g. 0,20,80")
     parser.add_argument("--rows", type=int, default=10_000,
