@@ -24,6 +24,7 @@ from dsinspect.loaders import Catalog, Field, RunSpec, WriteOptions, batch_indic
 from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
 from dsinspect.loaders.jax import JaxBatches  # noqa: E402
 
+pytestmark = pytest.mark.jax  # in a pytest process of its own (.ci/run): JAX's threads make later forks unsafe
 ROWS, WIDTH = 96, 8
 HERE = Path(__file__).parent
 

@@ -1,8 +1,8 @@
 """The public API, pinned: adding or removing a public name is a decision, made here as well.
 
 Public: the package root, `dsinspect.errors`, the engine's `dsinspect.loaders` and its `pytorch`, `jax`,
-`grain`, `ingest` and `diff` packages, and `dsinspect.inspect`. The engine's other folders are internal: their `__init__` exports
-nothing, and their modules may change without notice."""
+`grain`, `ingest` and `diff` packages, and `dsinspect.inspect`. The engine's other folders are internal:
+their `__init__` exports nothing, and their modules may change without notice."""
 
 from __future__ import annotations
 

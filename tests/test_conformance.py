@@ -1,0 +1,145 @@
+"""One conformance suite for every framework adapter: the same run spec gives, at every (step, rank),
+the rows `batch_indices` names; a state saved after k batches resumes exactly, and into another world
+size and batch size at the same position of the order. Adapters: the plain Loader, PyTorch's
+TorchLoader (0 and 2 worker processes), JAX's JaxBatches, Grain's StepSource (in process and over
+two Grain worker processes). Each adapter's own tests go further (records, multi-process JAX, torchrun)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dsinspect.loaders import Catalog, Field, Loader, LoaderState, RunSpec, WriteOptions, batch_indices
+
+ROWS, WIDTH, BATCH, WORLD = 96, 4, 4, 2
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    tokens = np.random.default_rng(11).integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
+    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int64)),
+                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH)})
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens")]
+    catalog = Catalog(str(tmp_path_factory.mktemp("conformance") / "catalog"))
+    catalog.write_version("c", table, fields, key="id", options=WriteOptions(shard_rows=24, row_group_rows=8))
+    return catalog
+
+
+def spec_of(catalog, world=WORLD, batch=BATCH):
+    return RunSpec.create(catalog, "c", seed=21, batch_size=batch, world_size=world, shuffle="global")
+
+
+# Each adapter: read(catalog, spec, rank, n, state) -> ([(step, indices), ...] of n batches, the state after),
+# starting from `state` (a LoaderState saved by any adapter, of any world and batch size) when given.
+
+def read_loader(catalog, spec, rank, n, state):
+    with Loader(spec, rank, catalog=catalog) as loader:
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        got = [(b.step, b.indices.tolist()) for b in (next(it) for _ in range(n))]
+        return got, loader.state_dict()
+
+
+def read_torch(workers):
+    def read(catalog, spec, rank, n, state):
+        pytest.importorskip("torch")
+        from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
+        loader = TorchLoader(TorchBatches(spec, catalog, rank=rank), num_workers=workers)
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        got = [(int(b["step"]), b["indices"].tolist()) for b in (next(it) for _ in range(n))]
+        saved = loader.state_dict()
+        loader.close()
+        return got, saved
+    return read
+
+
+def read_jax(catalog, spec, rank, n, state):
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from dsinspect.loaders.jax import JaxBatches
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+    # one process holds every rank (a global array needs all of them here); `rank`'s rows are its slice
+    with JaxBatches(spec, catalog, sharding, columns=["tokens"], ranks=range(spec.world_size)) as batches:
+        if state is not None:
+            batches.load_state_dict(state)
+        it = iter(batches)
+        per = batches.spec.batch_size
+        got = [(b["step"], b["indices"][rank * per:(rank + 1) * per].tolist()) for b in (next(it) for _ in range(n))]
+        saved = LoaderState.from_json(batches.state_dict())
+        return got, LoaderState.at(batches.spec, saved.step, rank).to_json()
+
+
+def read_grain(workers):
+    def read(catalog, spec, rank, n, state):
+        grain = pytest.importorskip("grain")
+        from absl import flags
+
+        from dsinspect.loaders.grain import StepSource, grain_state, loader_state
+        flags.FLAGS.mark_as_parsed()  # Grain's worker processes read its flags
+        saved = None if state is None else LoaderState.from_json(state)
+        same = saved is not None and (saved.world_size, saved.batch_size) == (spec.world_size, spec.batch_size)
+        source = StepSource(spec if saved is None or same else saved.resume_spec(spec), catalog, rank=rank)
+        dataset = grain.MapDataset.source(source).to_iter_dataset()
+        if workers:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        it = iter(dataset)
+        if same:
+            it.set_state(grain_state(state, source)) if not workers else None
+            if workers:  # a fresh iterator over the source of the resumed spec: its state 0 is the step
+                source = StepSource(saved.resume_spec(spec), catalog, rank=rank)
+                it = iter(grain.MapDataset.source(source).to_iter_dataset().mp_prefetch(
+                    grain.MultiprocessingOptions(num_workers=workers)))
+        got = [(int(e["step"]), e["indices"].tolist()) for e in (next(it) for _ in range(n))]
+        after = loader_state(it.get_state(), source)
+        del it
+        return got, after
+    return read
+
+
+ADAPTERS = {
+    "loader": read_loader,
+    "torch-0-workers": read_torch(0),
+    "torch-2-workers": read_torch(2),
+    "jax": read_jax,
+    "grain": read_grain(0),
+    "grain-2-workers": read_grain(2),
+}
+
+
+def _marks(name: str) -> list:
+    marks = [pytest.mark.slow] if name.endswith("-2-workers") else []
+    return marks + [pytest.mark.jax] if name == "jax" else marks  # its own pytest process (.ci/run)
+
+
+@pytest.fixture(params=[pytest.param(name, marks=_marks(name)) for name in sorted(ADAPTERS)])
+def read(request):
+    return ADAPTERS[request.param]
+
+
+def test_every_step_and_rank_reads_the_rows_batch_indices_names(catalog, read):
+    spec = spec_of(catalog)
+    for rank in range(WORLD):
+        got, _ = read(catalog, spec, rank, 6, None)
+        assert got == [(s, batch_indices(spec, s, rank).tolist()) for s in range(6)]
+
+
+def test_a_state_resumes_exactly(catalog, read):
+    spec = spec_of(catalog)
+    first, state = read(catalog, spec, 1, 3, None)
+    assert LoaderState.from_json(state).step == 3
+    then, _ = read(catalog, spec, 1, 3, state)
+    assert first + then == [(s, batch_indices(spec, s, 1).tolist()) for s in range(6)]
+
+
+def test_a_state_resumes_into_another_world_and_batch_size_at_the_same_position(catalog, read):
+    two = spec_of(catalog)
+    _, state = read(catalog, two, 0, 3, None)
+    one = spec_of(catalog, world=1, batch=2 * BATCH)
+    [(step, rows)], _ = read(catalog, one, 0, 1, state)
+    both = np.concatenate([batch_indices(two, 3, r) for r in range(WORLD)])
+    assert sorted(rows) == sorted(both.tolist()), "the next global batch: the same samples"
