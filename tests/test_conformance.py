@@ -2,7 +2,8 @@
 the rows `batch_indices` names; a state saved after k batches resumes exactly, and into another world
 size and batch size at the same position of the order. Adapters: the plain Loader, PyTorch's
 TorchLoader (0 and 2 worker processes), JAX's JaxBatches, Grain's StepSource (in process and over
-two Grain worker processes). Each adapter's own tests go further (records, multi-process JAX, torchrun)."""
+two Grain worker processes), Hugging Face's IterableDataset (rows, batched back by step). Each
+adapter's own tests go further (records, multi-process JAX, torchrun)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,19 @@ def read_grain(workers):
     return read
 
 
+def read_hf(catalog, spec, rank, n, state):
+    pytest.importorskip("datasets")
+    from dsinspect.loaders.hf import as_iterable
+    resumed = spec if state is None else LoaderState.from_json(state).resume_spec(spec)
+    rows = iter(as_iterable(spec, catalog, rank=rank, start_state=state))  # one row at a time: batch them back
+    got = []
+    for _ in range(n):
+        batch = [next(rows) for _ in range(resumed.batch_size)]
+        assert len({r["_step"] for r in batch}) == 1
+        got.append((batch[0]["_step"], [r["_index"] for r in batch]))
+    return got, LoaderState.at(resumed, got[-1][0] + 1, rank).to_json()
+
+
 ADAPTERS = {
     "loader": read_loader,
     "torch-0-workers": read_torch(0),
@@ -108,6 +122,7 @@ ADAPTERS = {
     "jax": read_jax,
     "grain": read_grain(0),
     "grain-2-workers": read_grain(2),
+    "hf-iterable": read_hf,
 }
 
 

@@ -128,6 +128,11 @@ class CachedShard:
             if self._column_checked(c):
                 self._verified.add(c)
 
+    def check_all(self) -> None:
+        """Verify every block not checked yet: for a consumer that reads the Arrow batch directly
+        rather than through `check` (a Hugging Face Dataset over the cached file)."""
+        self._verify(np.array([0]), np.array([self._buffer.size]))
+
     def _column_checked(self, column: str) -> bool:
         """Whether every block any row of `column` can touch is checked (then reads need no check)."""
         extent = self._extents.get(column, False)

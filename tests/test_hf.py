@@ -1,0 +1,86 @@
+"""The Hugging Face `datasets` adapter (`dsinspect.loaders.hf`): a version as a `datasets.Dataset` over
+the node's verified shard cache (its buffers are the cache's memory-mapped files: no copy; a byte
+flipped in a cached file is refused before anything is handed out), and one rank's rows in
+dsinspect's order as a `datasets.IterableDataset`, started anywhere by a LoaderState."""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+datasets = pytest.importorskip("datasets")
+
+from dsinspect.errors import IntegrityError, UserError  # noqa: E402
+from dsinspect.loaders import Catalog, Field, LoaderState, RunSpec, WriteOptions, batch_indices  # noqa: E402
+from dsinspect.loaders.hf import as_dataset, as_iterable  # noqa: E402
+from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
+
+ROWS, WIDTH = 90, 6
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    tokens = np.random.default_rng(3).integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
+    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int64)),
+                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH),
+                      "text": pa.array([f"row {i} " * (i % 7) for i in range(ROWS)])})
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens"),
+              Field("text", pa.string(), "text")]
+    catalog = Catalog(str(tmp_path_factory.mktemp("hf") / "catalog"))
+    catalog.version_ = catalog.write_version("h", table, fields, key="id",
+                                             options=WriteOptions(shard_rows=30, row_group_rows=10))
+    catalog.rows = table.to_pylist()
+    return catalog
+
+
+def mapped_file(address: int) -> str | None:
+    """The file mapped at `address` in this process (/proc/self/maps), or None (anonymous memory)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split(maxsplit=5)
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        if lo <= address < hi:
+            return parts[5] if len(parts) == 6 else None
+    return None
+
+
+def test_a_version_as_a_dataset_holds_its_rows_in_the_caches_mapped_files(catalog, tmp_path):
+    root = tmp_path / "cache"
+    ds = as_dataset(catalog.version_, cache=ShardCache(root))
+    assert isinstance(ds, datasets.Dataset) and len(ds) == ROWS
+    assert ds.column_names == ["id", "tokens", "text"]
+    assert ds[:] == {k: [r[k] for r in catalog.rows] for k in ("id", "tokens", "text")}
+    for name in ("tokens", "text"):  # no copy: every chunk's data buffer lies in a cached .arrow file
+        for chunk in ds.data.table.column(name).chunks:
+            values = chunk.values if name == "tokens" else chunk
+            where = mapped_file(values.buffers()[-1].address)
+            assert where is not None and where.startswith(str(root)) and where.endswith(".arrow"), where
+    assert as_dataset(catalog.version_, columns=["text"], cache=ShardCache(root)).column_names == ["text"]
+    with pytest.raises(UserError, match=r"no field\(s\) \['nope'\]"):
+        as_dataset(catalog.version_, columns=["nope"], cache=ShardCache(root))
+
+
+def test_a_byte_flipped_in_a_cached_file_is_refused_before_the_dataset_exists(catalog, tmp_path):
+    root = tmp_path / "cache"
+    ShardCache(root).open(catalog.version_, 1).release()  # cached, checked by that process only
+    [arrow] = [p for p in root.iterdir() if p.suffix == ".arrow"]
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    arrow.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="do not match the hash taken when it was cached"):
+        as_dataset(catalog.version_, cache=ShardCache(root))  # a fresh process's view of the node cache
+
+
+def test_a_ranks_rows_as_an_iterable_dataset_in_dsinspects_order_and_from_a_state(catalog):
+    two = RunSpec.create(catalog, "h", seed=4, batch_size=5, world_size=2, shuffle="global")
+    rows = list(as_iterable(two, catalog, rank=1))
+    steps = ROWS // 10
+    assert [r["_index"] for r in rows] == np.concatenate([batch_indices(two, s, 1) for s in range(steps)]).tolist()
+    assert [r["_step"] for r in rows] == [s for s in range(steps) for _ in range(5)]
+    assert all(r["text"] == catalog.rows[r["_index"]]["text"] for r in rows)
+    # from a state saved by a 2-rank job at step 3, into one rank of twice the batch
+    one = RunSpec.create(catalog, "h", seed=4, batch_size=10, world_size=1, shuffle="global")
+    resumed = list(as_iterable(one, catalog, start_state=LoaderState.at(two, 3, 0).to_json()))
+    both = np.concatenate([batch_indices(two, 3, r) for r in range(2)])
+    assert sorted(r["_index"] for r in resumed[:10]) == sorted(both.tolist())
+    assert len(resumed) == ROWS - 3 * 10
