@@ -8,23 +8,18 @@ adapter's own tests go further (records, multi-process JAX, torchrun)."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
+from token_catalog import token_catalog
 
-from dsinspect.loaders import Catalog, Field, Loader, LoaderState, RunSpec, WriteOptions, batch_indices
+from dsinspect.loaders import Loader, LoaderState, RunSpec, batch_indices
 
 ROWS, WIDTH, BATCH, WORLD = 96, 4, 4, 2
 
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    tokens = np.random.default_rng(11).integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
-    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int64)),
-                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH)})
-    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens")]
-    catalog = Catalog(str(tmp_path_factory.mktemp("conformance") / "catalog"))
-    catalog.write_version("c", table, fields, key="id", options=WriteOptions(shard_rows=24, row_group_rows=8))
-    return catalog
+    return token_catalog(tmp_path_factory.mktemp("conformance") / "catalog", "c", ROWS, WIDTH, 11, shard_rows=24,
+                         row_group_rows=8)
 
 
 def spec_of(catalog, world=WORLD, batch=BATCH):

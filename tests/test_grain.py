@@ -4,15 +4,15 @@ processes (`mp_prefetch`, real processes), and its iterator state maps to a Load
 a Loader restored from the mapped state continues with the batch Grain would give next, and back."""
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 grain = pytest.importorskip("grain")
 
 from absl import flags  # noqa: E402  (Grain's worker processes read its flags)
+from token_catalog import token_catalog  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
-from dsinspect.loaders import Catalog, Field, Loader, LoaderState, RunSpec, WriteOptions, batch_indices  # noqa: E402
+from dsinspect.loaders import Loader, LoaderState, RunSpec, batch_indices  # noqa: E402
 from dsinspect.loaders.grain import StepSource, grain_state, loader_state  # noqa: E402
 
 ROWS, WIDTH = 120, 4
@@ -20,14 +20,8 @@ ROWS, WIDTH = 120, 4
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    tokens = np.random.default_rng(5).integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
-    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int64)),
-                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH)})
-    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens")]
-    catalog = Catalog(str(tmp_path_factory.mktemp("grain") / "catalog"))
-    catalog.write_version("g", table, fields, key="id", options=WriteOptions(shard_rows=40, row_group_rows=10))
-    catalog.tokens = tokens
-    return catalog
+    return token_catalog(tmp_path_factory.mktemp("grain") / "catalog", "g", ROWS, WIDTH, 5, shard_rows=40,
+                         row_group_rows=10)
 
 
 def spec_of(catalog, **options):

@@ -6,13 +6,14 @@ dsinspect's order as a `datasets.IterableDataset`, started anywhere by a LoaderS
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 datasets = pytest.importorskip("datasets")
 
+from token_catalog import token_catalog  # noqa: E402
+
 from dsinspect.errors import IntegrityError, UserError  # noqa: E402
-from dsinspect.loaders import Catalog, Field, LoaderState, RunSpec, WriteOptions, batch_indices  # noqa: E402
+from dsinspect.loaders import LoaderState, RunSpec, batch_indices  # noqa: E402
 from dsinspect.loaders.hf import as_dataset, as_iterable  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
@@ -21,17 +22,8 @@ ROWS, WIDTH = 90, 6
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    tokens = np.random.default_rng(3).integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
-    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int64)),
-                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH),
-                      "text": pa.array([f"row {i} " * (i % 7) for i in range(ROWS)])})
-    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens"),
-              Field("text", pa.string(), "text")]
-    catalog = Catalog(str(tmp_path_factory.mktemp("hf") / "catalog"))
-    catalog.version_ = catalog.write_version("h", table, fields, key="id",
-                                             options=WriteOptions(shard_rows=30, row_group_rows=10))
-    catalog.rows = table.to_pylist()
-    return catalog
+    return token_catalog(tmp_path_factory.mktemp("hf") / "catalog", "h", ROWS, WIDTH, 3, shard_rows=30,
+                         row_group_rows=10)
 
 
 def mapped_file(address: int) -> str | None:
@@ -46,7 +38,7 @@ def mapped_file(address: int) -> str | None:
 
 def test_a_version_as_a_dataset_holds_its_rows_in_the_caches_mapped_files(catalog, tmp_path):
     root = tmp_path / "cache"
-    ds = as_dataset(catalog.version_, cache=ShardCache(root))
+    ds = as_dataset(catalog.written, cache=ShardCache(root))
     assert isinstance(ds, datasets.Dataset) and len(ds) == ROWS
     assert ds.column_names == ["id", "tokens", "text"]
     assert ds[:] == {k: [r[k] for r in catalog.rows] for k in ("id", "tokens", "text")}
@@ -55,20 +47,20 @@ def test_a_version_as_a_dataset_holds_its_rows_in_the_caches_mapped_files(catalo
             values = chunk.values if name == "tokens" else chunk
             where = mapped_file(values.buffers()[-1].address)
             assert where is not None and where.startswith(str(root)) and where.endswith(".arrow"), where
-    assert as_dataset(catalog.version_, columns=["text"], cache=ShardCache(root)).column_names == ["text"]
+    assert as_dataset(catalog.written, columns=["text"], cache=ShardCache(root)).column_names == ["text"]
     with pytest.raises(UserError, match=r"no field\(s\) \['nope'\]"):
-        as_dataset(catalog.version_, columns=["nope"], cache=ShardCache(root))
+        as_dataset(catalog.written, columns=["nope"], cache=ShardCache(root))
 
 
 def test_a_byte_flipped_in_a_cached_file_is_refused_before_the_dataset_exists(catalog, tmp_path):
     root = tmp_path / "cache"
-    ShardCache(root).open(catalog.version_, 1).release()  # cached, checked by that process only
+    ShardCache(root).open(catalog.written, 1).release()  # cached, checked by that process only
     [arrow] = [p for p in root.iterdir() if p.suffix == ".arrow"]
     data = bytearray(arrow.read_bytes())
     data[len(data) // 2] ^= 0x40
     arrow.write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="do not match the hash taken when it was cached"):
-        as_dataset(catalog.version_, cache=ShardCache(root))  # a fresh process's view of the node cache
+        as_dataset(catalog.written, cache=ShardCache(root))  # a fresh process's view of the node cache
 
 
 def test_a_ranks_rows_as_an_iterable_dataset_in_dsinspects_order_and_from_a_state(catalog):

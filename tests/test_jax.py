@@ -18,9 +18,10 @@ import pytest
 jax = pytest.importorskip("jax")
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+from token_catalog import token_catalog  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
-from dsinspect.loaders import Catalog, Field, RunSpec, WriteOptions, batch_indices, check_states, epoch_order  # noqa: E402
+from dsinspect.loaders import RunSpec, batch_indices, check_states, epoch_order  # noqa: E402
 from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
 from dsinspect.loaders.jax import JaxBatches  # noqa: E402
 
@@ -31,17 +32,8 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    rng = np.random.default_rng(7)
-    tokens = rng.integers(0, 1000, (ROWS, WIDTH), dtype=np.int32)
-    table = pa.table({"id": pa.array(np.arange(ROWS, dtype=np.int32)),
-                      "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.ravel()), WIDTH),
-                      "text": pa.array([f"row {i}" for i in range(ROWS)])})
-    fields = [Field("id", pa.int32(), "scalar", nullable=False), Field("tokens", table.schema.field(1).type, "tokens"),
-              Field("text", pa.string(), "text")]
-    catalog = Catalog(str(tmp_path_factory.mktemp("jax") / "catalog"))
-    catalog.write_version("j", table, fields, key="id", options=WriteOptions(shard_rows=32, row_group_rows=8))
-    catalog.tokens = tokens
-    return catalog
+    return token_catalog(tmp_path_factory.mktemp("jax") / "catalog", "j", ROWS, WIDTH, 7, shard_rows=32,
+                         row_group_rows=8, id_type=pa.int32())  # int32: JAX's default integers
 
 
 def data_sharding():
