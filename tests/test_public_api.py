@@ -1,8 +1,8 @@
 """The public API, pinned: adding or removing a public name is a decision, made here as well.
 
 Public: the package root, `dsinspect.errors`, the engine's `dsinspect.loaders` and its `pytorch`, `jax`,
-`grain`, `hf`, `ingest` and `diff` packages, and `dsinspect.inspect`. The engine's other folders are internal:
-their `__init__` exports nothing, and their modules may change without notice."""
+`grain`, `hf`, `raydata`, `ingest` and `diff` packages, and `dsinspect.inspect`. The engine's other
+folders are internal: their `__init__` exports nothing, and their modules may change without notice."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ PUBLIC = {
     "dsinspect.loaders.jax": ["JaxBatches"],
     "dsinspect.loaders.grain": ["StepSource", "grain_state", "loader_state"],
     "dsinspect.loaders.hf": ["as_dataset", "as_iterable"],
+    "dsinspect.loaders.raydata": ["VersionDatasource", "read_version"],
     "dsinspect.loaders.ingest": ["ingest", "run_ingest", "IngestProgress", "IngestResult", "convert_part",
                                  "export_version"],
     "dsinspect.loaders.diff": ["diff", "VersionDiff", "SchemaChange", "ShardChanges", "RowChanges"],

@@ -1,0 +1,16 @@
+"""The Ray Data adapter: a version read as a `ray.data.Dataset`, its shards fetched in parallel by
+Ray's read tasks, each checked against its sha256 before a row of it is used, with column
+projection. Needs the `ray` extra; with `compute/` (Ray task engine for ingest and verify), the only
+places that import ray.
+
+Modules: `read` (VersionDatasource, read_version). May import `read`, `store`, `format`,
+`dsinspect.errors`.
+"""
+
+from dsinspect.extras import require as _require
+
+_require("ray", "ray", "dsinspect.loaders.raydata")  # without the extra: one line naming it, not a traceback
+
+from dsinspect.loaders.raydata.read import VersionDatasource, read_version  # noqa: E402
+
+__all__ = ["VersionDatasource", "read_version"]
