@@ -40,9 +40,8 @@ class JaxBatches:
         cache = cache or ShardCache()
         self._loaders = [Loader(spec, rank, catalog=catalog, columns=columns, cache=cache, prefetch=prefetch,
                                 record_dir=record_dir) for rank in self.ranks]
-        reader = self._loaders[0]._reader
-        self.columns = list(reader.columns)
-        ragged = [c for c in self.columns if c not in reader.numeric]
+        self.columns = self._loaders[0].columns
+        ragged = [c for c in self.columns if c not in self._loaders[0].dense_columns]
         if ragged:
             raise UserError(f"JaxBatches: column(s) {ragged} have no fixed shape (strings, bytes or ragged lists); "
                             "pick fixed-shape columns with columns=[...]")

@@ -85,6 +85,16 @@ class Loader:
     # -- iteration -----------------------------------------------------------------------------
 
     @property
+    def columns(self) -> list[str]:
+        """The columns each batch holds (its row hashes apart)."""
+        return list(self._reader.columns)
+
+    @property
+    def dense_columns(self) -> frozenset[str]:
+        """The columns `Batch.to_numpy()` gives as one fixed-shape array (numbers, fixed-size lists)."""
+        return self._reader.numeric
+
+    @property
     def step(self) -> int:
         """The step of the next batch."""
         return self._step
