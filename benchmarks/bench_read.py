@@ -72,6 +72,11 @@ CONFIGS = [  # (reader, workload, num_workers)
     # TorchLoader(batches_per_transfer=1): one DataLoader item per batch (extra)
     ("dsinspect-run1", "tokens", 2),
     ("dsinspect-run1", "images", 2),
+    # the framework adapters (issue #19) against each framework's own usual loader (extras)
+    ("dsinspect-jax", "tokens", 0),           # JaxBatches: global jax.Arrays (fixed-shape columns only)
+    *[(r, w, nw) for r in ("dsinspect-grain", "grain") for w in ("tokens", "images") for nw in (0, 2)],
+    ("dsinspect-hf", "tokens", 0),            # as_iterable rows, batched by datasets' own iter()
+    ("dsinspect-hf", "images", 0),
 ]
 EXTRA = {"dsinspect-torchloader", "dsinspect-prefetch2", "torch-arrow-rows", "hf-datasets-arrow", "dsinspect-run1"}
 
@@ -651,11 +656,164 @@ class LitReader(Reader):
         return batch["tokens"] if self.workload == "tokens" else batch
 
 
+class DsinspectJaxReader(DsinspectReader):
+    """dsinspect's JaxBatches (one process, one device): global jax.Arrays. Tokens only: it takes
+    fixed-shape columns (images are bytes until decoded)."""
+
+    def setup(self):
+        super().setup()
+        if self.workload != "tokens" or self.nw:
+            raise SystemExit("dsinspect-jax: tokens at 0 workers only")
+        import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        self.sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+
+    def open(self, resume=None):
+        from dsinspect.loaders.jax import JaxBatches
+        cat, spec = self._spec()
+        batches = JaxBatches(spec, cat, self.sharding, columns=["tokens"], prefetch=0)
+        if resume is not None:
+            batches.load_state_dict(resume)
+        return batches
+
+    def array(self, batch):
+        return np.asarray(batch["tokens"])
+
+
+class _GrainTokens:
+    """Grain's own usual path: a random-access source of rows (here the memory-mapped token matrix,
+    as an ArrayRecord file would be) that Grain shuffles and batches itself."""
+
+    def __init__(self, path):
+        self.path, self.arr = str(path), None
+
+    def __len__(self):
+        return len(self._rows())
+
+    def __getitem__(self, i):
+        return self._rows()[i]
+
+    def _rows(self):
+        if self.arr is None:
+            self.arr = _tokens_array(Path(self.path))
+        return self.arr
+
+    def __getstate__(self):
+        return {"path": self.path, "arr": None}
+
+
+class _GrainImages(_GrainTokens):
+    def _rows(self):
+        if self.arr is None:
+            self.arr = _image_bytes(Path(self.path))
+        return self.arr
+
+    def __getitem__(self, i):
+        return self._rows()[i].as_py()
+
+
+def _decode_one(blob):  # Grain worker processes: module level
+    return decode_many([blob])[0]
+
+
+def _decode_column(element):
+    return {**element, "image": decode_many(list(element["image"]))}
+
+
+class _GrainReader(Reader):
+    def setup(self):
+        import grain  # noqa: F401
+        from absl import flags
+        flags.FLAGS.mark_as_parsed()  # Grain's worker processes read its flags
+
+    def _iterate(self, dataset, resume):
+        import grain
+        if self.nw:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.nw))
+        it = iter(dataset)
+        if resume is not None:
+            it.set_state(resume)
+        return it
+
+    def state(self, loader, batches):
+        return loader.get_state()
+
+    def close(self, loader):
+        close = getattr(loader, "close", None)
+        if close is not None:
+            close()
+
+
+class GrainNativeReader(_GrainReader):
+    """Grain alone: its shuffle and batching over a random-access source of rows."""
+
+    def open(self, resume=None):
+        import grain
+        if self.workload == "tokens":
+            ds = grain.MapDataset.source(_GrainTokens(self.p["tokens_arrow"])).shuffle(seed=SEED).batch(BATCH)
+        else:
+            ds = grain.MapDataset.source(_GrainImages(self.p["images_arrow"])).shuffle(seed=SEED).map(
+                _decode_one).batch(BATCH)
+        return self._iterate(ds.to_iter_dataset(), resume)
+
+    def array(self, batch):
+        return batch
+
+
+class DsinspectGrainReader(_GrainReader, DsinspectReader):
+    """dsinspect's order under Grain: StepSource (a rank's batches), Grain's workers and state."""
+
+    def setup(self):
+        DsinspectReader.setup(self)
+        _GrainReader.setup(self)
+
+    def open(self, resume=None):
+        import grain
+
+        from dsinspect.loaders.grain import StepSource
+        cat, spec = self._spec()
+        ds = grain.MapDataset.source(StepSource(spec, cat, columns=[self._column()]))
+        if self.workload == "images":
+            ds = ds.map(_decode_column)
+        return self._iterate(ds.to_iter_dataset(), resume)
+
+    def array(self, batch):
+        return batch[self._column()]
+
+
+class DsinspectHFReader(DsinspectReader):
+    """dsinspect's order as a Hugging Face IterableDataset (rows), batched by datasets' own `iter`."""
+
+    def setup(self):
+        super().setup()
+        if self.nw:
+            raise SystemExit("dsinspect-hf: 0 workers only (datasets iterates in this process)")
+        import datasets  # noqa: F401
+
+    def open(self, resume=None):
+        from dsinspect.loaders.hf import as_iterable
+        cat, spec = self._spec()
+        self._spec_now = spec
+        rows = as_iterable(spec, cat, columns=[self._column()], start_state=resume)
+        return rows.with_format("numpy").iter(batch_size=BATCH)
+
+    def state(self, loader, batches):
+        from dsinspect.loaders import LoaderState
+        return LoaderState.at(self._spec_now, batches, 0).to_json()
+
+    def array(self, batch):
+        return batch["tokens"] if self.workload == "tokens" else decode_many(list(batch["image"]))
+
+    def close(self, loader):
+        pass
+
+
 READERS = {"dsinspect": DsinspectReader, "dsinspect-torchloader": DsinspectTorchReader,
            "dsinspect-prefetch2": DsinspectPrefetchReader, "torch-arrow": TorchArrowReader,
            "torch-arrow-rows": TorchArrowRowsReader, "torchdata-stateful": StatefulReader,
            "hf-datasets": HFReader, "hf-datasets-arrow": HFArrowReader, "mosaic-streaming": MosaicReader,
-           "litdata": LitReader, "dsinspect-run1": DsinspectRun1Reader}
+           "litdata": LitReader, "dsinspect-run1": DsinspectRun1Reader, "dsinspect-jax": DsinspectJaxReader,
+           "dsinspect-grain": DsinspectGrainReader, "grain": GrainNativeReader, "dsinspect-hf": DsinspectHFReader}
 
 DESCRIBE = {
     "dsinspect": "nw=0: Loader(spec) with the default prefetch -> batch.to_numpy(); nw=2: TorchLoader(TorchBatches"
@@ -679,6 +837,15 @@ DESCRIBE = {
                         "shuffle_algo='naive' = global) + StreamingDataLoader; resume via its state_dict",
     "litdata": "litdata.optimize (64 MB chunks); StreamingDataset(shuffle=True: chunk order + in-chunk shuffle) + "
                "StreamingDataLoader; resume via its state_dict",
+    "dsinspect-jax": "JaxBatches(spec, sharding over the one CPU device, columns=['tokens']) -> np.asarray of the "
+                     "global jax.Array; resume via its state_dict",
+    "dsinspect-grain": "grain.MapDataset.source(StepSource(spec)) (+ .map(Pillow decode) for images), "
+                       "to_iter_dataset(), mp_prefetch(num_workers) at 2 workers; resume via Grain's iterator state",
+    "grain": "Grain alone: MapDataset.source(rows of the memory-mapped Arrow file, as an ArrayRecord source would "
+             "give them).shuffle(seed).batch(32) (images: .map(decode) first), mp_prefetch at 2 workers; resume via "
+             "Grain's iterator state",
+    "dsinspect-hf": "as_iterable(spec) rows .with_format('numpy').iter(batch_size=32) (images: Pillow decode of the "
+                    "batch); resume: as_iterable(start_state=LoaderState at the step)",
 }
 
 

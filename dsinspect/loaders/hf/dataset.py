@@ -7,8 +7,12 @@ every cached block verified, and the shards' memory-mapped Arrow batches handed 
 evicted) while the Dataset lives.
 
 `as_iterable`: one rank's batches of a run spec, row by row in the batch's order, as a
-`datasets.IterableDataset` built on a generator: the order is dsinspect's (`batch_indices`), and a
-LoaderState (`start_state`) starts it anywhere in O(1).
+`datasets.IterableDataset`: the order is dsinspect's (`batch_indices`), and a LoaderState
+(`start_state`) starts it anywhere in O(1). Built on `datasets`' Arrow examples iterable (each batch
+handed over as one Arrow table), not on `from_generator` of Python rows: a row of 1,024 tokens as a
+Python list made the iterable ~250 samples/s, with Arrow tables `datasets`' own batching
+(`.iter(batch_size=...)`, `map(batched=True)`) takes them as they are. That iterable is
+`datasets.iterable_dataset.ArrowExamplesIterable`, internal to `datasets` (checked with 5.2).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Iterator, Sequence
 
 import datasets
 import pyarrow as pa
+from datasets.iterable_dataset import ArrowExamplesIterable
 from datasets.table import InMemoryTable
 
 from dsinspect.errors import UserError
@@ -62,18 +67,21 @@ def as_iterable(spec: RunSpec, catalog: Catalog | str, rank: int = 0, columns: S
     if start_state is not None:
         spec = LoaderState.from_json(start_state).resume_spec(spec)
     url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
-    return datasets.IterableDataset.from_generator(
-        _rows, gen_kwargs={"spec": spec.dumps(), "url": url, "rank": rank, "columns": list(columns or [])})
+    tables = ArrowExamplesIterable(_tables, {"spec": spec.dumps(), "url": url, "rank": rank,
+                                             "columns": list(columns or [])})
+    return datasets.IterableDataset(tables)
 
 
-def _rows(spec: str, url: str, rank: int, columns: list[str]) -> Iterator[dict[str, Any]]:
+def _tables(spec: str, url: str, rank: int, columns: list[str]) -> Iterator[tuple[str, pa.Table]]:
+    """Per batch, (a key, its rows as one Arrow table with "_step" and "_index")."""
     with Loader(RunSpec.loads(spec), rank, catalog=Catalog(url), columns=columns or None) as loader:
         for batch in loader:
-            table = batch.table
+            table = pa.Table.from_batches([batch.table])
             if HASH_COLUMN in table.column_names:
-                table = table.drop_columns([HASH_COLUMN])
-            for index, row in zip(batch.indices.tolist(), table.to_pylist()):
-                yield {**row, "_step": batch.step, "_index": index}
+                table = table.drop([HASH_COLUMN])
+            table = table.append_column("_step", pa.array([batch.step] * len(batch), pa.int64()))
+            table = table.append_column("_index", pa.array(batch.indices, pa.int64()))
+            yield f"{batch.step}", table
 
 
 def _release(shards: list) -> None:
