@@ -79,17 +79,16 @@ def read_grain(workers):
         flags.FLAGS.mark_as_parsed()  # Grain's worker processes read its flags
         saved = None if state is None else LoaderState.from_json(state)
         same = saved is not None and (saved.world_size, saved.batch_size) == (spec.world_size, spec.batch_size)
-        source = StepSource(spec if saved is None or same else saved.resume_spec(spec), catalog, rank=rank)
+        if same and not workers:  # Grain's own state, mapped from the LoaderState (`grain_state`)
+            source = StepSource(spec, catalog, rank=rank)
+        else:  # over workers, or another world or batch size: a source of the resumed spec starts there
+            source = StepSource(spec if saved is None else saved.resume_spec(spec), catalog, rank=rank)
         dataset = grain.MapDataset.source(source).to_iter_dataset()
         if workers:
             dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
         it = iter(dataset)
-        if same:
-            it.set_state(grain_state(state, source)) if not workers else None
-            if workers:  # a fresh iterator over the source of the resumed spec: its state 0 is the step
-                source = StepSource(saved.resume_spec(spec), catalog, rank=rank)
-                it = iter(grain.MapDataset.source(source).to_iter_dataset().mp_prefetch(
-                    grain.MultiprocessingOptions(num_workers=workers)))
+        if same and not workers:
+            it.set_state(grain_state(state, source))
         got = [(int(e["step"]), e["indices"].tolist()) for e in (next(it) for _ in range(n))]
         after = loader_state(it.get_state(), source)
         del it
