@@ -46,10 +46,11 @@ def as_dataset(version: DatasetVersion, columns: Sequence[str] | None = None,
     if missing:
         raise UserError(f"{version.address} has no field(s) {missing}")
     cache = cache or ShardCache()
-    shards = [cache.open(version, s) for s in range(len(version.manifest.shards))]
+    shards: list = []
     try:
-        for shard in shards:
-            shard.check_all()  # Arrow reads these bytes directly from now on: every block checked first
+        for s in range(len(version.manifest.shards)):
+            shards.append(cache.open(version, s))
+            shards[-1].check_all()  # Arrow reads these bytes directly from now on: every block checked first
         table = pa.Table.from_batches([shard.batch.select(names) for shard in shards])
     except BaseException:
         for shard in shards:
