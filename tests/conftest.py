@@ -2,6 +2,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -67,6 +68,19 @@ def forge_rl_version(catalog_dir, tmp_path):
     publish(cat.fs, cat.layout, "demo-rl", Manifest(v.fields, shards, v.manifest.key, {"message": "forged"}),
             ["forged"])
     return cat
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One small local Ray instance for a module (tests/test_ingest_ray.py, test_raydata.py); its
+    workers import the test helpers from tests/."""
+    ray = pytest.importorskip("ray")
+    tests = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "DSINSPECT_CACHE": os.environ["DSINSPECT_CACHE"]}})
+    yield ray
+    ray.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -14,21 +14,9 @@ from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.verify_parts import verify_parallel
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def ray_instance():
-    """One small local Ray instance for the module (workers import the test helpers from tests/)."""
-    ray = pytest.importorskip("ray")
-    path = os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "DSINSPECT_CACHE": os.environ["DSINSPECT_CACHE"]}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 local Ray instance: every row of every shard, in stored order within a shard, the requested columns
 only; a shard changed on storage is refused by the task that fetched it, naming its sha256."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,6 @@ from dsinspect.errors import UserError  # noqa: E402
 from dsinspect.loaders.raydata import read_version  # noqa: E402
 
 ROWS, WIDTH = 120, 4
-TESTS = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def ray_instance():
-    path = os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "DSINSPECT_CACHE": os.environ["DSINSPECT_CACHE"]}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
