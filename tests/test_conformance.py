@@ -1,6 +1,7 @@
 """One conformance suite for every framework adapter: the same run spec gives, at every (step, rank),
 the rows `batch_indices` names; a state saved after k batches resumes exactly, and into another world
-size and batch size at the same position of the order. Adapters: the plain Loader, PyTorch's
+size and batch size at the same position of the order; the run record each adapter writes, through
+a read, a save and an elastic resume, passes the log check. Adapters: the plain Loader, PyTorch's
 TorchLoader (0 and 2 worker processes), JAX's JaxBatches, Grain's StepSource (in process and over
 two Grain worker processes), Hugging Face's IterableDataset (rows, batched back by step). Each
 adapter's own tests go further (records, multi-process JAX, torchrun)."""
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 from token_catalog import token_catalog
 
-from dsinspect.loaders import Loader, LoaderState, RunSpec, batch_indices
+from dsinspect.loaders import Catalog, Loader, LoaderState, RunSpec, batch_indices
+from dsinspect.loaders.audit.logcheck import check_log
 
 ROWS, WIDTH, BATCH, WORLD = 96, 4, 4, 2
 
@@ -26,11 +28,12 @@ def spec_of(catalog, world=WORLD, batch=BATCH):
     return RunSpec.create(catalog, "c", seed=21, batch_size=batch, world_size=world, shuffle="global")
 
 
-# Each adapter: read(catalog, spec, rank, n, state) -> ([(step, indices), ...] of n batches, the state after),
-# starting from `state` (a LoaderState saved by any adapter, of any world and batch size) when given.
+# Each adapter: read(catalog, spec, rank, n, state, record) -> ([(step, indices), ...] of n batches, the state
+# after), starting from `state` (a LoaderState saved by any adapter, of any world and batch size) when given,
+# writing the rank's run record into the directory `record` when given.
 
-def read_loader(catalog, spec, rank, n, state):
-    with Loader(spec, rank, catalog=catalog) as loader:
+def read_loader(catalog, spec, rank, n, state, record=None):
+    with Loader(spec, rank, catalog=catalog, record_dir=record) as loader:
         if state is not None:
             loader.load_state_dict(state)
         it = iter(loader)
@@ -39,10 +42,10 @@ def read_loader(catalog, spec, rank, n, state):
 
 
 def read_torch(workers):
-    def read(catalog, spec, rank, n, state):
+    def read(catalog, spec, rank, n, state, record=None):
         pytest.importorskip("torch")
         from dsinspect.loaders.pytorch import TorchBatches, TorchLoader
-        loader = TorchLoader(TorchBatches(spec, catalog, rank=rank), num_workers=workers)
+        loader = TorchLoader(TorchBatches(spec, catalog, rank=rank, record_dir=record), num_workers=workers)
         if state is not None:
             loader.load_state_dict(state)
         it = iter(loader)
@@ -53,25 +56,26 @@ def read_torch(workers):
     return read
 
 
-def read_jax(catalog, spec, rank, n, state):
+def read_jax(catalog, spec, rank, n, state, record=None):
     jax = pytest.importorskip("jax")
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     from dsinspect.loaders.jax import JaxBatches
     sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
     # one process holds every rank (a global array needs all of them here); `rank`'s rows are its slice
-    with JaxBatches(spec, catalog, sharding, columns=["tokens"], ranks=range(spec.world_size)) as batches:
+    with JaxBatches(spec, catalog, sharding, columns=["tokens"], ranks=range(spec.world_size),
+                    record_dir=record) as batches:
         if state is not None:
             batches.load_state_dict(state)
         it = iter(batches)
         per = batches.spec.batch_size
         got = [(b["step"], b["indices"][rank * per:(rank + 1) * per].tolist()) for b in (next(it) for _ in range(n))]
         saved = LoaderState.from_json(batches.state_dict())
-        return got, LoaderState.at(batches.spec, saved.step, rank).to_json()
+        return got, LoaderState.at(batches.spec, saved.step, rank, saved.segment).to_json()
 
 
 def read_grain(workers):
-    def read(catalog, spec, rank, n, state):
+    def read(catalog, spec, rank, n, state, record=None):
         grain = pytest.importorskip("grain")
         from absl import flags
 
@@ -80,9 +84,9 @@ def read_grain(workers):
         saved = None if state is None else LoaderState.from_json(state)
         same = saved is not None and (saved.world_size, saved.batch_size) == (spec.world_size, spec.batch_size)
         if same and not workers:  # Grain's own state, mapped from the LoaderState (`grain_state`)
-            source = StepSource(spec, catalog, rank=rank)
-        else:  # over workers, or another world or batch size: a source of the resumed spec starts there
-            source = StepSource(spec if saved is None else saved.resume_spec(spec), catalog, rank=rank)
+            source = StepSource(spec, catalog, rank=rank, record_dir=record)
+        else:  # over workers, or another world or batch size: a source that starts where the state does
+            source = StepSource(spec, catalog, rank=rank, state=state, record_dir=record)
         dataset = grain.MapDataset.source(source).to_iter_dataset()
         if workers:
             dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
@@ -96,17 +100,17 @@ def read_grain(workers):
     return read
 
 
-def read_hf(catalog, spec, rank, n, state):
+def read_hf(catalog, spec, rank, n, state, record=None):
     pytest.importorskip("datasets")
-    from dsinspect.loaders.hf import as_iterable
+    from dsinspect.loaders.hf import as_iterable, resume_state
     resumed = spec if state is None else LoaderState.from_json(state).resume_spec(spec)
-    rows = iter(as_iterable(spec, catalog, rank=rank, start_state=state))  # one row at a time: batch them back
+    rows = iter(as_iterable(spec, catalog, rank=rank, start_state=state, record_dir=record))  # rows: batch them back
     got = []
     for _ in range(n):
         batch = [next(rows) for _ in range(resumed.batch_size)]
         assert len({r["_step"] for r in batch}) == 1
         got.append((batch[0]["_step"], [r["_index"] for r in batch]))
-    return got, LoaderState.at(resumed, got[-1][0] + 1, rank).to_json()
+    return got, resume_state(spec, got[-1][0] + 1, rank, start_state=state, recorded=record is not None)
 
 
 ADAPTERS = {
@@ -152,3 +156,21 @@ def test_a_state_resumes_into_another_world_and_batch_size_at_the_same_position(
     [(step, rows)], _ = read(catalog, one, 0, 1, state)
     both = np.concatenate([batch_indices(two, 3, r) for r in range(WORLD)])
     assert sorted(rows) == sorted(both.tolist()), "the next global batch: the same samples"
+
+
+def test_the_record_of_a_read_a_save_and_an_elastic_resume_passes_the_log_check(catalog, read, tmp_path):
+    record = str(tmp_path / "run")
+    two = spec_of(catalog)
+    states = [read(catalog, two, rank, 3, None, record)[1] for rank in range(WORLD)]
+    assert all(LoaderState.from_json(s).segment for s in states), "a state names the segment it continues"
+    one = spec_of(catalog, world=1, batch=2 * BATCH)
+    read(catalog, one, 0, 2, states[0], record)
+    result = check_log(record, record, catalog=Catalog(catalog.url))
+    assert result.ok, result.to_json()
+    # every (step, rank) of the kept history (no gaps: `ok`): steps 0-2 on two ranks, then 3-4 on one, in two
+    # segments; adapters that make batches ahead (Grain's prefetch, workers) also record a few steps past 4
+    assert result.segments == 2 and result.steps[0] == 0 and result.steps[1] >= 4
+    assert result.checked == 3 * WORLD + result.steps[1] - 2
+    other = RunSpec.create(catalog, "c", seed=22, batch_size=BATCH, world_size=WORLD, shuffle="global")
+    assert check_log(other, record, range(0, 3), catalog=Catalog(catalog.url)).divergence, \
+        "the lines name the rows read: another order does not pass"

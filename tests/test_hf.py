@@ -76,3 +76,15 @@ def test_a_ranks_rows_as_an_iterable_dataset_in_dsinspects_order_and_from_a_stat
     both = np.concatenate([batch_indices(two, 3, r) for r in range(2)])
     assert sorted(r["_index"] for r in resumed[:10]) == sorted(both.tolist())
     assert len(resumed) == ROWS - 3 * 10
+
+
+def test_a_ranks_rows_are_one_shard_to_datasets_whatever_the_columns(catalog, tmp_path):
+    """`datasets` splits every list among a generator's arguments over DataLoader workers: columns
+    passed as a list of two were two "shards", each worker reading one column."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    spec = RunSpec.create(catalog, "h", seed=4, batch_size=5, world_size=1, shuffle="global")
+    iterable = as_iterable(spec, catalog, columns=["id", "text"], record_dir=str(tmp_path / "run"))
+    assert iterable.num_shards == 1
+    rows = [r for batch in torch_data.DataLoader(iterable, batch_size=None, num_workers=2) for r in [batch]]
+    assert len(rows) == ROWS and all(set(r) == {"id", "text", "_step", "_index"} for r in rows)
+    assert [r["_index"] for r in rows] == np.concatenate([batch_indices(spec, s, 0) for s in range(ROWS // 5)]).tolist()

@@ -5,7 +5,12 @@ needs no sampler and no shuffle of Grain's: the order is dsinspect's, and a Grai
 Picklable: each Grain worker process opens its own Loader on first use (one node cache). Grain
 reads elements on a pool of threads (16 by default); the Loader plans in chunks and is not made for
 that, so its reads are taken one at a time (a batch is one vectorised gather per column: the
-threads gain little over Grain's own prefetching)."""
+threads gain little over Grain's own prefetching).
+
+`record_dir`: the rank's run record, a line per element as it is made, in whichever process makes
+it (read/recording.py): Grain's checkpointing never calls us, so each line reaches the OS before its
+element is handed over. `state`: a LoaderState (any world or batch size) to start from; the record
+then continues from the segment that saved it."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from dsinspect.loaders.order.plan import epoch_start_step, locate_step, steps_in
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.read.recording import MadeRecord
 from dsinspect.loaders.store.catalog import Catalog
 
 __all__ = ["StepSource", "grain_state", "loader_state"]
@@ -27,15 +33,22 @@ __all__ = ["StepSource", "grain_state", "loader_state"]
 class StepSource:
     """Element i: the batch of step `spec.start.step + i` for `rank`, as a dict of numpy arrays
     (`Batch.to_numpy()`) plus "step", "epoch", "indices" and "row_hashes". `epochs`: how many
-    epochs from the start's (the source's length ends at an epoch's end)."""
+    epochs from the start's (the source's length ends at an epoch's end). `state`: start where a
+    saved LoaderState continues (element 0 is its step, in its world and batch size)."""
 
     def __init__(self, spec: RunSpec, catalog: Catalog | str, rank: int = 0,
-                 columns: Sequence[str] | None = None, epochs: int = 1):
+                 columns: Sequence[str] | None = None, epochs: int = 1, *, state: dict[str, Any] | None = None,
+                 record_dir: str | None = None, record_samples: bool | str = "auto"):
+        parent = None
+        if state is not None:
+            saved = LoaderState.from_json(state)
+            spec, parent = saved.resume_spec(spec), saved.segment
         if not 0 <= rank < spec.world_size:
             raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
         if epochs < 1:
             raise UserError(f"epochs must be at least 1, not {epochs}")
         self.spec, self.rank, self.epochs = spec, rank, epochs
+        self.record = MadeRecord(record_dir, rank, spec, parent, record_samples) if record_dir else None
         self.catalog_url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
         self.columns = list(columns) if columns else None
         self.start = spec.start.step
@@ -55,6 +68,8 @@ class StepSource:
             if self._loader is None:
                 self._loader = Loader(self.spec, self.rank, catalog=Catalog(self.catalog_url), columns=self.columns)
             batch = self._loader.batch_at(self.start + int(i))
+            if self.record:
+                self.record.write(batch)
         out: dict[str, Any] = dict(batch.to_numpy())
         out.update(step=np.int64(batch.step), epoch=np.int64(batch.epoch), indices=np.asarray(batch.indices),
                    row_hashes=batch.hash_array)
@@ -86,7 +101,8 @@ def loader_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:
         except (KeyError, IndexError, TypeError, ValueError):
             raise UserError("loader_state: not a Grain iterator state over a StepSource "
                             f"(keys {sorted(state)})") from None
-    return LoaderState.at(source.spec, source.start + index, source.rank).to_json()
+    segment = source.record.segment if source.record else None  # a resume from it continues the record
+    return LoaderState.at(source.spec, source.start + index, source.rank, segment).to_json()
 
 
 def grain_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:

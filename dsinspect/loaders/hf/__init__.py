@@ -3,14 +3,14 @@ node's verified shard cache (no copy of the data), and one rank's rows in dsinsp
 `datasets.IterableDataset` (what `Trainer` and `map` consume). Needs the `hf` extra; the only
 subpackage that imports `datasets`.
 
-Modules: `dataset` (as_dataset, as_iterable). May import `read`, `order`, `store`, `format`,
-`dsinspect.errors`.
+Modules: `dataset` (as_dataset, as_iterable, resume_state). May import `read`, `records`, `order`, `store`,
+`format`, `dsinspect.errors`.
 """
 
 from dsinspect.extras import require as _require
 
 _require("datasets", "hf", "dsinspect.loaders.hf")  # without the extra: one line naming it, not a traceback
 
-from dsinspect.loaders.hf.dataset import as_dataset, as_iterable  # noqa: E402
+from dsinspect.loaders.hf.dataset import as_dataset, as_iterable, resume_state  # noqa: E402
 
-__all__ = ["as_dataset", "as_iterable"]
+__all__ = ["as_dataset", "as_iterable", "resume_state"]

@@ -13,6 +13,8 @@ handed over as one Arrow table), not on `from_generator` of Python rows: a row o
 Python list made the iterable ~250 samples/s, with Arrow tables `datasets`' own batching
 (`.iter(batch_size=...)`, `map(batched=True)`) takes them as they are. That iterable is
 `datasets.iterable_dataset.ArrowExamplesIterable`, internal to `datasets` (checked with 5.2).
+`record_dir`: the rank's run record, a line per batch as its table is made (read/recording.py: the
+consumer's loop never calls us, so each line reaches the OS before its rows are handed over).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.cache import ShardCache
 from dsinspect.loaders.read.loader import Loader
+from dsinspect.loaders.read.recording import MadeRecord
+from dsinspect.loaders.records.runlog import segment_id
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["as_dataset", "as_iterable"]
+__all__ = ["as_dataset", "as_iterable", "resume_state"]
 
 
 def as_dataset(version: DatasetVersion, columns: Sequence[str] | None = None,
@@ -62,21 +66,49 @@ def as_dataset(version: DatasetVersion, columns: Sequence[str] | None = None,
 
 
 def as_iterable(spec: RunSpec, catalog: Catalog | str, rank: int = 0, columns: Sequence[str] | None = None,
-                start_state: dict[str, Any] | None = None) -> datasets.IterableDataset:
+                start_state: dict[str, Any] | None = None, *, record_dir: str | None = None,
+                record_samples: bool | str = "auto") -> datasets.IterableDataset:
     """One rank's rows of one epoch (from the spec's start, or from `start_state`, a LoaderState of
-    any world or batch size), in dsinspect's order, with "_step" and "_index" beside the columns."""
+    any world or batch size), in dsinspect's order, with "_step" and "_index" beside the columns.
+    `record_dir`: write the rank's run record (`dsinspect replay --check-log` checks it)."""
+    parent = None
     if start_state is not None:
-        spec = LoaderState.from_json(start_state).resume_spec(spec)
+        saved = LoaderState.from_json(start_state)
+        spec, parent = saved.resume_spec(spec), saved.segment
+    if not 0 <= rank < spec.world_size:
+        raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
+    if record_dir:
+        MadeRecord(record_dir, rank, spec, parent, record_samples)  # a directory it cannot write: refused now
     url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
+    # tuples, not lists: `datasets` takes every list among these arguments for a list of shards to split
+    record = (record_dir, parent, record_samples) if record_dir else None
     tables = ArrowExamplesIterable(_tables, {"spec": spec.dumps(), "url": url, "rank": rank,
-                                             "columns": list(columns or [])})
+                                             "columns": tuple(columns or ()), "record": record})
     return datasets.IterableDataset(tables)
 
 
-def _tables(spec: str, url: str, rank: int, columns: list[str]) -> Iterator[tuple[str, pa.Table]]:
+def resume_state(spec: RunSpec, next_step: int, rank: int = 0, start_state: dict[str, Any] | None = None, *,
+                 recorded: bool = False) -> dict[str, Any]:
+    """The LoaderState to save when the rows of `as_iterable(spec, ..., rank, start_state=start_state)`
+    have been taken up to `next_step` (the `_step` of the next row): a later `start_state`, in any
+    world or batch size. `recorded`: that iterable writes a record, and a resume from this state
+    continues its segment."""
+    parent = None
+    if start_state is not None:
+        saved = LoaderState.from_json(start_state)
+        spec, parent = saved.resume_spec(spec), saved.segment
+    segment = segment_id(spec, parent) if recorded else None
+    return LoaderState.at(spec, next_step, rank, segment).to_json()
+
+
+def _tables(spec: str, url: str, rank: int, columns: tuple[str, ...], record: tuple | None) -> Iterator[tuple[str, pa.Table]]:
     """Per batch, (a key, its rows as one Arrow table with "_step" and "_index")."""
-    with Loader(RunSpec.loads(spec), rank, catalog=Catalog(url), columns=columns or None) as loader:
+    run_spec = RunSpec.loads(spec)
+    made = MadeRecord(record[0], rank, run_spec, record[1], record[2]) if record else None
+    with Loader(run_spec, rank, catalog=Catalog(url), columns=columns or None) as loader:
         for batch in loader:
+            if made:
+                made.write(batch)
             table = pa.Table.from_batches([batch.table])
             if HASH_COLUMN in table.column_names:
                 table = table.drop([HASH_COLUMN])
