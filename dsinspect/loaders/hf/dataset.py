@@ -101,7 +101,8 @@ def resume_state(spec: RunSpec, next_step: int, rank: int = 0, start_state: dict
     return LoaderState.at(spec, next_step, rank, segment).to_json()
 
 
-def _tables(spec: str, url: str, rank: int, columns: tuple[str, ...], record: tuple | None) -> Iterator[tuple[str, pa.Table]]:
+def _tables(spec: str, url: str, rank: int, columns: tuple[str, ...],
+            record: tuple | None) -> Iterator[tuple[str, pa.Table]]:
     """Per batch, (a key, its rows as one Arrow table with "_step" and "_index")."""
     run_spec = RunSpec.loads(spec)
     made = MadeRecord(record[0], rank, run_spec, record[1], record[2]) if record else None
