@@ -88,3 +88,44 @@ def test_a_ranks_rows_are_one_shard_to_datasets_whatever_the_columns(catalog, tm
     rows = [r for batch in torch_data.DataLoader(iterable, batch_size=None, num_workers=2) for r in [batch]]
     assert len(rows) == ROWS and all(set(r) == {"id", "text", "_step", "_index"} for r in rows)
     assert [r["_index"] for r in rows] == np.concatenate([batch_indices(spec, s, 0) for s in range(ROWS // 5)]).tolist()
+
+
+def pushed_rows(n: int) -> dict:
+    return {"input_ids": [list(range(i, i + 1 + i % 5)) for i in range(n)],
+            "text": [f"sample {i} " + "é" * (i % 4) for i in range(n)],
+            "label": [i % 3 for i in range(n)]}
+
+
+def test_a_dataset_pushed_as_a_version_is_the_version_its_save_to_disk_files_ingest_to(tmp_path, monkeypatch):
+    import tempfile
+
+    from dsinspect.loaders import Catalog
+    from dsinspect.loaders.hf import push_dataset
+    from dsinspect.loaders.ingest import ingest
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
+                                  "text": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["a", "b", "c"])})
+    data = pushed_rows(300)
+    ds = datasets.Dataset.from_dict(data, features=features).shuffle(seed=3)  # an indices mapping over its table
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    pushed = push_dataset(ds, Catalog(str(tmp_path / "a")), "p", num_shards=3, no_key=True)
+    assert list((tmp_path / "tmp").iterdir()) == [], "the scratch copy is removed"
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    ingested = ingest(Catalog(str(tmp_path / "b")), str(tmp_path / "saved"), "p", no_key=True)
+    assert pushed.id == ingested.id
+    assert len(pushed.manifest.shards) >= 3, "one part (and so at least one shard) per saved file"
+    # read back: the dataset's rows in its (shuffled) order, bit-exact, also as a Dataset again
+    back = as_dataset(pushed, cache=ShardCache(tmp_path / "cache"))
+    assert back.to_dict() == ds.to_dict()
+
+
+def test_pushing_something_that_is_not_a_dataset_or_to_a_bad_name_writes_nothing(tmp_path):
+    from dsinspect.loaders import Catalog
+    from dsinspect.loaders.hf import push_dataset
+    ds = datasets.Dataset.from_dict(pushed_rows(10))
+    with pytest.raises(UserError, match=r"push one split: dataset_dict\['train'\]"):
+        push_dataset(datasets.DatasetDict({"train": ds}), Catalog(str(tmp_path / "c")), "p")
+    with pytest.raises(UserError, match="name"):
+        push_dataset(ds, Catalog(str(tmp_path / "c")), "../escape")
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
