@@ -1,0 +1,60 @@
+"""Hugging Face's `Trainer` over `as_iterable`: the real Trainer (transformers + accelerate, CPU) takes
+a rank's rows in dsinspect's order, step for step, resumes from a LoaderState in O(1) (Trainer's own
+data skip, which re-reads every skipped batch, turned off), and the record it leaves passes the log
+check."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("datasets")
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from token_catalog import token_catalog  # noqa: E402
+
+from dsinspect.loaders import Catalog, RunSpec, batch_indices  # noqa: E402
+from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
+from dsinspect.loaders.hf import as_iterable, resume_state  # noqa: E402
+
+ROWS, WIDTH, BATCH = 96, 8, 4
+
+
+class Seen(torch.nn.Module):
+    """A model that keeps the sample indices of every batch it is fed (one parameter, so the
+    optimizer has something to step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.seen: list[list[int]] = []
+
+    def forward(self, tokens, _index, _step):
+        self.seen.append(_index.tolist())
+        return {"loss": (self.weight - tokens.float().mean() / 1000) ** 2}
+
+
+def train(tmp_path, dataset, steps: int) -> list[list[int]]:
+    model = Seen()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=BATCH, use_cpu=True,
+        report_to=[], save_strategy="no", logging_strategy="no", dataloader_num_workers=0,
+        remove_unused_columns=False, ignore_data_skip=True)
+    transformers.Trainer(model=model, args=args, train_dataset=dataset,
+                         data_collator=transformers.default_data_collator).train()
+    return model.seen
+
+
+def test_trainer_takes_a_ranks_rows_in_order_resumes_from_a_state_and_leaves_a_checked_record(tmp_path):
+    catalog = token_catalog(tmp_path / "catalog", "t", ROWS, WIDTH, 5, shard_rows=32, row_group_rows=8)
+    spec = RunSpec.create(catalog, "t", seed=9, batch_size=BATCH, world_size=2, shuffle="global")
+    record = str(tmp_path / "run")
+    seen = train(tmp_path, as_iterable(spec, catalog, rank=1, columns=["tokens"], record_dir=record), 5)
+    assert seen == [batch_indices(spec, s, 1).tolist() for s in range(5)]
+    # a job restarted from the LoaderState saved after 3 steps: Trainer starts there, nothing re-read
+    saved = resume_state(spec, 3, rank=1, recorded=True)
+    resumed = train(tmp_path, as_iterable(spec, catalog, rank=1, columns=["tokens"], start_state=saved,
+                                          record_dir=record), 3)
+    assert resumed == [batch_indices(spec, s, 1).tolist() for s in range(3, 6)]
+    result = check_log(record, record, catalog=Catalog(catalog.url), ranks=[1])
+    assert result.ok and result.segments == 2 and result.steps[0] == 0 and result.steps[1] >= 5, result.to_json()
+    assert np.unique([i for batch in seen + resumed for i in batch]).size == 6 * BATCH
