@@ -65,24 +65,29 @@ def as_dataset(version: DatasetVersion, columns: Sequence[str] | None = None,
     return dataset
 
 
-def as_iterable(spec: RunSpec, catalog: Catalog | str, rank: int = 0, columns: Sequence[str] | None = None,
+def as_iterable(spec: RunSpec, catalog: Catalog | str, rank: int | None = 0, columns: Sequence[str] | None = None,
                 start_state: dict[str, Any] | None = None, *, record_dir: str | None = None,
                 record_samples: bool | str = "auto") -> datasets.IterableDataset:
     """One rank's rows of one epoch (from the spec's start, or from `start_state`, a LoaderState of
     any world or batch size), in dsinspect's order, with "_step" and "_index" beside the columns.
-    `record_dir`: write the rank's run record (`dsinspect replay --check-log` checks it)."""
+    `rank=None`: every rank's, one `datasets` shard per rank in rank order, so that
+    `split_dataset_by_node`, `.shard(world_size, rank)` and `accelerate` (under `Trainer`) hand each
+    process its own rank's rows. `record_dir`: write each rank's run record (`dsinspect replay
+    --check-log` checks it)."""
     parent = None
     if start_state is not None:
         saved = LoaderState.from_json(start_state)
         spec, parent = saved.resume_spec(spec), saved.segment
-    if not 0 <= rank < spec.world_size:
+    if rank is not None and not 0 <= rank < spec.world_size:
         raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
+    ranks = list(range(spec.world_size)) if rank is None else [rank]
     if record_dir:
-        MadeRecord(record_dir, rank, spec, parent, record_samples)  # a directory it cannot write: refused now
+        MadeRecord(record_dir, ranks[0], spec, parent, record_samples)  # a directory it cannot write: refused now
     url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
-    # tuples, not lists: `datasets` takes every list among these arguments for a list of shards to split
+    # `datasets` takes each list among these arguments for the shards to split (over DataLoader
+    # workers, nodes): the ranks are that list, every other argument a tuple
     record = (record_dir, parent, record_samples) if record_dir else None
-    tables = ArrowExamplesIterable(_tables, {"spec": spec.dumps(), "url": url, "rank": rank,
+    tables = ArrowExamplesIterable(_tables, {"spec": spec.dumps(), "url": url, "ranks": ranks,
                                              "columns": tuple(columns or ()), "record": record})
     return datasets.IterableDataset(tables)
 
@@ -101,21 +106,22 @@ def resume_state(spec: RunSpec, next_step: int, rank: int = 0, start_state: dict
     return LoaderState.at(spec, next_step, rank, segment).to_json()
 
 
-def _tables(spec: str, url: str, rank: int, columns: tuple[str, ...],
+def _tables(spec: str, url: str, ranks: list[int], columns: tuple[str, ...],
             record: tuple | None) -> Iterator[tuple[str, pa.Table]]:
-    """Per batch, (a key, its rows as one Arrow table with "_step" and "_index")."""
+    """Per batch of each rank in turn, (a key, its rows as one Arrow table with "_step" and "_index")."""
     run_spec = RunSpec.loads(spec)
-    made = MadeRecord(record[0], rank, run_spec, record[1], record[2]) if record else None
-    with Loader(run_spec, rank, catalog=Catalog(url), columns=columns or None) as loader:
-        for batch in loader:
-            if made:
-                made.write(batch)
-            table = pa.Table.from_batches([batch.table])
-            if HASH_COLUMN in table.column_names:
-                table = table.drop([HASH_COLUMN])
-            table = table.append_column("_step", pa.array([batch.step] * len(batch), pa.int64()))
-            table = table.append_column("_index", pa.array(batch.indices, pa.int64()))
-            yield f"{batch.step}", table
+    for rank in ranks:
+        made = MadeRecord(record[0], rank, run_spec, record[1], record[2]) if record else None
+        with Loader(run_spec, rank, catalog=Catalog(url), columns=columns or None) as loader:
+            for batch in loader:
+                if made:
+                    made.write(batch)
+                table = pa.Table.from_batches([batch.table])
+                if HASH_COLUMN in table.column_names:
+                    table = table.drop([HASH_COLUMN])
+                table = table.append_column("_step", pa.array([batch.step] * len(batch), pa.int64()))
+                table = table.append_column("_index", pa.array(batch.indices, pa.int64()))
+                yield f"{rank}_{batch.step}", table
 
 
 def _release(shards: list) -> None:
