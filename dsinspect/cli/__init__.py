@@ -6,7 +6,17 @@ import sys
 
 import click
 
-from dsinspect.cli import catalog_cmds, diff_cmd, ingest_cmd, replay_cmd, runs_cmd, show_cmd, tui_cmd, web_cmd
+from dsinspect.cli import (
+    catalog_cmds,
+    diff_cmd,
+    ingest_cmd,
+    query_cmd,
+    replay_cmd,
+    runs_cmd,
+    show_cmd,
+    tui_cmd,
+    web_cmd,
+)
 from dsinspect.cli.output import fail
 from dsinspect.errors import DsinspectError, StorageError, reason_of
 from dsinspect.web.settings import CATALOG_ENV
@@ -47,7 +57,7 @@ for command in catalog_cmds.COMMANDS:
     cli.add_command(command)
 for command in show_cmd.COMMANDS:
     cli.add_command(command)
-for command in replay_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS:
+for command in replay_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS + query_cmd.COMMANDS:
     cli.add_command(command)
 for command in web_cmd.COMMANDS:
     cli.add_command(command)

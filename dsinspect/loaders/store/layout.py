@@ -6,6 +6,8 @@
     <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
     <root>/datasets/<name>/tags.json                    tag -> version id
     <root>/datasets/<name>/ingest/<job-id>/             an unfinished ingest's staging (ingest.engine)
+    <root>/datasets/<name>/derived/<kind>/<sha256>.parquet  per-row values derived from one shard
+                                                        (token counts, image sizes: dsinspect.inspect.derived)
 
 Every name is checked (`address.check_name`, `format.pathnames`) before it becomes part of a path,
 so a stored or user-given name never points outside its directory.
@@ -19,9 +21,10 @@ from dsinspect.loaders.format.pathnames import check_ext, check_sha256
 from dsinspect.loaders.store.address import check_name
 from dsinspect.loaders.store.storage import join
 
-__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING"]
+__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING", "DERIVED"]
 
 DATASETS, VERSIONS, SHARDS, BLOBS, TAGS_FILE, STAGING = "datasets", "versions", "shards", "blobs", "tags.json", "ingest"
+DERIVED = "derived"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class Layout:
     def blob(self, name: str, sha256: str, ext: str) -> str:
         blob = check_sha256(sha256, "blob sha256") + check_ext(ext, "blob file ending")
         return join(self.dataset(name), BLOBS, blob)
+
+    def derived(self, name: str, kind: str, sha256: str) -> str:
+        """The values of `kind` (a code's content hash) derived from shard `sha256`'s rows."""
+        return join(self.dataset(name), DERIVED, check_sha256(kind, "derived kind"),
+                    f"{check_sha256(sha256, 'shard sha256')}.parquet")
 
     def tags_file(self, name: str) -> str:
         return join(self.dataset(name), TAGS_FILE)

@@ -1,0 +1,192 @@
+"""SQL over a version, run by DuckDB: find samples by their fields and derived values.
+
+The version is one view, `v`: `_index` (the sample's index in the version), every stored field
+(the row hashes apart) and the derived columns (`derived.py`, from the shards' sidecars). Each shard
+is handed to DuckDB as a pyarrow dataset of its Parquet file (DuckDB pushes the columns it needs
+and its filters into the scan: a query over token counts reads the small sidecars, not the tokens),
+lined up with its sidecar and its row numbers by POSITIONAL JOIN.
+
+DuckDB itself is shut in before a query runs: external access off (no file, no network: it reads
+only what was handed to it; `read_csv('/etc/passwd')` and `COPY ... TO` are refused), no
+extensions, the configuration locked, a memory limit, and a time limit (`interrupt`). Only one
+SELECT statement is taken. The shards are read as stored, not re-hashed: a query finds samples; the
+sample they open (`show`, the viewers) is read through the verified cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import pyarrow as pa
+
+from dsinspect.errors import UserError
+from dsinspect.extras import require
+from dsinspect.inspect.derived import Derived, derivations
+from dsinspect.inspect.sidecars import derived_tables
+from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.store.version import DatasetVersion
+
+__all__ = ["VersionQuery", "QueryResult", "MAX_ROWS"]
+
+MAX_ROWS = 10_000       # rows one query returns at most (a page of the viewers is far less)
+TIMEOUT = 60.0          # seconds
+MEMORY = "2GB"
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple]
+    sql: str
+    address: str                     # the version's address: samples are f"{address}:{_index}"
+    truncated: bool = False          # more rows matched than were returned
+    total: int | None = None         # rows matching, when counted
+    derived: list[str] = field(default_factory=list)
+
+    def addresses(self) -> list[str] | None:
+        """Each row's sample address, when the result has `_index`."""
+        if "_index" not in self.columns:
+            return None
+        at = self.columns.index("_index")
+        return [f"{self.address}:{row[at]}" for row in self.rows]
+
+
+class VersionQuery:
+    """DuckDB over one version (`with VersionQuery(version) as q: q.where("tokens_len > 2000")`).
+    `on_shard(i)`: progress while the sidecars are read or made (once per version)."""
+
+    def __init__(self, version: DatasetVersion, *, timeout: float = TIMEOUT, memory_limit: str = MEMORY,
+                 threads: int | None = None, on_shard: Callable[[int], None] | None = None):
+        duckdb = require("duckdb", "query", "a query")
+        self.version, self.timeout = version, timeout
+        self.derived: list[Derived] = derivations(version.fields)
+        self.fields = [f.name for f in version.fields]
+        self.con = duckdb.connect(":memory:")
+        sidecars = derived_tables(version, self.derived, on_shard) if self.derived else []
+        self._view(sidecars)
+        for setting in ([f"SET threads = {int(threads)}"] if threads else []) + [
+                f"SET memory_limit = '{memory_limit}'", "SET max_temp_directory_size = '0B'",
+                "SET python_enable_replacements = false", "SET autoinstall_known_extensions = false",
+                "SET autoload_known_extensions = false", "SET enable_external_access = false",
+                "SET lock_configuration = true"]:
+            self.con.execute(setting)
+
+    def _view(self, sidecars: list[pa.Table]) -> None:
+        import pyarrow.dataset as ds
+
+        filesystem = _arrow_filesystem(self.version.catalog.fs)
+        parts, offset = [], 0
+        for s, entry in enumerate(self.version.manifest.shards):
+            if not entry.rows:
+                continue
+            path = self.version.shard_path(s)
+            self.con.register(f"_d{s}", ds.dataset(path, format="parquet", filesystem=filesystem))
+            select = f'SELECT {offset} + r.i AS _index, d.* EXCLUDE ("{HASH_COLUMN}")'
+            joins = f"FROM range({entry.rows}) r(i) POSITIONAL JOIN _d{s} d"
+            if sidecars:
+                self.con.register(f"_s{s}", sidecars[s])
+                select, joins = select + ", s.*", joins + f" POSITIONAL JOIN _s{s} s"
+            parts.append(f"{select} {joins}")
+            offset += entry.rows
+        if not parts:  # a version without rows: the view still has its columns
+            empty = pa.table({"_index": pa.array([], pa.int64()),
+                              **{f.name: pa.array([], f.type) for f in self.version.fields},
+                              **{d.name: pa.array([], d.type) for d in self.derived}})
+            self.con.register("_empty", empty)
+            parts.append("SELECT * FROM _empty")
+        self.con.execute("CREATE VIEW v AS " + " UNION ALL ".join(parts))
+
+    # -- asking ------------------------------------------------------------------------------------
+
+    def columns(self) -> list[tuple[str, str]]:
+        """The view's columns and their SQL types."""
+        return [(name, kind) for name, kind, *_ in self.con.execute("DESCRIBE v").fetchall()]
+
+    def where(self, condition: str | None = None, *, order_by: str | None = None, limit: int = 50,
+              offset: int = 0, columns: Sequence[str] | None = None, count: bool = False) -> QueryResult:
+        """Samples matching `condition` (an SQL expression over the view's columns), with `_index` and
+        `columns` (default: the derived ones and the stored scalars), ordered, one page of them."""
+        if limit < 0 or offset < 0:
+            raise UserError("--limit and --offset must be >= 0")
+        chosen = list(columns) if columns else self.default_columns()
+        picked = ", ".join(["_index"] + [_quote(c) for c in chosen if c != "_index"])
+        where = f" WHERE ({condition})" if condition and condition.strip() else ""
+        order = f" ORDER BY {order_by}, _index" if order_by else " ORDER BY _index"
+        page = min(limit, MAX_ROWS)
+        sql = f"SELECT {picked} FROM v{where}{order} LIMIT {page + 1} OFFSET {offset}"  # one more: were there more?
+        result = self._run(sql, page)
+        if count:
+            result.total = self._run(f"SELECT count(*) FROM v{where}", 1).rows[0][0]
+        return result
+
+    def sql(self, text: str, limit: int = MAX_ROWS) -> QueryResult:
+        """One SELECT over `v` (anything DuckDB's SQL says); at most `limit` rows come back."""
+        return self._run(text, limit)
+
+    def default_columns(self) -> list[str]:
+        scalars = [f.name for f in self.version.fields if f.role in ("scalar", "text")]
+        return [d.name for d in self.derived] + [c for c in scalars if c != HASH_COLUMN]
+
+    def _run(self, sql: str, limit: int) -> QueryResult:
+        import duckdb
+
+        _one_select(sql)
+        timer = threading.Timer(self.timeout, self.con.interrupt)
+        timer.start()
+        try:
+            cursor = self.con.execute(sql)
+            rows = cursor.fetchmany(limit + 1)
+            names = [d[0] for d in cursor.description]
+        except duckdb.InterruptException:
+            raise UserError(f"the query ran longer than {self.timeout:g} s and was stopped") from None
+        except duckdb.PermissionException:
+            raise UserError("the query asks for files, the network or settings: a query reads only the "
+                            f"version {self.version.address} (the view v)") from None
+        except duckdb.Error as e:
+            raise UserError(f"bad query: {_first_line(e)}") from None
+        finally:
+            timer.cancel()
+        return QueryResult(names, rows[:limit], sql, self.version.address, truncated=len(rows) > limit,
+                           derived=[d.name for d in self.derived])
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "VersionQuery":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _arrow_filesystem(fs: Any) -> Any:
+    """The catalog's fsspec filesystem as pyarrow's (its own local one for local files: faster)."""
+    import pyarrow.fs as pafs
+
+    if "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        return pafs.LocalFileSystem()
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def _one_select(sql: str) -> None:
+    """Only one SELECT runs: a condition cannot end the statement and start another (the lock-down
+    would refuse what it could do anyway; this gives the clear error)."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise UserError(f"bad SQL: {_first_line(e)}") from None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kinds = ", ".join(s.type.name for s in statements) or "nothing"
+        raise UserError(f"a query is one SELECT over the view v, not {kinds}")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]

@@ -1,0 +1,82 @@
+"""Derived values kept beside the data: one Parquet sidecar per shard, named by the shard's sha256
+and the derivations' hash (`derived.derived_kind`), computed once and read by every later query.
+
+    <catalog>/datasets/<name>/derived/<kind>/<shard-sha256>.parquet
+
+A sidecar is made from the shard's bytes checked against its sha256 (a value derived from damaged
+data would outlive the damage), and written with the catalog's atomic write; a catalog that cannot
+be written (an http catalog, a read-only mount) keeps its sidecars in the node's cache directory
+instead. A sidecar that does not read back as the shard's row count of the expected columns is made
+again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dsinspect.errors import IntegrityError, StorageError
+from dsinspect.inspect.derived import Derived, derive, derived_kind
+from dsinspect.loaders.store.storage import cache_dir, write_atomic
+from dsinspect.loaders.store.version import DatasetVersion
+
+__all__ = ["derived_tables"]
+
+
+def derived_tables(version: DatasetVersion, derived: Sequence[Derived],
+                   on_shard: Callable[[int], None] | None = None) -> list[pa.Table]:
+    """Per shard of `version`, its rows' derived values (made and stored where missing)."""
+    kind = derived_kind(derived)
+    tables = []
+    for s, entry in enumerate(version.manifest.shards):
+        tables.append(_load(version, kind, entry.sha256, entry.rows, derived) or _make(version, s, kind, derived))
+        if on_shard:
+            on_shard(s)
+    return tables
+
+
+def _homes(version: DatasetVersion, kind: str, sha256: str) -> tuple[str, Path]:
+    """Where a sidecar lives: the catalog's path, and the node cache's fallback."""
+    return (version.catalog.layout.derived(version.name, kind, sha256),
+            cache_dir() / "derived" / kind / f"{sha256}.parquet")
+
+
+def _load(version: DatasetVersion, kind: str, sha256: str, rows: int, derived: Sequence[Derived]) -> pa.Table | None:
+    in_catalog, in_cache = _homes(version, kind, sha256)
+    for read in (lambda: version.catalog.fs.cat_file(in_catalog), in_cache.read_bytes):
+        try:
+            table = pq.read_table(io.BytesIO(read()))
+        except (OSError, pa.ArrowException):  # absent, or unreadable: made again
+            continue
+        if table.num_rows == rows and table.column_names == [d.name for d in derived]:
+            return table
+    return None
+
+
+def _make(version: DatasetVersion, shard: int, kind: str, derived: Sequence[Derived]) -> pa.Table:
+    entry = version.manifest.shards[shard]
+    data = version.catalog.fs.cat_file(version.shard_path(shard))
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise IntegrityError(f"{version.shard_url(shard)}: its bytes do not hash to the manifest's sha256 "
+                             f"{entry.sha256[:16]}...; run `dsinspect verify {version.address}`")
+    rows = pq.read_table(io.BytesIO(data), columns=sorted({d.field for d in derived}))
+    table = derive(rows, derived)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    in_catalog, in_cache = _homes(version, kind, entry.sha256)
+    try:
+        write_atomic(version.catalog.fs, in_catalog, sink.getvalue())
+    except (StorageError, OSError, NotImplementedError):  # a catalog that cannot be written: the node keeps it
+        in_cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(dir=in_cache.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(sink.getvalue())
+        os.replace(partial, in_cache)
+    return table
