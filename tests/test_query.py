@@ -211,3 +211,18 @@ def test_a_million_rows(tmp_path):
         assert [r[0] for r in got.rows] == want[:10_000] and got.truncated
         top = q.sql("SELECT label, count(*) AS n FROM v GROUP BY label ORDER BY label").rows
     assert top == [(k, int(c)) for k, c in zip(*np.unique(table["label"].to_numpy(), return_counts=True))]
+
+
+def test_queries_on_the_in_memory_columns_answer_as_the_whole_view_does(sample):
+    """A query naming only scalars and derived values runs on the in-memory view; any other field,
+    also a struct's member or a `*`, on the view joined with the shards: the same rows either way."""
+    with VersionQuery(sample.resolve("demo-rl")) as q:
+        assert q._connection_for("SELECT _index FROM v WHERE trajectory_steps > 30") is q.con
+        for sql in ["SELECT * FROM v", "SELECT _index FROM v WHERE len(trajectory.reward) > 30",
+                    "SELECT _index FROM v WHERE len(V.Trajectory.reward) > 30"]:
+            assert q._connection_for(sql) is q.full, sql
+        fast = q.sql("SELECT _index FROM v WHERE trajectory_steps > 30 ORDER BY _index").rows
+        whole = q.sql("SELECT _index FROM v WHERE len(trajectory.reward) > 30 ORDER BY _index").rows
+        assert fast == whole and fast
+        every = q.sql("SELECT * FROM v ORDER BY _index").rows
+        assert [r[0] for r in every] == list(range(len(every)))

@@ -1,10 +1,13 @@
 """SQL over a version, run by DuckDB: find samples by their fields and derived values.
 
 The version is one view, `v`: `_index` (the sample's index in the version), every stored field
-(the row hashes apart) and the derived columns (`derived.py`, from the shards' sidecars). Each shard
-is handed to DuckDB as a pyarrow dataset of its Parquet file (DuckDB pushes the columns it needs
-and its filters into the scan: a query over token counts reads the small sidecars, not the tokens),
-lined up with its sidecar and its row numbers by POSITIONAL JOIN.
+(the row hashes apart) and the derived columns (`derived.py`, from the shards' sidecars). The
+scalar fields, the derived values and `_index` are held in memory (Arrow tables, read once per
+query session); the other fields (text, tokens, media, trajectories) stay in the shards, each handed
+to DuckDB as a pyarrow dataset of its Parquet file (DuckDB pushes the columns it needs into the
+scan) and lined up with the in-memory columns by POSITIONAL JOIN. A query that names none of those
+fields runs on the in-memory view alone, ~10x faster (DuckDB's JSON syntax tree says which names
+a query uses).
 
 DuckDB itself is shut in before a query runs: external access off (no file, no network: it reads
 only what was handed to it; `read_csv('/etc/passwd')` and `COPY ... TO` are refused), no
@@ -15,17 +18,18 @@ sample they open (`show`, the viewers) is read through the verified cache.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
 from dsinspect.extras import require
 from dsinspect.inspect.derived import Derived, derivations
 from dsinspect.inspect.sidecars import derived_tables
-from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["VersionQuery", "QueryResult", "MAX_ROWS"]
@@ -59,50 +63,72 @@ class VersionQuery:
 
     def __init__(self, version: DatasetVersion, *, timeout: float = TIMEOUT, memory_limit: str = MEMORY,
                  threads: int | None = None, on_shard: Callable[[int], None] | None = None):
-        duckdb = require("duckdb", "query", "a query")
+        self._duckdb = require("duckdb", "query", "a query")
         self.version, self.timeout = version, timeout
         self.derived: list[Derived] = derivations(version.fields)
-        self.fields = [f.name for f in version.fields]
-        self.con = duckdb.connect(":memory:")
+        self.small = [f.name for f in version.fields if f.role == "scalar"]  # kept in memory with the derived
+        self.big = {f.name for f in version.fields} - set(self.small)
+        self._big_names = {name.lower() for name in self.big}  # SQL names are case-insensitive
         sidecars = derived_tables(version, self.derived, on_shard) if self.derived else []
-        self._view(sidecars)
-        for setting in ([f"SET threads = {int(threads)}"] if threads else []) + [
-                f"SET memory_limit = '{memory_limit}'", "SET max_temp_directory_size = '0B'",
-                "SET python_enable_replacements = false", "SET autoinstall_known_extensions = false",
-                "SET autoload_known_extensions = false", "SET enable_external_access = false",
-                "SET lock_configuration = true"]:
-            self.con.execute(setting)
+        self.con, self.full = self._connections(sidecars)
+        for con in (self.con, self.full):
+            for setting in ([f"SET threads = {int(threads)}"] if threads else []) + [
+                    f"SET memory_limit = '{memory_limit}'", "SET max_temp_directory_size = '0B'",
+                    "SET python_enable_replacements = false", "SET autoinstall_known_extensions = false",
+                    "SET autoload_known_extensions = false", "SET enable_external_access = false",
+                    "SET lock_configuration = true"]:
+                con.execute(setting)
 
-    def _view(self, sidecars: list[pa.Table]) -> None:
+    def _connections(self, sidecars: list[pa.Table]) -> tuple[Any, Any]:
+        """Two databases, each with the view v: over the in-memory columns (`_index`, the scalar
+        fields, the derived values: what most conditions use, ~10x faster), and that joined with
+        the shards' other fields by position. A query runs on the first when it names only those."""
         import pyarrow.dataset as ds
 
+        small, full = self._duckdb.connect(":memory:"), self._duckdb.connect(":memory:")
         filesystem = _arrow_filesystem(self.version.catalog.fs)
-        parts, offset = [], 0
+        order = ["_index"] + [f.name for f in self.version.fields] + [d.name for d in self.derived]
+        small_parts, full_parts, offset = [], [], 0
         for s, entry in enumerate(self.version.manifest.shards):
             if not entry.rows:
                 continue
-            path = self.version.shard_path(s)
-            self.con.register(f"_d{s}", ds.dataset(path, format="parquet", filesystem=filesystem))
-            select = f'SELECT {offset} + r.i AS _index, d.* EXCLUDE ("{HASH_COLUMN}")'
-            joins = f"FROM range({entry.rows}) r(i) POSITIONAL JOIN _d{s} d"
-            if sidecars:
-                self.con.register(f"_s{s}", sidecars[s])
-                select, joins = select + ", s.*", joins + f" POSITIONAL JOIN _s{s} s"
-            parts.append(f"{select} {joins}")
+            data = ds.dataset(self.version.shard_path(s), format="parquet", filesystem=filesystem)
+            memory = data.to_table(columns=self.small)  # the scalars: small, read once
+            index = pa.array(np.arange(offset, offset + entry.rows, dtype=np.int64))
+            memory = pa.Table.from_arrays([index, *memory.columns, *(sidecars[s].columns if sidecars else [])],
+                                          names=["_index", *self.small, *(d.name for d in self.derived)])
+            for con in (small, full):
+                con.register(f"_m{s}", memory)
+            full.register(f"_d{s}", data)
+            small_parts.append(f"SELECT * FROM _m{s}")
+            picked = ", ".join(f"d.{_quote(c)}" if c in self.big else f"m.{_quote(c)}" for c in order)
+            full_parts.append(f"SELECT {picked} FROM _m{s} m POSITIONAL JOIN _d{s} d")
             offset += entry.rows
-        if not parts:  # a version without rows: the view still has its columns
+        if not full_parts:  # a version without rows: the views still have their columns
             empty = pa.table({"_index": pa.array([], pa.int64()),
                               **{f.name: pa.array([], f.type) for f in self.version.fields},
                               **{d.name: pa.array([], d.type) for d in self.derived}})
-            self.con.register("_empty", empty)
-            parts.append("SELECT * FROM _empty")
-        self.con.execute("CREATE VIEW v AS " + " UNION ALL ".join(parts))
+            for con in (small, full):
+                con.register("_empty", empty)
+            small_parts = [f"SELECT {', '.join(_quote(c) for c in order if c not in self.big)} FROM _empty"]
+            full_parts = ["SELECT * FROM _empty"]
+        small.execute("CREATE VIEW v AS " + " UNION ALL ".join(small_parts))
+        full.execute("CREATE VIEW v AS " + " UNION ALL ".join(full_parts))
+        return small, full
+
+    def _connection_for(self, sql: str) -> Any:
+        """The in-memory database when `sql` names no stored field outside it and selects no `*`."""
+        tree = json.loads(self.con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+        if tree.get("error"):
+            return self.full  # let the full view give the error
+        refs, star = _references(tree)
+        return self.full if star or refs & self._big_names else self.con
 
     # -- asking ------------------------------------------------------------------------------------
 
     def columns(self) -> list[tuple[str, str]]:
         """The view's columns and their SQL types."""
-        return [(name, kind) for name, kind, *_ in self.con.execute("DESCRIBE v").fetchall()]
+        return [(name, kind) for name, kind, *_ in self.full.execute("DESCRIBE v").fetchall()]
 
     def where(self, condition: str | None = None, *, order_by: str | None = None, limit: int = 50,
               offset: int = 0, columns: Sequence[str] | None = None, count: bool = False) -> QueryResult:
@@ -126,17 +152,18 @@ class VersionQuery:
         return self._run(text, limit)
 
     def default_columns(self) -> list[str]:
-        scalars = [f.name for f in self.version.fields if f.role in ("scalar", "text")]
-        return [d.name for d in self.derived] + [c for c in scalars if c != HASH_COLUMN]
+        """The derived values and the stored scalars: what the in-memory view holds (fast)."""
+        return [d.name for d in self.derived] + self.small
 
     def _run(self, sql: str, limit: int) -> QueryResult:
         import duckdb
 
         _one_select(sql)
-        timer = threading.Timer(self.timeout, self.con.interrupt)
+        con = self._connection_for(sql)
+        timer = threading.Timer(self.timeout, con.interrupt)
         timer.start()
         try:
-            cursor = self.con.execute(sql)
+            cursor = con.execute(sql)
             rows = cursor.fetchmany(limit + 1)
             names = [d[0] for d in cursor.description]
         except duckdb.InterruptException:
@@ -153,6 +180,7 @@ class VersionQuery:
 
     def close(self) -> None:
         self.con.close()
+        self.full.close()
 
     def __enter__(self) -> "VersionQuery":
         return self
@@ -182,6 +210,24 @@ def _one_select(sql: str) -> None:
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         kinds = ", ".join(s.type.name for s in statements) or "nothing"
         raise UserError(f"a query is one SELECT over the view v, not {kinds}")
+
+
+def _references(tree: Any) -> tuple[set[str], bool]:
+    """The names a parsed statement (DuckDB's JSON syntax tree) refers to (lowercased), and whether it
+    selects a `*` (or COLUMNS(...)), which takes every column."""
+    refs: set[str] = set()
+    star = False
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("class") == "COLUMN_REF":  # every part: `t.x`, `x.field` of a struct
+                refs.update(str(name).lower() for name in node.get("column_names") or ())
+            star = star or node.get("class") == "STAR"
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return refs, star
 
 
 def _quote(name: str) -> str:
