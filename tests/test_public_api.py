@@ -27,7 +27,7 @@ PUBLIC = {
     "dsinspect.loaders.jax": ["JaxBatches"],
     "dsinspect.loaders.grain": ["StepSource", "grain_state", "loader_state"],
     "dsinspect.loaders.hf": ["as_dataset", "as_iterable", "resume_state", "push_dataset"],
-    "dsinspect.loaders.raydata": ["VersionDatasource", "read_version"],
+    "dsinspect.loaders.raydata": ["VersionDatasource", "read_version", "VersionDatasink", "write_version"],
     "dsinspect.loaders.ingest": ["ingest", "run_ingest", "IngestProgress", "IngestResult", "convert_part",
                                  "export_version"],
     "dsinspect.loaders.diff": ["diff", "VersionDiff", "SchemaChange", "ShardChanges", "RowChanges"],
