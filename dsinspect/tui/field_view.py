@@ -21,7 +21,7 @@ from dsinspect.tui.step_table import StepTable, step_rows
 from dsinspect.tui.token_strip import TokenStrip
 from dsinspect.tui.video_player import FRAME_SIDE, VideoPlayer
 
-__all__ = ["Prepared", "prepare", "FieldView", "raw_renderable"]
+__all__ = ["Prepared", "prepare", "FieldView", "hashes_renderable", "hex_renderable"]
 
 
 @dataclass
@@ -62,13 +62,18 @@ def _image_head(view: ImageView) -> RenderableType:
     return Group(head, findings_text(view.findings)) if view.findings else head
 
 
-def raw_renderable(sample: Sample, name: str, page: int = 0) -> RenderableType:
-    """The field's hashes and hex dumps of its raw (and, when different, canonical) bytes."""
+def hashes_renderable(sample: Sample, name: str) -> RenderableType:
+    """The field's hash and the row's hash (shown whether or not the hex is)."""
     info = sample.field(name)
-    lines = Text.assemble(("field hash (xxh3-128) ", "dim"), (info.hash, "bold"), "\n",
-                          ("row hash ", "dim"), (sample.row_hash.stored or "(none)", "bold"),
-                          ("  ✓ matches", "green") if sample.row_hash.ok else ("  ✗ MISMATCH", "bold red"))
-    parts: list[Any] = [lines]
+    return Text.assemble(("field hash (xxh3-128) ", "dim"), (info.hash, "bold"), "\n",
+                         ("row hash ", "dim"), (sample.row_hash.stored or "(none)", "bold"),
+                         ("  ✓ matches", "green") if sample.row_hash.ok else ("  ✗ MISMATCH", "bold red"))
+
+
+def hex_renderable(sample: Sample, name: str, page: int = 0) -> RenderableType:
+    """Hex dumps of the field's raw (and, when different, canonical) bytes: what `x` hides."""
+    info = sample.field(name)
+    parts: list[Any] = []
     if not info.raw_is_canonical and not info.null:
         parts.append(hex_panel(sample.hex(name, page), f"raw bytes ({info.size:,})"))
     parts.append(hex_panel(sample.hex(name, page, canonical=True), f"canonical bytes ({info.canonical_size:,})"))

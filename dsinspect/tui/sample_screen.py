@@ -11,10 +11,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, OptionList, Static
+from textual.widgets._header import HeaderTitle
 from textual.widgets.option_list import Option
 
 from dsinspect.loaders.store.address import Address, parse_address
-from dsinspect.tui.field_view import FieldView, Prepared, prepare, raw_renderable
+from dsinspect.tui.field_view import FieldView, Prepared, hashes_renderable, hex_renderable, prepare
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
 from dsinspect.tui.token_strip import TokenStrip
@@ -28,7 +29,10 @@ class Pane(VerticalScroll, can_focus=False):
 
 
 class SampleScreen(Screen):
-    """`address` is NAME[@REF]:INDEX. Decoding happens in workers; the screen never blocks."""
+    """`address` is NAME[@REF]:INDEX. Decoding happens in workers; the screen never blocks.
+
+    Asked for another sample, the screen shows that sample's address and a placeholder at once (never
+    the previous sample's fields under the new address), then the sample when its worker is done."""
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -50,6 +54,8 @@ class SampleScreen(Screen):
         self.field_name: str | None = None
         self.shown: tuple[Any, str] | None = None  # (sample, field) the decoded pane holds
         self.hex_page = 0
+        self.wanted: Address = self.addr  # the sample asked for last: only its read is shown
+        self.blank = True  # nothing of any sample is on screen (composed, or cleared when left)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -57,7 +63,8 @@ class SampleScreen(Screen):
         with Horizontal():
             yield OptionList(id="fields")
             with Vertical(id="sample-right"):
-                yield Pane(id="decoded")
+                yield Pane(Static("", classes="loading"), id="decoded")
+                yield Static(id="hashes")
                 yield Pane(Static(id="raw-body"), id="raw")
         yield KeyFooter()
 
@@ -68,19 +75,63 @@ class SampleScreen(Screen):
     def show_address(self, address: str) -> None:
         """Show another sample on this (reused) screen: skips composing a new screen on every open."""
         addr = parse_address(address)
-        if getattr(self, "ready", False) and (self.sample is None or (addr.name, addr.ref, addr.index) !=
-                                               (self.addr.name, self.addr.ref, self.sample.index)):
-            self.query_one("#sample-summary", Static).update(f"reading {addr}…")
+        if not getattr(self, "ready", False):
+            self.addr = self.wanted = addr
+        elif self.blank or self.sample is None or (addr.name, addr.ref, addr.index) != (
+                self.addr.name, self.addr.ref, self.sample.index):
             self.load_sample(addr)
-        self.addr = addr
 
     @property
     def address(self) -> str:
         return str(self.addr)
 
     def load_sample(self, addr: Address) -> None:
-        """Read sample `addr` and decode the field to show, off the UI thread."""
+        """Read sample `addr` and decode the field to show, off the UI thread. Until it is shown the
+        screen has `addr` as its title and a placeholder: on a blank screen both are set at once; a
+        screen showing another sample first clears it, in the same frame as the new title."""
+        self.wanted = addr
+        if self.blank:
+            self._placeholder(addr)
+            self._read(addr)
+        else:
+            self.call_later(self._clear_then_read, addr)
+
+    async def _clear_then_read(self, addr: Address) -> None:
+        if addr != self.wanted:
+            return  # asked for another since
+        with self.app.batch_update():
+            await self._clear()
+            self._placeholder(addr)
+        self._read(addr)
+
+    def _read(self, addr: Address) -> None:
         self._read_sample(addr, self.field_name, self._decode_width())
+
+    async def _clear(self) -> None:
+        """Remove everything the last sample put on screen."""
+        self.blank, self.shown = True, None
+        self.query_one("#fields", OptionList).clear_options()
+        self.query_one("#hashes", Static).update("")
+        self.query_one("#raw-body", Static).update("")
+        decoded = self.query_one("#decoded")
+        await decoded.remove_children()
+        await decoded.mount(Static("", classes="loading"))
+
+    def _placeholder(self, addr: Address) -> None:
+        """`addr` as the title, and a placeholder (synchronous: the next frame has both)."""
+        self.addr = addr
+        self.sub_title = _short(addr)
+        for title in self.query(HeaderTitle):  # the header's own watcher repaints a message later
+            title.update(self.app.format_title(self.title or self.app.title, self.sub_title))
+        self.query_one("#sample-summary", Static).update(Text(f"reading {_short(addr)}…"))
+        for line in self.query_one("#decoded").query(".loading").results(Static):
+            line.update(Text(f"reading {_short(addr)}…", "dim"))
+
+    def on_screen_suspend(self) -> None:
+        """Left for good (popped, not covered by a dialog): clear it now, so the next sample it shows
+        never appears under the last one's fields, even for a frame."""
+        if self not in self.app.screen_stack and not self.blank:
+            self.call_later(self._clear)
 
     def _decode_width(self) -> int:
         """Columns for rendered views; read here, on the UI thread (workers must not walk the DOM)."""
@@ -111,6 +162,9 @@ class SampleScreen(Screen):
             return None
 
     async def show_sample(self, addr: Address, sample: Any, prepared: Prepared | None) -> None:
+        if addr != self.wanted or self not in self.app.screen_stack:
+            return  # a read the person has moved on from (a thread worker runs to its end)
+        self.blank = False
         self.addr, self.sample = Address(addr.name, addr.ref, sample.index), sample
         self.sub_title = sample.address
         ok = sample.row_hash.ok
@@ -172,8 +226,9 @@ class SampleScreen(Screen):
                 await decoded.mount(FieldView(prepared, id="field-view"))
 
     def _show_raw(self) -> None:
-        if self.sample is not None and self.field_name:
-            self.query_one("#raw-body", Static).update(raw_renderable(self.sample, self.field_name, self.hex_page))
+        if self.sample is not None and self.field_name and self.addr == self.wanted:
+            self.query_one("#hashes", Static).update(hashes_renderable(self.sample, self.field_name))
+            self.query_one("#raw-body", Static).update(hex_renderable(self.sample, self.field_name, self.hex_page))
 
     def action_hex_page(self, delta: int) -> None:
         self.hex_page = max(0, self.hex_page + delta)
@@ -190,13 +245,20 @@ class SampleScreen(Screen):
             strips.first().action_move(delta)
 
     def action_toggle_raw(self) -> None:
+        """Hide or show the hex dumps; the hashes stay."""
         self.query_one("#raw").toggle_class("hidden")
 
     def action_step(self, delta: int) -> None:
-        if self.sample is None:
+        if self.sample is None or self.wanted.index is None:
             return
-        index = self.sample.index + delta
+        index = self.wanted.index + delta
         if 0 <= index < self.sample.num_rows:
             self.load_sample(Address(self.addr.name, self.addr.ref, index))
         else:
             self.notify(f"no sample {index}: the version has {self.sample.num_rows:,} rows", severity="warning")
+
+
+def _short(addr: Address) -> str:
+    """An address as a sample's title shows it: a full version id cut to 12 characters, like `Sample.address`."""
+    ref = addr.ref[:12] if len(addr.ref) == 64 and all(c in "0123456789abcdef" for c in addr.ref) else addr.ref
+    return str(Address(addr.name, ref, addr.index))

@@ -1,0 +1,136 @@
+"""Rough edges a newcomer hit in the terminal UI (issue #20), each pinned by a test: one Enter opens a
+catalog version, a slow sample never shows the previous one under its title, the diff prompt is
+centred, screen keys on the replay form, 0-based step numbers, `x` hides only the hex, a readable
+version message, wide scripts in the sample table, and partial UTF-8 token pieces."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from textual.widgets import OptionList
+from tui_helpers import SIZE, screen_text, until
+
+from dsinspect.tui.adapter import DataSource
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.dataset_screen import DatasetScreen
+from dsinspect.tui.field_view import FieldView
+from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.sample_table import SampleTable
+
+
+async def open_sample(pilot, app, address: str, field: str | None = None) -> SampleScreen:
+    app.open_address(address)
+    await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample
+                and app.screen.query(FieldView), what=f"sample {address}")
+    screen = app.screen
+    if field is not None:
+        names = [f.name for f in screen.sample.fields]
+        screen.query_one("#fields", OptionList).highlighted = names.index(field)
+        await until(pilot, lambda: screen.query_one(FieldView).prepared.info.name == field, what=f"field {field}")
+    await until(pilot, lambda: screen.query_one("#raw-body").content, what="hashes and hex")
+    return screen
+
+
+# -- 2: a sample that is slow to read never shows the previous one under its title ----------------
+
+class HeldSource(DataSource):
+    """The adapter with a slow `sample()` for the addresses in `held`, until the test sets `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: set[str] = set()
+        self.release = threading.Event()
+
+    def sample(self, address):
+        if str(address) in self.held:
+            self.release.wait(30)
+        return super().sample(address)
+
+
+@pytest.mark.asyncio
+async def test_a_slow_sample_shows_its_own_title_and_a_placeholder_never_the_previous_sample():
+    source = HeldSource()
+    app = DsinspectApp(source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        a = await open_sample(pilot, app, "demo-text@v1:2", "text")
+        a_sample = a.sample
+        a_marks = ["Tiny changelog", a_sample.address, a_sample.row_hash.stored, a_sample.field("text").hash]
+        assert all(m in screen_text(app) for m in a_marks[:2])
+        await pilot.press("escape")
+        app.open_address("demo-video@v1")  # the video dataset's table, as a person would go there
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.query(SampleTable)
+                    and app.screen.query_one(SampleTable).row_cells(1), what="the video table")
+        version = app.screen.version
+        source.held.add(f"demo-video@{version.id}:1")
+        b = f"demo-video@{version.id[:12]}:1"  # as a sample's title shows it
+
+        frames: list[str] = []  # every frame the sample screen sends to the terminal while B is read
+        display = app._display
+
+        def spy(screen, renderable):
+            display(screen, renderable)
+            if renderable is not None and not app._batch_count and isinstance(app.screen, SampleScreen) \
+                    and not source.release.is_set():
+                frames.append(screen_text(app))
+
+        app._display = spy
+        try:
+            await pilot.press("down", "enter")
+            await until(pilot, lambda: isinstance(app.screen, SampleScreen), what="the sample screen")
+            screen = app.screen
+            assert screen is a  # the reused screen: the one that showed A
+            for _ in range(5):  # frames keep coming (a resize, a refresh) while the read is held
+                await pilot.pause(0.05)
+                frames.append(screen_text(app))
+                screen.refresh(layout=True)
+            await pilot.resize_terminal(110, 34)
+            await pilot.pause(0.05)
+            frames.append(screen_text(app))
+        finally:
+            source.release.set()
+        assert frames
+        for frame in frames:
+            assert b in frame.splitlines()[0], frame  # B's address in the title
+            assert f"reading {b}" in frame, frame  # and a placeholder
+            assert not [m for m in a_marks if m in frame], frame  # nothing of A
+        await until(pilot, lambda: screen.sample is not None and screen.sample.address.endswith(":1")
+                    and screen.query(FieldView), what="B shown")
+        await until(pilot, lambda: "reading" not in screen_text(app), what="the placeholder gone")
+        text = screen_text(app)
+        assert b in text.splitlines()[0] and not [m for m in a_marks if m in text]
+
+
+@pytest.mark.asyncio
+async def test_a_late_read_of_a_sample_left_behind_is_not_shown():
+    """Next, next: the first read finishing after the second must not replace it."""
+    source = HeldSource()
+    app = DsinspectApp(source=source)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_sample(pilot, app, "demo-text@v1:2")
+        source.held.add(f"demo-text@{screen.addr.ref}:3")
+        first = f"demo-text@{screen.addr.ref[:12]}:3"
+        await pilot.press("n")  # sample 3: held
+        await until(pilot, lambda: f"reading {first}" in screen_text(app), what="placeholder of 3")
+        await pilot.press("n")  # sample 4: not held
+        await until(pilot, lambda: screen.sample.index == 4 and "reading" not in screen_text(app), what="sample 4")
+        source.release.set()
+        await pilot.pause(0.3)
+        assert screen.sample.index == 4 and screen.addr.index == 4
+
+
+# -- 6: `x` hides the hex, never the hashes -----------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_x_hides_the_hex_dumps_and_keeps_the_hashes():
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_sample(pilot, app, "demo-text@v1:0", "text")
+        field_hash = screen.sample.field("text").hash
+        await until(pilot, lambda: " bytes (" in screen_text(app), what="hex")
+        await pilot.press("x")
+        await until(pilot, lambda: " bytes (" not in screen_text(app), what="hex hidden")
+        text = screen_text(app)
+        assert "field hash (xxh3-128) " + field_hash in text and "row hash" in text
+        await pilot.press("x")
+        await until(pilot, lambda: " bytes (" in screen_text(app), what="hex shown again")
