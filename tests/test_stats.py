@@ -1,70 +1,80 @@
-"""Observability: counters that explain a slow or stuck job, and a warning that names the cause."""
+"""`dsinspect stats`: per-column statistics of a version (and two side by side) against pyarrow compute
+over the same shards, on a copy of the sample catalog."""
 
-import logging
+from __future__ import annotations
 
+import io
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
-from conftest import TOY_FIELDS, toy_rows
 
-from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.read.cache import ShardCache
-from dsinspect.loaders.read.loader import Loader
-from dsinspect.loaders.read.stats import PeriodicLogger, ReadStats
-from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.store.writer import WriteOptions
+pytest.importorskip("duckdb")
+
+from dsinspect.cli import main  # noqa: E402
+from dsinspect.defaults import BUNDLED  # noqa: E402
+from dsinspect.loaders import Catalog  # noqa: E402
 
 
-@pytest.fixture
-def cat(tmp_path):
-    c = Catalog(str(tmp_path / "cat"))
-    c.write_version("toy", toy_rows(400), TOY_FIELDS, options=WriteOptions(shard_rows=50))
-    return c
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    target = tmp_path_factory.mktemp("stats") / "catalog"
+    shutil.copytree(BUNDLED, target)
+    return Catalog(str(target))
 
 
-def test_loader_counts_fetches_hits_and_waits(cat, tmp_path):
-    spec = RunSpec.create(cat, "toy", seed=1, batch_size=10, shuffle="window", window_shards=2)
-    with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as cold:
-        list(cold)
-    s = cold.stats()  # after close: fills under way have ended
-    # rows come from checked parts until a shard's background fill ends (a fill the loader's close
-    # cancelled before it began leaves its parts on disk): each byte fetched once either way
-    assert s["batches"] == 40 and 1 <= s["shards_fetched"] == s["cache_misses"] <= 8
-    assert s["bytes_fetched"] == cat.resolve("toy").manifest.num_bytes
-    assert s["parts_fetched"] == sum(cat.resolve("toy").shard_index(k).parts for k in range(8))
-    assert s["retries"] == s["verify_failures"] == 0 and s["wait_seconds"] >= 0
-    with Loader(spec, catalog=cat, cache=ShardCache(tmp_path / "c1")) as warm:
-        list(warm)
-    w = warm.stats()  # what the first run cached or left in .partial files: nothing fetched again
-    assert w["bytes_fetched"] == 0 and w["cache_hits"] >= 1
+def run(capsys, *args):
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    done = capsys.readouterr()
+    return code, done.out, done.err
 
 
-def _starved(stats: ReadStats, fetch_seconds: float) -> None:
-    for _ in range(20):
-        stats.consumed(waited=0.09, interval=0.1)
-    if fetch_seconds:
-        stats.fetched(1000, fetch_seconds)
-        stats.add("cache_misses")
+def stored(version) -> pa.Table:
+    return pa.concat_tables([pq.read_table(io.BytesIO(version.catalog.fs.cat_file(version.shard_path(s))))
+                             for s in range(len(version.manifest.shards))])
 
 
-def test_starvation_names_storage_or_compute():
-    slow_storage, slow_compute, fine = ReadStats(), ReadStats(), ReadStats()
-    _starved(slow_storage, fetch_seconds=1.5)
-    _starved(slow_compute, fetch_seconds=0.0)
-    for _ in range(20):
-        fine.consumed(waited=0.001, interval=0.1)
-    assert "storage" in slow_storage.starvation() and "90%" in slow_storage.starvation()
-    assert "add DataLoader workers" in slow_compute.starvation()
-    assert fine.starvation() is None
+def test_a_versions_statistics_are_what_pyarrow_computes(sample, capsys):
+    version = sample.resolve("demo-text")
+    table = stored(version)
+    code, out, err = run(capsys, "--catalog", sample.url, "stats", "demo-text", "--json", "--bins", 10)
+    assert code == 0, err
+    got = {c["name"]: c for c in json.loads(out)["columns"]}
+    assert json.loads(out)["rows"] == table.num_rows
+    counts = {d["values"].as_py(): d["counts"].as_py() for d in pc.value_counts(table["lang"])}
+    assert dict(map(tuple, got["lang"]["values"])) == counts and got["lang"]["distinct"] == len(counts)
+    lengths = pc.list_value_length(table["tokens"]).to_numpy()
+    t = got["tokens_len"]
+    assert (t["min"], t["max"]) == (lengths.min(), lengths.max()) and t["mean"] == pytest.approx(lengths.mean())
+    assert [b[2] for b in t["histogram"]] == np.histogram(lengths, bins=10, range=(lengths.min(),
+                                                                                  lengths.max()))[0].tolist()
+    assert got["text"]["source"] == "in the shards" and got["text"]["nulls"] == table["text"].null_count
+    assert got["tokens"]["nulls"] is None, "a list's nulls are not in the footers: unknown, not 0"
+    assert got["text_chars"]["source"] == "derived from text"
 
 
-def test_periodic_log_line_and_warning(caplog):
-    stats = ReadStats()
-    _starved(stats, fetch_seconds=2.0)
-    logger = PeriodicLogger(stats, interval=1e-9)
-    with caplog.at_level(logging.INFO, logger="dsinspect.loader"):
-        logger.tick()
-    lines = [r.getMessage() for r in caplog.records]
-    assert any("batches=20" in line and "shards_fetched=1" in line for line in lines)
-    assert any(r.levelno == logging.WARNING and "data-starved" in r.getMessage() for r in caplog.records)
-    caplog.clear()
-    PeriodicLogger(stats, interval=None).tick()
-    assert not caplog.records
+def test_two_versions_share_their_bins_and_say_what_moved(sample, capsys):
+    code, out, err = run(capsys, "--catalog", sample.url, "stats", "demo-rl@v1", "demo-rl@v2", "--json")
+    assert code == 0, err
+    a, b = ({c["name"]: c for c in side["columns"]} for side in (json.loads(out)["a"], json.loads(out)["b"]))
+    for name in ("trajectory_return", "trajectory_steps", "length"):
+        assert [h[:2] for h in a[name]["histogram"]] == [h[:2] for h in b[name]["histogram"]]
+    v1, v2 = (stored(sample.resolve(f"demo-rl@{t}")) for t in ("v1", "v2"))
+    assert sum(h[2] for h in a["length"]["histogram"]) == v1.num_rows
+    assert sum(h[2] for h in b["length"]["histogram"]) == v2.num_rows
+    code, out, _ = run(capsys, "--catalog", sample.url, "stats", "demo-rl@v1", "demo-rl@v2")
+    assert code == 0 and "* trajectory_return" in out and "moved between the versions" in out
+
+
+def test_bad_bins_or_address_is_one_line_and_exit_2(sample, capsys):
+    for args in [("demo-text", "--bins", 0), ("no-such",), ("demo-text@nope",)]:
+        code, out, err = run(capsys, "--catalog", sample.url, "stats", *args)
+        assert code == 2 and out == "" and err.count("\n") == 1, (args, err)

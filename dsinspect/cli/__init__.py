@@ -14,6 +14,7 @@ from dsinspect.cli import (
     replay_cmd,
     runs_cmd,
     show_cmd,
+    stats_cmd,
     tui_cmd,
     web_cmd,
 )
@@ -57,7 +58,7 @@ for command in catalog_cmds.COMMANDS:
     cli.add_command(command)
 for command in show_cmd.COMMANDS:
     cli.add_command(command)
-for command in replay_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS + query_cmd.COMMANDS:
+for command in replay_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS + query_cmd.COMMANDS + stats_cmd.COMMANDS:
     cli.add_command(command)
 for command in web_cmd.COMMANDS:
     cli.add_command(command)
