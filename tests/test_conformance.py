@@ -1,7 +1,8 @@
 """One conformance suite for every framework adapter: the same run spec gives, at every (step, rank),
 the rows `batch_indices` names; a state saved after k batches resumes exactly, and into another world
 size and batch size at the same position of the order; the run record each adapter writes, through
-a read, a save and an elastic resume, passes the log check. Adapters: the plain Loader, PyTorch's
+a read, a save and an elastic resume, passes the log check; and a state one adapter saved resumes
+in the next one (another framework, another worker count). Adapters: the plain Loader, PyTorch's
 TorchLoader (0 and 2 worker processes), JAX's JaxBatches, Grain's StepSource (in process and over
 two Grain worker processes), Hugging Face's IterableDataset (rows, batched back by step). Each
 adapter's own tests go further (records, multi-process JAX, torchrun)."""
@@ -174,3 +175,16 @@ def test_the_record_of_a_read_a_save_and_an_elastic_resume_passes_the_log_check(
     other = RunSpec.create(catalog, "c", seed=22, batch_size=BATCH, world_size=WORLD, shuffle="global")
     assert check_log(other, record, range(0, 3), catalog=Catalog(catalog.url)).divergence, \
         "the lines name the rows read: another order does not pass"
+
+
+RING = sorted(ADAPTERS)  # each adapter resumes the state the next one saved: worker counts and frameworks change
+
+
+@pytest.mark.parametrize("saver,resumer", [
+    pytest.param(a, b, marks=_marks(a) + _marks(b), id=f"{a}-to-{b}")
+    for a, b in zip(RING, RING[1:] + RING[:1])])
+def test_a_state_saved_by_one_adapter_resumes_in_another(catalog, saver, resumer):
+    spec = spec_of(catalog)
+    _, state = ADAPTERS[saver](catalog, spec, 1, 2, None)
+    then, _ = ADAPTERS[resumer](catalog, spec, 1, 2, state)
+    assert then == [(s, batch_indices(spec, s, 1).tolist()) for s in (2, 3)]
