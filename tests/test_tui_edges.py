@@ -134,3 +134,46 @@ async def test_x_hides_the_hex_dumps_and_keeps_the_hashes():
         assert "field hash (xxh3-128) " + field_hash in text and "row hash" in text
         await pilot.press("x")
         await until(pilot, lambda: " bytes (" in screen_text(app), what="hex shown again")
+
+
+# -- 5: step and frame numbers are 0-based, as in the data and `dsinspect show` ---------------------
+
+@pytest.mark.asyncio
+async def test_trajectory_steps_and_video_frames_are_numbered_from_0_like_the_table_and_the_cli():
+    from dsinspect.tui.step_rows_view import StepRowsView
+
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_sample(pilot, app, "demo-rl@v1:2", "trajectory")
+        table = screen.query_one("#steps", StepRowsView)
+        await until(pilot, lambda: "step 0 (0..119)" in screen_text(app), what="marker on the first step")
+        await pilot.press("tab", "down", "down")
+        await until(pilot, lambda: "step 2 (0..119)" in screen_text(app), what="marker on step 2")
+        assert table.row_texts(table.cursor_row)[0] == "2"  # the step column says the same number
+        await pilot.press("end")
+        await until(pilot, lambda: "step 119 (0..119)" in screen_text(app), what="the last step")
+        view = screen.sample.view("trajectory")
+        assert table.row_texts(119)[0] == "119" and view.page(-1).rows[-1].step == 119
+        screen = await open_sample(pilot, app, "demo-video@v1:1", "video")
+        await until(pilot, lambda: "frame 0 (0..17)" in screen_text(app), what="the first frame")
+        await pilot.press("full_stop")
+        await until(pilot, lambda: "frame 1 (0..17)" in screen_text(app), what="the next frame")
+
+
+# -- 9: a token piece that is part of a character is escaped once -------------------------------
+
+@pytest.mark.asyncio
+async def test_a_partial_utf8_token_piece_is_shown_escaped_once():
+    from dsinspect.tui.token_strip import TokenStrip
+
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_sample(pilot, app, "demo-text@v1:2", "tokens")
+        strip = screen.query_one(TokenStrip)
+        partial = next(p for p in strip.view.pieces(0, len(strip.view.ids)) if p.partial)
+        assert partial.display == " \\xf0\\x9f\\x93"  # the first bytes of 📝: the core escapes them once
+        await pilot.press("tab", *["right"] * partial.position)
+        await until(pilot, lambda: f"token #{partial.position} " in screen_text(app), what="cursor on the piece")
+        line = next(t for t in screen_text(app).splitlines() if f"token #{partial.position} " in t)
+        assert "piece ' \\xf0\\x9f\\x93' partial" in line, line
+        assert "\\\\x" not in screen_text(app)

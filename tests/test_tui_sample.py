@@ -91,14 +91,14 @@ async def test_video_frames_step_forward_and_back():
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_field(pilot, app, "demo-video@v1:1", "video")
         player = screen.query_one(VideoPlayer)
-        await until(pilot, lambda: "frame 1/18" in screen_text(app) and screen.query("#frame-picture"),
+        await until(pilot, lambda: "frame 0 (0..17)" in screen_text(app) and screen.query("#frame-picture"),
                     what="first frame")  # decoded in a worker: wait, do not race it
         await pilot.press("full_stop", "full_stop")
-        await until(pilot, lambda: "frame 3/18" in screen_text(app), what="frame 3")
+        await until(pilot, lambda: "frame 2 (0..17)" in screen_text(app), what="frame 2")
         await pilot.press("comma")
-        await until(pilot, lambda: "frame 2/18" in screen_text(app), what="frame 2")
+        await until(pilot, lambda: "frame 1 (0..17)" in screen_text(app), what="frame 1")
         await pilot.press("comma", "comma")
-        await until(pilot, lambda: "frame 18/18" in screen_text(app), what="wrap to the last frame")
+        await until(pilot, lambda: "frame 17 (0..17)" in screen_text(app), what="wrap to the last frame")
         assert player.frame_index == 17
 
 
@@ -136,9 +136,9 @@ async def test_trajectory_pages_through_every_step_of_a_long_episode():
         assert app.focused is table
         await pilot.press("pagedown")
         assert table.cursor_row > 10
-        await until(pilot, lambda: f"step {table.cursor_row + 1}/120" in screen_text(app), what="marker follows")
+        await until(pilot, lambda: f"step {table.cursor_row} (0..119)" in screen_text(app), what="marker follows")
         await pilot.press("end")
-        await until(pilot, lambda: "step 120/120" in screen_text(app), what="marker at the last step")
+        await until(pilot, lambda: "step 119 (0..119)" in screen_text(app), what="marker at the last step")
         assert table.cursor_row == 119
         last = view.page(-1).rows[-1]
         row = table.row_texts(119)
@@ -146,7 +146,7 @@ async def test_trajectory_pages_through_every_step_of_a_long_episode():
         assert "reward  " + sparkline(view.rewards, 64) in screen_text(app)
         assert re.search(rf" 119 .* {re.escape(row[4])} ", screen_text(app)), "the last step's row is drawn"
         await pilot.press("home")
-        await until(pilot, lambda: "step 1/120" in screen_text(app), what="back to the first step")
+        await until(pilot, lambda: "step 0 (0..119)" in screen_text(app), what="back to the first step")
 
 
 @pytest.mark.asyncio
@@ -156,13 +156,13 @@ async def test_trajectory_step_row_follows_keys_and_mouse_clicks():
         screen = await open_field(pilot, app, "demo-rl@v1:2", "trajectory")
         table = screen.query_one("#steps", StepRowsView)
         await pilot.press("tab", "down", "down", "down")
-        await until(pilot, lambda: "step 4/120" in screen_text(app), what="marker at step 4")
+        await until(pilot, lambda: "step 3 (0..119)" in screen_text(app), what="marker at step 3")
         assert table.cursor_row == 3
         await pilot.press("up")
-        await until(pilot, lambda: "step 3/120" in screen_text(app), what="marker at step 3")
+        await until(pilot, lambda: "step 2 (0..119)" in screen_text(app), what="marker at step 2")
         await pilot.click(table, offset=(2, 6))  # line 0 is the header: line 6 is step 5 (index 5)
         await until(pilot, lambda: table.cursor_row == 5, what="clicked row")
-        await until(pilot, lambda: "step 6/120" in screen_text(app), what="marker at the clicked step")
+        await until(pilot, lambda: "step 5 (0..119)" in screen_text(app), what="marker at the clicked step")
         await pilot.press("end", "pageup")
         rows_per_page = table.scrollable_content_region.height - 1
         assert table.cursor_row == 119 - rows_per_page and rows_per_page >= 5

@@ -54,10 +54,11 @@ class StepTable(Vertical):
         yield StepRowsView(self.rows, id="steps")
 
     def _marker(self, step: int) -> Text:
-        """A ▲ under the sparkline cell holding `step`, then that step's reward and return."""
+        """A ▲ under the sparkline cell holding `step`, then that step's reward and return. Steps are
+        0-based everywhere, as in the data, the table's step column and `dsinspect show`."""
         col = min(self.spark_width - 1, step * self.spark_width // max(1, self.view.length))
         row = self.rows[step] if 0 <= step < len(self.rows) else None
-        said = f"step {step + 1}/{self.view.length}" + (
+        said = f"step {step} (0..{self.view.length - 1})" + (
             f" · reward {_num(row.reward)} · return {_num(row.cumulative)} · action {clean(str(row.action))}"
             f" · observation {clean(str(row.observation))}" if row else "")
         return Text.assemble(" " * (8 + col) + "▲\n", (said, "bold"))

@@ -11,8 +11,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from dsinspect.inspect import TokenPiece, TokensView
+from dsinspect.term import clean
 
-__all__ = ["TokenStrip", "piece_text"]
+__all__ = ["TokenStrip", "piece_text", "quoted_piece"]
 
 PIECE_BG = ["#2d4f7c", "#6b3e75", "#2f6b4f", "#7a5a1e", "#1f6470", "#7a2e3a"]
 _CURSOR = Style(color="black", bgcolor="#ffd75f", bold=True)
@@ -25,9 +26,9 @@ def piece_text(p: TokenPiece, has_vocab: bool, at_cursor: bool = False) -> Text:
     elif p.unknown:
         text = Text(f"⟨{p.id}?⟩", "bold white on red")
     elif p.special:
-        text = Text(p.display, "bold magenta reverse")
+        text = Text(clean(p.display), "bold magenta reverse")
     else:
-        shown = p.display.replace("\n", "↵\n").replace("\t", "→") or "∅"
+        shown = clean(p.display).replace("\n", "↵\n").replace("\t", "→") or "∅"
         text = Text(shown, Style(bgcolor=Color.parse(PIECE_BG[p.position % len(PIECE_BG)]), color="white",
                                  italic=p.partial, underline=p.partial))
     if at_cursor:
@@ -84,5 +85,13 @@ class TokenStrip(Widget, can_focus=True):
         kind = " special" if p.special else " unknown" if p.unknown else " partial character" if p.partial else ""
         return Text.assemble(("token ", "dim"), (f"#{p.position}", "bold"), ("  id ", "dim"),
                              (str(p.id), "bold yellow"), ("  bytes ", "dim"), p.data.hex(" ") or "-",
-                             ("  span ", "dim"), f"{p.start}-{p.end}", ("  piece ", "dim"), repr(p.display),
+                             ("  span ", "dim"), f"{p.start}-{p.end}", ("  piece ", "dim"), quoted_piece(p),
                              (kind, "magenta"))
+
+
+def quoted_piece(p: TokenPiece) -> str:
+    """A piece's text in quotes, escaped once: newline, tab and return as \\n \\t \\r, control
+    characters as \\xNN, and the bytes of a partial character as the core gives them (\\xe3\\x83),
+    never escaped again."""
+    text = p.display.replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    return f"'{clean(text)}'"

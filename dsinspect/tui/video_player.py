@@ -52,9 +52,10 @@ class VideoPlayer(Vertical, can_focus=True):
             yield picture(self.first.image(), id="frame-picture")
 
     def _label(self, frame: FrameView | ErrorView) -> Text:
+        """Frames are 0-based, as in `dsinspect show --frame`."""
         if isinstance(frame, ErrorView):
             return Text(f"frame {self.frame_index}: {frame.reason}", "bold red")
-        return Text(f"frame {frame.index + 1}/{self.view.frame_count} · pts {frame.pts} · {frame.time or 0:.3f} s"
+        return Text(f"frame {frame.index} (0..{self.view.frame_count - 1}) · pts {frame.pts} · {frame.time or 0:.3f} s"
                     + (" · keyframe" if frame.keyframe else "") + "   (, . step)", "bold")
 
     def action_step(self, delta: int) -> None:
