@@ -48,7 +48,7 @@ async def test_opens_on_the_catalog_with_datasets_versions_and_tags():
         assert [c.label.plain for c in table.columns.values()] == [
             "version", "tags", "parent", "created", "rows", "bytes", "shards", "message"]
         await until(pilot, lambda: TEXT_V2 in screen_text(app) and "242" in screen_text(app))
-        await pilot.press("enter")  # into the versions table
+        await pilot.press("tab")  # into the versions table (enter on a dataset opens its latest version)
         await pilot.press("down", "enter")  # v1
         await until(pilot, lambda: isinstance(app.screen, DatasetScreen))
         assert app.screen.address.startswith(f"demo-text@{TEXT_V1}")
@@ -199,7 +199,7 @@ async def test_a_broken_manifest_is_listed_as_broken_beside_the_intact_datasets(
         broken_row = [c.plain if hasattr(c, "plain") else c for c in table.get_row_at(1)]
         assert broken_row[0] == vid[:12] and broken_row[1] == "v1" and broken_row[-1].startswith("BROKEN: ")
         assert str(path) in broken_row[-1] and "not valid JSON" in broken_row[-1]
-        await pilot.press("enter", "down", "enter")  # selecting the broken row explains, opens nothing
+        await pilot.press("tab", "down", "enter")  # selecting the broken row explains, opens nothing
         await until(pilot, lambda: any(n.startswith("cannot open") for n in notes(app)), what="refusal")
         assert isinstance(app.screen, CatalogScreen)
 

@@ -177,3 +177,45 @@ async def test_a_partial_utf8_token_piece_is_shown_escaped_once():
         line = next(t for t in screen_text(app).splitlines() if f"token #{partial.position} " in t)
         assert "piece ' \\xf0\\x9f\\x93' partial" in line, line
         assert "\\\\x" not in screen_text(app)
+
+
+# -- 1: one Enter on a dataset opens it, and the footer says what Enter does ----------------------
+
+@pytest.mark.asyncio
+async def test_one_enter_on_a_dataset_opens_its_latest_version_and_the_footer_says_so():
+    from dsinspect.tui.catalog_screen import CatalogScreen
+
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="listing")
+        await until(pilot, lambda: "⏎ Open dataset" in screen_text(app), what="the key hint")
+        await pilot.press("down", "down")  # demo-text
+        await until(pilot, lambda: "versions of demo-text" in screen_text(app), what="demo-text highlighted")
+        catalog = app.screen
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.info, what="one enter opens")
+        latest = catalog.dataset("demo-text")["tags"]["latest"]
+        assert app.screen.info["name"] == "demo-text" and app.screen.info["id"] == latest
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is catalog)
+        await pilot.press("tab")  # the versions: their own hint
+        await until(pilot, lambda: "⏎ Open version" in screen_text(app), what="the versions' key hint")
+
+
+# -- 3: the diff prompt is centred ---------------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_the_diff_prompt_is_centred_on_the_screen():
+    from dsinspect.tui.diff_prompt import DiffPrompt
+
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, DiffPrompt) and app.screen.query_one("#goto-box").region,
+                    what="the diff prompt")
+        await pilot.pause(0.05)
+        box = app.screen.query_one("#goto-box").region
+        width, height = SIZE
+        assert box.width < width and box.height < height
+        assert abs((box.x + box.right) - width) <= 1 and abs((box.y + box.bottom) - height) <= 1, box
+        assert box.y > 1  # not over the header

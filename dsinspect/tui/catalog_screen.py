@@ -23,8 +23,21 @@ _BROKEN = "broken:"  # row keys of broken entries (version keys are hex ids)
 VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "shards", "message")
 
 
+class DatasetList(OptionList):
+    """The datasets; Enter opens the highlighted one (its latest version), and the footer says so."""
+
+    BINDINGS = [Binding("enter", "select", "Open dataset")]
+
+
+class VersionTable(DataTable):
+    """A dataset's versions; Enter opens the highlighted one."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "Open version")]
+
+
 class CatalogScreen(Screen):
-    """Datasets, versions (id, parent, created, message, rows, bytes) and tags; Enter opens a version."""
+    """Datasets, versions (id, parent, created, message, rows, bytes) and tags; Enter on a dataset
+    opens its latest version, Enter on a version (tab to the versions) opens that one."""
 
     BINDINGS = [Binding("r", "reload", "Reload")]
 
@@ -37,10 +50,10 @@ class CatalogScreen(Screen):
         with Horizontal():
             with Vertical(id="catalog-left"):
                 yield Label("datasets", classes="pane-title")
-                yield OptionList(id="datasets")
+                yield DatasetList(id="datasets")
             with Vertical(id="catalog-right"):
                 yield Label("versions", classes="pane-title", id="versions-title")
-                yield DataTable(id="versions", cursor_type="row", zebra_stripes=True)
+                yield VersionTable(id="versions", cursor_type="row", zebra_stripes=True)
                 yield Static(id="tags")
         yield KeyFooter()
 
@@ -84,7 +97,15 @@ class CatalogScreen(Screen):
 
     @on(OptionList.OptionSelected, "#datasets")
     def _selected(self, event: OptionList.OptionSelected) -> None:
-        self.query_one("#versions", DataTable).focus()
+        item = self.dataset(event.option.id or "")
+        if item is None:
+            return
+        if not item["versions"]:  # only broken entries: show them, nothing opens
+            self.query_one("#versions", DataTable).focus()
+            self.notify(f"{item['name']} has no readable version", severity="error", markup=False)
+            return
+        self.post_message(OpenAddress(item["name"] if "latest" in item["tags"] else
+                                      f"{item['name']}@{_newest(item)['id']}"))
 
     def dataset(self, name: str) -> dict[str, Any] | None:
         return next((d for d in (self.listing or {}).get("datasets", []) if d["name"] == name), None)
@@ -114,6 +135,10 @@ class CatalogScreen(Screen):
             self.notify(f"cannot open: {key[len(_BROKEN):]} is broken", severity="error", markup=False)
             return
         self.post_message(OpenAddress(f"{self.current}@{key}"))
+
+
+def _newest(item: dict[str, Any]) -> dict[str, Any]:
+    return max(item["versions"], key=lambda v: v.get("created_at") or "")
 
 
 def _dataset_label(item: dict[str, Any]) -> str:
