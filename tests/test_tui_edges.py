@@ -219,3 +219,65 @@ async def test_the_diff_prompt_is_centred_on_the_screen():
         assert box.width < width and box.height < height
         assert abs((box.x + box.right) - width) <= 1 and abs((box.y + box.bottom) - height) <= 1, box
         assert box.y > 1  # not over the header
+
+
+# -- 8: wide scripts keep the sample table's columns in line ---------------------------------------
+
+WIDE_ROWS = [
+    {"id": 0, "text": "plain ascii text that is rather long indeed", "label": "a"},
+    {"id": 1, "text": "안녕하세요 세계 한국어 텍스트입니다 아주 길어요", "label": "한국어"},
+    {"id": 2, "text": "emoji 😀🎉👍🏽 ok and more emoji 🎉🎉🎉🎉🎉🎉🎉", "label": "😀😀"},
+    {"id": 3, "text": "مرحبا بالعالم هذا نص عربي طويل جدا جدا", "label": "عربي"},
+    {"id": 4, "text": "日本語のテキストはとても長いです。日本語のテキスト",
+     "label": "日本語のラベルがとても長いです。とても長い"},
+    {"id": 5, "text": "control \x1b[31m characters", "label": "x"},
+]
+
+
+@pytest.fixture
+def wide_source(tmp_path):
+    import pyarrow as pa
+
+    from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.catalog import Catalog
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("text", pa.string(), "text"),
+              Field("label", pa.string(), "scalar")]
+    catalog.write_version("wide", WIDE_ROWS, fields, tags=["v1"])
+    return DataSource(catalog=catalog)
+
+
+@pytest.mark.asyncio
+async def test_wide_scripts_are_measured_in_terminal_cells_and_keep_the_columns_in_line(wide_source):
+    from rich.cells import cell_len
+
+    from dsinspect.term import clean
+
+    app = DsinspectApp(source=wide_source, address="wide@v1")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.query(SampleTable)
+                    and app.screen.query_one(SampleTable).row_cells(0), what="the table")
+        table = app.screen.query_one(SampleTable)
+        await pilot.pause(0.05)
+        widths = table._widths
+        cuts, at = [], 0
+        for w in widths:
+            at += w + 1  # the column, then the space between columns
+            cuts.append(at)
+        lines = [table.render_line(y) for y in range(len(WIDE_ROWS) + 1)]
+        for y, strip in enumerate(lines):
+            assert strip.cell_length == table.scrollable_content_region.width
+            text = strip.text
+            assert "\x1b" not in text
+            columns = [s.text for s in strip.divide(cuts)][:len(widths)]
+            for column, w in zip(columns, widths):
+                assert cell_len(column) == w + 1 and column.endswith(" "), (y, column)  # the separator, in line
+            if y:
+                row = WIDE_ROWS[y - 1]
+                for column, value in zip(columns[2:], (clean(row["text"]), clean(row["label"]))):
+                    shown = column.rstrip()
+                    # a value that does not fit is cut on cell width and says so; one that fits is whole
+                    assert shown == value or (shown.endswith("…") and value.startswith(shown[:-1].rstrip())), (y, shown)
+        text = screen_text(app)
+        assert "안녕하세요" in text and "…" in text

@@ -3,7 +3,7 @@ so a million-row version scrolls as fast as a ten-row one."""
 
 from __future__ import annotations
 
-from rich.cells import set_cell_size
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -14,7 +14,9 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from dsinspect.inspect.cells import clip
 from dsinspect.lru import LRU
+from dsinspect.term import clean
 
 __all__ = ["SampleTable", "PAGE_ROWS"]
 
@@ -23,6 +25,7 @@ _KEEP_PAGES = 64
 _HEADER = Style(bold=True, reverse=True)
 _CURSOR = Style(bgcolor="#2d4f7c", color="white", bold=True)
 _LOADING = Style(dim=True, italic=True)
+_MAX_WIDTH = 26  # a column's cells, its trailing space included
 
 
 class SampleTable(ScrollView, can_focus=True):
@@ -59,7 +62,8 @@ class SampleTable(ScrollView, can_focus=True):
         self.num_rows = num_rows
         self._pages: LRU[int, list[list[str]]] = LRU(_KEEP_PAGES)
         self._pending: set[int] = set()
-        self._widths = [max(len(str(max(num_rows - 1, 0))), 1) + 1, *(max(8, min(len(c) + 2, 26)) for c in columns)]
+        self._widths = [max(len(str(max(num_rows - 1, 0))), 1) + 1,
+                        *(max(8, min(cell_len(c) + 2, _MAX_WIDTH)) for c in columns)]
         self.virtual_size = Size(sum(self._widths) + len(self._widths), num_rows + 1)
 
     # -- data in ------------------------------------------------------------------------------
@@ -67,11 +71,13 @@ class SampleTable(ScrollView, can_focus=True):
     def add_page(self, page: int, cells: list[list[str]]) -> None:
         """Store a fetched page and redraw; keeps at most _KEEP_PAGES pages."""
         self._pending.discard(page)
+        cells = [[clean(c) for c in row] for row in cells]  # data never drives the terminal
         self._pages.put(page, cells)
         for row in cells:
             for i, cell in enumerate(row):
-                if len(cell) + 1 > self._widths[i] and self._widths[i] < 26:
-                    self._widths[i] = min(26, len(cell) + 1)
+                width = cell_len(cell) + 1  # terminal cells: a wide character counts two
+                if width > self._widths[i] and self._widths[i] < _MAX_WIDTH:
+                    self._widths[i] = min(_MAX_WIDTH, width)
         self.refresh()
 
     def page_failed(self, page: int) -> None:
@@ -97,7 +103,8 @@ class SampleTable(ScrollView, can_focus=True):
         return self._strip(cells, _CURSOR if index == self.cursor else Style(), width)
 
     def _strip(self, cells: list[str], style: Style, width: int) -> Strip:
-        text = " ".join(set_cell_size(c, w) for c, w in zip(cells, self._widths))
+        """One line: each cell cut on terminal-cell width (with "…"), padded to its column."""
+        text = " ".join(set_cell_size(clip(c, w - 1, measure=cell_len), w) for c, w in zip(cells, self._widths))
         return Strip([Segment(set_cell_size(text, width), style)], width)
 
     def _want(self, page: int) -> None:
