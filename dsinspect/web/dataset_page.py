@@ -1,12 +1,20 @@
-"""Dataset page: one version's schema, shards and versions, and its rows a page at a time."""
+"""Dataset page: one version's schema, shards and versions, and its rows a page at a time, all of them
+or those a filter (`?where=`, an SQL condition as `dsinspect query --where` takes) selects; a row,
+clicked, opens its sample."""
+
+from typing import Any
 
 import streamlit as st
 
+from dsinspect.errors import DsinspectError
 from dsinspect.web import web_cache
+from dsinspect.web.web_model import TABLE_PAGE
 from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import address_box, md, or_stop
+from dsinspect.web.web_page import address_box, md, mono, or_stop
+from dsinspect.web.web_query import check_condition
 
 url = web_cache.url()
+params = st.query_params
 datasets = list(dict.fromkeys(r["dataset"] for r in web_cache.catalog_rows(url)))
 st.title("Dataset")
 address = address_box("Address (NAME[@REF])", "ds_address", "demo-text@v1", datasets[0] if datasets else "")
@@ -33,14 +41,62 @@ st.markdown("#### Shards")
 st.dataframe([{k: s[k] for k in ("index", "sha256", "rows", "bytes", "first_row")} for s in info["shards"]],
              hide_index=True, width="stretch", key="ds_shards")
 
+
+def rows_table(table: dict[str, Any]) -> None:
+    """A page of rows; the row clicked opens its sample (the Sample page, by its address)."""
+    event = st.dataframe(table["rows"], column_order=table["columns"], hide_index=True, width="stretch",
+                         key="ds_rows", on_select="rerun", selection_mode="single-row")
+    picked = event.selection.rows if event is not None else []
+    if picked and picked[0] < len(table["rows"]):
+        st.switch_page(page_file("sample"), query_params={"address": table["rows"][picked[0]]["address"]})
+
+
+def page_box(pages: int) -> int:
+    """The page number (1-based) the box holds, clamped to `pages`."""
+    if st.session_state.get("ds_page", 1) > pages:
+        st.session_state["ds_page"] = pages
+    return int(st.number_input(f"Page (of {pages:,})", min_value=1, max_value=pages, value=1, key="ds_page"))
+
+
 st.markdown("#### Samples")
-pages = max(1, -(-info["rows"] // 20))
-page = st.number_input(f"Page (of {pages})", min_value=1, max_value=pages, value=1, key="ds_page")
-table = web_cache.sample_table(url, address, int(page) - 1)
-st.dataframe(table["rows"], column_order=table["columns"], hide_index=True, width="stretch", key="ds_rows")
+where = params.get("where", "")
+typed = st.text_input("Filter: an SQL condition over the view v, as `dsinspect query --where` takes it "
+                      "(_index, the stored fields, derived values such as tokens_len, text_chars, image_width, "
+                      "image_orientation, video_frames, trajectory_return)", value=where, key="ds_where",
+                      placeholder="e.g. tokens_len > 100 AND lang = 'en'").strip()
+if typed != where:
+    if typed:
+        params["where"] = typed
+    elif "where" in params:
+        del params["where"]
+    st.session_state.pop("ds_page", None)
+    st.rerun()
+version_address = f"{info['name']}@{info['id']}"
+if where:
+    try:
+        check_condition(where)  # before any query: a link's condition is bounded
+        requested = int(st.session_state.get("ds_page", 1)) - 1
+        found = web_cache.query_page(url, version_address, where, requested, TABLE_PAGE)
+    except DsinspectError as e:
+        st.error("That condition cannot be run.")
+        mono(str(e))
+        st.stop()
+    st.caption(f"{found['total']:,} of {info['rows']:,} rows match · click a row to open its sample")
+    page = page_box(found["pages"])
+    if page - 1 != found["page"]:
+        found = web_cache.query_page(url, version_address, where, page - 1, TABLE_PAGE)
+    if found["rows"]:
+        rows_table(found)
+    else:
+        st.info("No row matches this condition.")
+else:
+    pages = max(1, -(-info["rows"] // TABLE_PAGE))
+    st.caption("click a row to open its sample")
+    page = page_box(pages)
+    table = web_cache.sample_table(url, address, page - 1)
+    rows_table(table)
 if info["rows"]:
     left, right = st.columns([1, 3])
-    index = left.number_input("Sample index", min_value=0, max_value=info["rows"] - 1,
-                              value=table["rows"][0]["index"] if table["rows"] else 0, key="ds_index")
+    index = left.number_input("Sample index", min_value=0, max_value=info["rows"] - 1, value=0, key="ds_index")
     right.page_link(page_file("sample"), label=f"Open sample {int(index)}", icon=":material/search:",
                     query_params={"address": f"{info['name']}@{info['short_id']}:{int(index)}"})

@@ -10,7 +10,8 @@ from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web import web_model
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
-           "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check"]
+           "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check", "version_query",
+           "query_page"]
 
 
 def url() -> str:
@@ -48,6 +49,22 @@ def sample_model(catalog_url: str, address: str) -> web_model.SampleModel:
 @st.cache_data(show_spinner="Decoding the frame…", max_entries=256)
 def frame_png(catalog_url: str, address: str, field: str, index: int) -> tuple[bytes | None, str]:
     return web_model.frame_png(catalog(catalog_url), address, field, index)
+
+
+# a resource: one query view per version id (its DuckDB connections and in-memory columns), shared
+# by sessions; a version id names immutable data, so an entry never goes stale
+@st.cache_resource(show_spinner="Preparing the version's query view…", max_entries=8)
+def version_query(catalog_url: str, version_address: str) -> Any:
+    """The SharedQuery of `version_address` (NAME@FULL_ID)."""
+    from dsinspect.web import web_query
+
+    return web_query.SharedQuery(catalog(catalog_url).resolve(version_address))
+
+
+@st.cache_data(show_spinner="Running the query…", max_entries=256)
+def query_page(catalog_url: str, version_address: str, where: str, page: int, page_size: int) -> dict[str, Any]:
+    """One page of the rows of `version_address` (NAME@FULL_ID) matching `where`."""
+    return version_query(catalog_url, version_address).page(where, page, page_size)
 
 
 def run_names(catalog_url: str) -> list[str]:
