@@ -31,6 +31,14 @@ c[2].metric("shards", len(info["shards"]))
 c[3].metric("tags", md(", ".join(info["tags"])) or "—")
 st.caption(md(f"version {info['id']}" + (f" · key field {info['key']}" if info["key"] else "")))
 st.text(info["message"])
+links = st.columns([1, 2, 3])
+links[0].page_link(page_file("stats"), label="Statistics", icon=":material/bar_chart:",
+                   query_params={"address": f"{info['name']}@{info['short_id']}"})
+if info["parent"]:
+    links[1].page_link(page_file("stats"), label=f"Statistics beside its parent {info['parent'][:12]}",
+                       icon=":material/compare_arrows:",
+                       query_params={"a": f"{info['name']}@{info['parent'][:12]}",
+                                     "b": f"{info['name']}@{info['short_id']}"})
 
 st.markdown("#### Schema")
 st.dataframe(info["schema"], hide_index=True, width="stretch", key="ds_schema")

@@ -11,7 +11,7 @@ from dsinspect.web import web_model
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
            "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check", "version_query",
-           "query_page"]
+           "query_page", "stats_model"]
 
 
 def url() -> str:
@@ -65,6 +65,14 @@ def version_query(catalog_url: str, version_address: str) -> Any:
 def query_page(catalog_url: str, version_address: str, where: str, page: int, page_size: int) -> dict[str, Any]:
     """One page of the rows of `version_address` (NAME@FULL_ID) matching `where`."""
     return version_query(catalog_url, version_address).page(where, page, page_size)
+
+
+@st.cache_data(show_spinner="Computing the statistics…", max_entries=64)
+def stats_model(catalog_url: str, a: str, b: str = "") -> dict[str, Any]:
+    """The statistics of `a` (NAME@FULL_ID), or of `a` and `b` side by side on the same bins."""
+    from dsinspect.web import web_stats
+
+    return web_stats.stats_model(version_query(catalog_url, a), version_query(catalog_url, b) if b else None)
 
 
 def run_names(catalog_url: str) -> list[str]:

@@ -19,6 +19,7 @@ PAGES = {
     "replay": ("replay_page.py", "Replay", ":material/replay:"),
     "runs": ("runs_page.py", "Runs", ":material/timeline:"),
     "diff": ("diff_page.py", "Diff", ":material/compare_arrows:"),
+    "stats": ("stats_page.py", "Statistics", ":material/bar_chart:"),
 }
 
 
