@@ -25,6 +25,30 @@ def catalog(request, tmp_path):
 
 
 @pytest.fixture
+def cli(capsys):
+    """Run the `dsinspect` command in this process: (exit code, stdout, stderr)."""
+    from dsinspect.cli import main
+
+    def run(*args):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code or 0
+        done = capsys.readouterr()
+        return code, done.out, done.err
+    return run
+
+
+@pytest.fixture(scope="module")
+def sample_copy(tmp_path_factory):
+    """A module's own copy of the sample catalog (queries write derived values into it)."""
+    target = tmp_path_factory.mktemp("sample") / "catalog"
+    shutil.copytree(BUNDLED, target)
+    return Catalog(str(target))
+
+
+@pytest.fixture
 def damaged(tmp_path):
     """A copy of the sample catalog whose demo-video@v1 manifest is cut to 300 bytes: (dir, path, id)."""
     target = tmp_path / "catalog"

@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 from replay_diff_fixtures import STEP_FIELDS, make_catalog, rewrite_shard, run_job, seeded_jitter, step_updates, steps
 
-from dsinspect.cli import main
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 from dsinspect.loaders import Loader
@@ -21,19 +20,6 @@ from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.writer import WriteOptions
 
 RECORD = json.loads((BUNDLED / "sample-data.json").read_text())
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        done = capsys.readouterr()
-        return code, done.out, done.err
-    return run
 
 
 def one_line_error(err, *fragments):

@@ -16,6 +16,7 @@ pytest.importorskip("datasets")
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from hf_trainer_worker import Seen  # noqa: E402
 from token_catalog import token_catalog  # noqa: E402
 
 from dsinspect.loaders import Catalog, RunSpec, batch_indices  # noqa: E402
@@ -23,20 +24,6 @@ from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
 from dsinspect.loaders.hf import as_iterable, resume_state  # noqa: E402
 
 ROWS, WIDTH, BATCH = 96, 8, 4
-
-
-class Seen(torch.nn.Module):
-    """A model that keeps the sample indices of every batch it is fed (one parameter, so the
-    optimizer has something to step)."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(()))
-        self.seen: list[list[int]] = []
-
-    def forward(self, tokens, _index, _step):
-        self.seen.append(_index.tolist())
-        return {"loss": (self.weight - tokens.float().mean() / 1000) ** 2}
 
 
 def train(tmp_path, dataset, steps: int) -> list[list[int]]:

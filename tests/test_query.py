@@ -5,69 +5,40 @@ beyond the version's shards); bad SQL is one line and exit 2; derived values mad
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("duckdb")
 
-from dsinspect.cli import main  # noqa: E402
-from dsinspect.defaults import BUNDLED  # noqa: E402
+from stored_rows import stored_rows  # noqa: E402
+
 from dsinspect.errors import IntegrityError, UserError  # noqa: E402
 from dsinspect.inspect.query import VersionQuery  # noqa: E402
 from dsinspect.loaders import Catalog, Field, WriteOptions  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    target = tmp_path_factory.mktemp("query") / "catalog"
-    shutil.copytree(BUNDLED, target)
-    return Catalog(str(target))
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code or 0
-        done = capsys.readouterr()
-        return code, done.out, done.err
-    return run
-
-
-def stored(version) -> pa.Table:
-    """Every row of the version in order, read by pyarrow alone."""
-    return pa.concat_tables([pq.read_table(io.BytesIO(version.catalog.fs.cat_file(version.shard_path(s))))
-                             for s in range(len(version.manifest.shards))])
 
 
 def indices(mask) -> list[int]:
     return np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)).tolist()
 
 
-def test_a_condition_on_stored_and_derived_columns_finds_the_rows_pyarrow_finds(sample, cli):
-    text = sample.resolve("demo-text")
-    table = stored(text)
+def test_a_condition_on_stored_and_derived_columns_finds_the_rows_pyarrow_finds(sample_copy, cli):
+    text = sample_copy.resolve("demo-text")
+    table = stored_rows(text)
     want = indices(pc.and_(pc.equal(table["lang"], "ja"), pc.greater(pc.list_value_length(table["tokens"]), 8)))
     assert want, "the sample catalog has such rows"
-    code, out, err = cli("--catalog", sample.url, "query", "demo-text", "--where", "lang = 'ja' AND tokens_len > 8",
-                         "--limit", 1000, "--json")
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", "--where",
+                         "lang = 'ja' AND tokens_len > 8", "--limit", 1000, "--json")
     assert code == 0, err
     got = json.loads(out)
     assert [r["_index"] for r in got["rows"]] == want and got["matches"] == len(want)
     assert [r["address"] for r in got["rows"]] == [f"{text.address}:{i}" for i in want]
     # text lengths in characters, not bytes: the emoji and CJK rows tell them apart
     chars = pc.utf8_length(table["text"]).to_pylist()
-    code, out, _ = cli("--catalog", sample.url, "query", "demo-text", "--where", "text_chars <> text_bytes",
+    code, out, _ = cli("--catalog", sample_copy.url, "query", "demo-text", "--where", "text_chars <> text_bytes",
                        "--columns", "text_chars", "--limit", 1000, "--json")
     rows = json.loads(out)["rows"]
     assert rows and all(r["text_chars"] == chars[r["_index"]] for r in rows)
@@ -75,23 +46,24 @@ def test_a_condition_on_stored_and_derived_columns_finds_the_rows_pyarrow_finds(
                                                                pc.binary_length(table["text"])))
 
 
-def test_image_sizes_and_orientation_agree_with_the_stored_fields(sample, cli):
-    images = stored(sample.resolve("demo-images"))
-    code, out, err = cli("--catalog", sample.url, "query", "demo-images", "--columns",
+def test_image_sizes_and_orientation_agree_with_the_stored_fields(sample_copy, cli):
+    images = stored_rows(sample_copy.resolve("demo-images"))
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-images", "--columns",
                          "image_width,image_height,image_format,width,height,format", "--limit", 1000, "--json")
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert len(rows) == images.num_rows
     assert all((r["image_width"], r["image_height"]) == (r["width"], r["height"]) for r in rows)
     assert all(r["image_format"].lower() == r["format"].replace("jpg", "jpeg") for r in rows)
-    code, out, _ = cli("--catalog", sample.url, "query", "demo-images", "--where", "image_orientation <> 1", "--json")
+    code, out, _ = cli("--catalog", sample_copy.url, "query", "demo-images", "--where", "image_orientation <> 1",
+                       "--json")
     rotated = [r["_index"] for r in json.loads(out)["rows"]]
     assert rotated == indices(pc.match_substring(images["caption"], "stored rot"))
 
 
-def test_sql_groups_and_orders_like_pyarrow(sample, cli):
-    rl = stored(sample.resolve("demo-rl"))
-    code, out, err = cli("--catalog", sample.url, "query", "demo-rl", "--sql",
+def test_sql_groups_and_orders_like_pyarrow(sample_copy, cli):
+    rl = stored_rows(sample_copy.resolve("demo-rl"))
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-rl", "--sql",
                          "SELECT _index, trajectory_steps, trajectory_return FROM v ORDER BY trajectory_return DESC "
                          "LIMIT 5", "--json")
     assert code == 0, err
@@ -113,26 +85,26 @@ def test_sql_groups_and_orders_like_pyarrow(sample, cli):
     "INSTALL httpfs",
     "CREATE TABLE t AS SELECT 1",
 ])
-def test_the_query_reads_nothing_but_the_version_and_writes_nothing(sample, cli, tmp_path, sql):
+def test_the_query_reads_nothing_but_the_version_and_writes_nothing(sample_copy, cli, tmp_path, sql):
     target = tmp_path / "written.csv"
-    code, out, err = cli("--catalog", sample.url, "query", "demo-text", "--sql", sql.format(out=target))
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", "--sql", sql.format(out=target))
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("dsinspect: error: "), err
     assert "root:" not in err and not target.exists()
 
 
-def test_a_condition_cannot_smuggle_a_second_statement_or_a_file(sample, cli, tmp_path):
+def test_a_condition_cannot_smuggle_a_second_statement_or_a_file(sample_copy, cli, tmp_path):
     target = tmp_path / "x.csv"
     for condition in [f"1=1); COPY (SELECT 1) TO '{target}'; SELECT (1", "1=1) UNION ALL SELECT * FROM "
                       "read_csv('/etc/passwd') --"]:
-        code, _, err = cli("--catalog", sample.url, "query", "demo-text", "--where", condition)
+        code, _, err = cli("--catalog", sample_copy.url, "query", "demo-text", "--where", condition)
         assert code == 2 and err.count("\n") == 1, err
         assert not target.exists()
 
 
-def test_bad_sql_is_one_line_and_exit_2(sample, cli):
+def test_bad_sql_is_one_line_and_exit_2(sample_copy, cli):
     for args in [("--where", "nope > 1"), ("--where", "lang = "), ("--sql", "SELEC 1"), ("--order-by", "zz"),
                  ("--sql", "SELECT 1", "--where", "1=1")]:
-        code, out, err = cli("--catalog", sample.url, "query", "demo-text", *args)
+        code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", *args)
         assert code == 2 and out == "" and err.count("\n") == 1, (args, err)
 
 
@@ -165,20 +137,20 @@ def test_derived_values_are_made_once_per_shard_and_kept_in_the_catalog(tmp_path
         VersionQuery(version)
 
 
-def test_a_sample_address_or_a_bad_limit_is_refused(sample, cli):
+def test_a_sample_address_or_a_bad_limit_is_refused(sample_copy, cli):
     for args in [("demo-text:3",), ("demo-text", "--limit", "-1")]:
-        code, _, err = cli("--catalog", sample.url, "query", *args)
+        code, _, err = cli("--catalog", sample_copy.url, "query", *args)
         assert code == 2 and err.count("\n") == 1, err
-    with VersionQuery(sample.resolve("demo-text")) as q, pytest.raises(UserError):
+    with VersionQuery(sample_copy.resolve("demo-text")) as q, pytest.raises(UserError):
         q.where(offset=-1)
 
 
 @pytest.mark.slow
-def test_a_catalog_on_s3_answers_like_a_local_one(sample, tmp_path):
+def test_a_catalog_on_s3_answers_like_a_local_one(sample_copy, tmp_path):
     from s3_server import s3_server
 
-    local_version = sample.resolve("demo-text")
-    rows = stored(local_version)
+    local_version = sample_copy.resolve("demo-text")
+    rows = stored_rows(local_version)
     rows = rows.drop([c for c in rows.column_names if c.startswith("__")])  # the row hashes: the writer adds them
     with s3_server() as (server, url, _):
         version = Catalog(url).write_version("demo-text", rows, list(local_version.fields),
@@ -213,10 +185,10 @@ def test_a_million_rows(tmp_path):
     assert top == [(k, int(c)) for k, c in zip(*np.unique(table["label"].to_numpy(), return_counts=True))]
 
 
-def test_queries_on_the_in_memory_columns_answer_as_the_whole_view_does(sample):
+def test_queries_on_the_in_memory_columns_answer_as_the_whole_view_does(sample_copy):
     """A query naming only scalars and derived values runs on the in-memory view; any other field,
     also a struct's member or a `*`, on the view joined with the shards: the same rows either way."""
-    with VersionQuery(sample.resolve("demo-rl")) as q:
+    with VersionQuery(sample_copy.resolve("demo-rl")) as q:
         assert q._connection_for("SELECT _index FROM v WHERE trajectory_steps > 30") is q.con
         for sql in ["SELECT * FROM v", "SELECT _index FROM v WHERE len(trajectory.reward) > 30",
                     "SELECT _index FROM v WHERE len(V.Trajectory.reward) > 30"]:

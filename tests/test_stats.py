@@ -3,49 +3,21 @@ over the same shards, on a copy of the sample catalog."""
 
 from __future__ import annotations
 
-import io
 import json
-import shutil
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 
 pytest.importorskip("duckdb")
 
-from dsinspect.cli import main  # noqa: E402
-from dsinspect.defaults import BUNDLED  # noqa: E402
-from dsinspect.loaders import Catalog  # noqa: E402
+from stored_rows import stored_rows  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory):
-    target = tmp_path_factory.mktemp("stats") / "catalog"
-    shutil.copytree(BUNDLED, target)
-    return Catalog(str(target))
-
-
-def run(capsys, *args):
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    done = capsys.readouterr()
-    return code, done.out, done.err
-
-
-def stored(version) -> pa.Table:
-    return pa.concat_tables([pq.read_table(io.BytesIO(version.catalog.fs.cat_file(version.shard_path(s))))
-                             for s in range(len(version.manifest.shards))])
-
-
-def test_a_versions_statistics_are_what_pyarrow_computes(sample, capsys):
-    version = sample.resolve("demo-text")
-    table = stored(version)
-    code, out, err = run(capsys, "--catalog", sample.url, "stats", "demo-text", "--json", "--bins", 10)
+def test_a_versions_statistics_are_what_pyarrow_computes(sample_copy, cli):
+    version = sample_copy.resolve("demo-text")
+    table = stored_rows(version)
+    code, out, err = cli("--catalog", sample_copy.url, "stats", "demo-text", "--json", "--bins", 10)
     assert code == 0, err
     got = {c["name"]: c for c in json.loads(out)["columns"]}
     assert json.loads(out)["rows"] == table.num_rows
@@ -61,20 +33,20 @@ def test_a_versions_statistics_are_what_pyarrow_computes(sample, capsys):
     assert got["text_chars"]["source"] == "derived from text"
 
 
-def test_two_versions_share_their_bins_and_say_what_moved(sample, capsys):
-    code, out, err = run(capsys, "--catalog", sample.url, "stats", "demo-rl@v1", "demo-rl@v2", "--json")
+def test_two_versions_share_their_bins_and_say_what_moved(sample_copy, cli):
+    code, out, err = cli("--catalog", sample_copy.url, "stats", "demo-rl@v1", "demo-rl@v2", "--json")
     assert code == 0, err
     a, b = ({c["name"]: c for c in side["columns"]} for side in (json.loads(out)["a"], json.loads(out)["b"]))
     for name in ("trajectory_return", "trajectory_steps", "length"):
         assert [h[:2] for h in a[name]["histogram"]] == [h[:2] for h in b[name]["histogram"]]
-    v1, v2 = (stored(sample.resolve(f"demo-rl@{t}")) for t in ("v1", "v2"))
+    v1, v2 = (stored_rows(sample_copy.resolve(f"demo-rl@{t}")) for t in ("v1", "v2"))
     assert sum(h[2] for h in a["length"]["histogram"]) == v1.num_rows
     assert sum(h[2] for h in b["length"]["histogram"]) == v2.num_rows
-    code, out, _ = run(capsys, "--catalog", sample.url, "stats", "demo-rl@v1", "demo-rl@v2")
+    code, out, _ = cli("--catalog", sample_copy.url, "stats", "demo-rl@v1", "demo-rl@v2")
     assert code == 0 and "* trajectory_return" in out and "moved between the versions" in out
 
 
-def test_bad_bins_or_address_is_one_line_and_exit_2(sample, capsys):
+def test_bad_bins_or_address_is_one_line_and_exit_2(sample_copy, cli):
     for args in [("demo-text", "--bins", 0), ("no-such",), ("demo-text@nope",)]:
-        code, out, err = run(capsys, "--catalog", sample.url, "stats", *args)
+        code, out, err = cli("--catalog", sample_copy.url, "stats", *args)
         assert code == 2 and out == "" and err.count("\n") == 1, (args, err)
