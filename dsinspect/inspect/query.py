@@ -69,6 +69,8 @@ class VersionQuery:
         self.small = [f.name for f in version.fields if f.role == "scalar"]  # kept in memory with the derived
         self.big = {f.name for f in version.fields} - set(self.small)
         self._big_names = {name.lower() for name in self.big}  # SQL names are case-insensitive
+        # a DuckDB connection runs one statement at a time: viewers share a VersionQuery over threads
+        self.lock = threading.RLock()
         sidecars = derived_tables(version, self.derived, on_shard) if self.derived else []
         self.con, self.full = self._connections(sidecars)
         for con in (self.con, self.full):
@@ -128,7 +130,8 @@ class VersionQuery:
 
     def columns(self) -> list[tuple[str, str]]:
         """The view's columns and their SQL types."""
-        return [(name, kind) for name, kind, *_ in self.full.execute("DESCRIBE v").fetchall()]
+        with self.lock:
+            return [(name, kind) for name, kind, *_ in self.full.execute("DESCRIBE v").fetchall()]
 
     def where(self, condition: str | None = None, *, order_by: str | None = None, limit: int = 50,
               offset: int = 0, columns: Sequence[str] | None = None, count: bool = False) -> QueryResult:
@@ -156,9 +159,13 @@ class VersionQuery:
         return [d.name for d in self.derived] + self.small
 
     def _run(self, sql: str, limit: int) -> QueryResult:
+        _one_select(sql)
+        with self.lock:
+            return self._run_alone(sql, limit)
+
+    def _run_alone(self, sql: str, limit: int) -> QueryResult:
         import duckdb
 
-        _one_select(sql)
         con = self._connection_for(sql)
         timer = threading.Timer(self.timeout, con.interrupt)
         timer.start()

@@ -59,6 +59,11 @@ def version_stats(query: VersionQuery, bins: int = BINS,
                   ranges: dict[str, tuple[float, float]] | None = None) -> VersionStats:
     """Statistics of every column of `query`'s view; `ranges`: the histogram's [lo, hi] of a
     column (two versions' histograms on the same bins), else its own min and max."""
+    with query.lock:  # its connections, to itself while this runs
+        return _version_stats(query, bins, ranges)
+
+
+def _version_stats(query: VersionQuery, bins: int, ranges: dict[str, tuple[float, float]] | None) -> VersionStats:
     con = query.con  # the in-memory view: scalars, derived values, _index
     rows = con.execute("SELECT count(*) FROM v").fetchone()[0]
     about = {d.name: f"derived from {d.field}" for d in query.derived}
