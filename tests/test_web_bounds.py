@@ -65,7 +65,7 @@ def page_chars(at) -> int:
 
 def test_a_10mb_value_is_shown_a_page_at_a_time(big_catalog, monkeypatch):
     monkeypatch.setenv("DSINSPECT_CATALOG", big_catalog)
-    at = run(address="big@v1:0")
+    at = run(address="big@v1:0", view="Decoded")  # the value pages (the default also shows the hex beside)
     assert page_chars(at) < 4 * VALUE_PAGE + 20_000, page_chars(at)  # two fields, one page each
     captions = [plain(c.value) for c in at.caption]
     pages = -(-BIG // VALUE_PAGE)

@@ -43,7 +43,7 @@ def test_dataset_address_box_changes_the_query(demo_env):
 
 
 def test_image_sample_full_size_then_raw_hex_and_download(demo_env):
-    at = run(address="demo-images@v1:3")
+    at = run(address="demo-images@v1:3", view="Decoded")
     assert at.title[0].value == "Sample" and len(at.image) == 1
     assert "xxh128" not in codes(at)
     at.segmented_control(key="view").set_value("Raw").run()

@@ -103,7 +103,7 @@ def codes(at: AppTest) -> str:
     """Every monospace block the page shows: st.code values and web_page.mono blocks (unescaped)."""
     blocks = [c.value for c in at.code]
     for m in at.markdown:
-        blocks += [html.unescape(b) for b in re.findall(f'<div class="{MONO_CLASS}">(.*?)</div>', m.value, re.S)]
+        blocks += [html.unescape(b) for b in re.findall(f'<div class="{MONO_CLASS}"[^>]*>(.*?)</div>', m.value, re.S)]
     return "\n".join(blocks)
 
 

@@ -1,4 +1,5 @@
-"""Sample page: one sample's fields decoded, beside their raw bytes and hashes."""
+"""Sample page: one sample's fields decoded, beside their raw bytes and hashes (the default view; `?view=Decoded`
+or `?view=Raw` for one of them)."""
 
 import streamlit as st
 
@@ -30,7 +31,8 @@ else:
              icon=":material/error:")
 web_fields.findings(sample.findings)
 
-mode = st.segmented_control("View", ["Decoded", "Raw", "Side by side"], default="Decoded", required=True,
+# the default shows what the product promises: decoded beside the raw bytes and the field hashes
+mode = st.segmented_control("View", ["Side by side", "Decoded", "Raw"], default="Side by side", required=True,
                             key="view", bind="query-params")
 file_stem = f"{sample.dataset}-{sample.index}"
 for f in sample.fields:

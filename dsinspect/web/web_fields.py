@@ -47,7 +47,7 @@ def raw(f: FieldModel, sample_name: str) -> None:
     if pages > 1:
         page = st.number_input(f"Hex page (of {pages})", 1, pages, 1, key=f"hex_page_{f.name}")
     text, _, _ = hex_text(f.raw, int(page) - 1)
-    mono(text)
+    mono(text, wrap=False)  # 16 bytes a line, always one line: the block scrolls sideways
     st.download_button(md(f"Download {f.name} ({len(f.raw):,} bytes)"), f.raw, file_name=f"{sample_name}-{f.name}.bin",
                        mime="application/octet-stream", key=f"download_{f.name}", icon=":material/download:")
 
