@@ -198,9 +198,32 @@ def test_field_details_and_limits(cat):
     assert [len(d.rows.added), len(d.rows.removed), len(d.rows.changed)] == [1, 1, 1]
     row = d.rows.changed[0]
     assert row["key"] == 4 and row["fields"] == ["tokens"]
-    assert row["details"]["tokens"] == {"tokens": [4, 5], "first_diff": 2}
+    assert row["details"]["tokens"] == {"tokens": [4, 5], "first_diff": 2, "change": {
+        "span": [2, 4, 5], "before": [0, 1], "removed": [2, 3], "added": [9, 3, 4], "after": [], "cut": False}}
     assert d.rows.fields == {"tokens": 3}  # counted over every changed row, not the one listed
     assert len(diff(a, b, limit=None).rows.changed) == 3
+
+
+def test_a_changed_text_and_token_stretch_is_named_in_its_context_and_marked_on_the_cli(cat, capsys):
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("text", pa.string(), "text"),
+              Field("tokens", pa.list_(pa.int32()), "tokens")]
+    long = "x" * 300
+    a = cat.write_version("ch", [{"id": 0, "text": "the quick brown fox jumps", "tokens": list(range(40))},
+                                 {"id": 1, "text": "a" + long + "b", "tokens": [1, 2]}], fields, key="id")
+    b = derive_version(a, update={0: {"text": "the quick red fox jumps", "tokens": list(range(20)) + [7] + list(
+        range(30, 40))}, 1: {"text": "a" + long.upper() + "b"}})
+    first, second = (row["details"] for row in diff(a, b).rows.changed)
+    assert first["text"]["change"] == {"span": [10, 15, 13], "before": "the quick ", "removed": "brown",
+                                       "added": "red", "after": " fox jumps", "cut": False}
+    assert first["tokens"]["change"] == {"span": [20, 30, 21], "before": list(range(0, 20)),
+                                         "removed": list(range(20, 30)), "added": [7], "after": list(range(30, 40)),
+                                         "cut": False}
+    cut = second["text"]["change"]
+    assert cut["span"] == [1, 301, 301] and cut["cut"] and len(cut["removed"]) == len(cut["added"]) == 160
+    main(["--catalog", cat.url, "diff", f"ch@{a.id}", f"ch@{b.id}"])
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())  # the table's cells, unwrapped
+    assert "the quick [-brown-]{+red+} fox jumps" in text
+    assert "… 16 17 18 19 [-20 21 22 23 24 25 26 27 28 29-] {+7+} 30 31 32 33 …" in text
 
 
 def test_field_counts_are_exact_at_any_limit(cat):

@@ -13,7 +13,10 @@ from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.format.nested import flatten
 from dsinspect.loaders.format.roles import Role
 
-__all__ = ["field_detail", "image_detail", "array_detail", "first_difference"]
+__all__ = ["field_detail", "image_detail", "array_detail", "first_difference", "changed_stretch"]
+
+CONTEXT = 24    # characters or tokens kept either side of a change: what a face shows around it
+SHOWN = 160     # of the changed stretch itself, per side
 
 
 def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
@@ -22,7 +25,8 @@ def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
         return {"null": [before is None, after is None]}
     role = field.role
     if role is Role.TOKENS:
-        return {"tokens": [len(before), len(after)], "first_diff": first_difference(before, after)}
+        first = first_difference(before, after)
+        return {"tokens": [len(before), len(after)], "first_diff": first, **changed_stretch(before, after, first)}
     if role is Role.IMAGE:
         return image_detail(before, after)
     if role is Role.ARRAY and isinstance(before, list) and isinstance(after, list):
@@ -30,7 +34,8 @@ def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
     if role is Role.TRAJECTORY:
         return {"steps": [_steps(before), _steps(after)], "return": [_return(before), _return(after)]}
     if role in (Role.TEXT, Role.JSON) and isinstance(before, str):
-        return {"chars": [len(before), len(after)], "first_diff": first_difference(before, after)}
+        first = first_difference(before, after)
+        return {"chars": [len(before), len(after)], "first_diff": first, **changed_stretch(before, after, first)}
     if isinstance(before, (bytes, bytearray)):
         return {"bytes": [len(before), len(after)], "first_diff": first_difference(before, after)}
     if isinstance(before, (bool, int, float, str)):
@@ -49,6 +54,27 @@ def first_difference(a: Any, b: Any) -> int | None:
         if a[i] != b[i]:
             return i
     return n if len(a) != len(b) else None
+
+
+def changed_stretch(a: str | list, b: str | list, first: int | None) -> dict[str, Any]:
+    """The one stretch that changed between a common prefix (up to `first`) and a common suffix,
+    with CONTEXT around it, for a face to highlight: `{"change": {"span": [first, end_a, end_b],
+    "before": ..., "removed": a[first:end_a], "added": b[first:end_b], "after": ..., "cut": ...}}`
+    (pieces of `a`'s own type: text or token ids; `removed`/`added` cut to SHOWN, `cut` says so).
+    Several edits far apart make one stretch from the first to the last."""
+    if first is None:
+        return {}
+    most = min(len(a), len(b)) - first
+    suffix = 0
+    while suffix < most and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+        suffix += 1
+    end_a, end_b = len(a) - suffix, len(b) - suffix
+    piece = (lambda x: x) if isinstance(a, str) else (lambda x: [int(v) for v in x])
+    return {"change": {"span": [first, end_a, end_b], "before": piece(a[max(0, first - CONTEXT):first]),
+                       "removed": piece(a[first:min(end_a, first + SHOWN)]),
+                       "added": piece(b[first:min(end_b, first + SHOWN)]),
+                       "after": piece(a[end_a:end_a + CONTEXT]),
+                       "cut": end_a - first > SHOWN or end_b - first > SHOWN}}
 
 
 def array_detail(before: list, after: list, dtype: str) -> dict[str, Any]:
