@@ -66,7 +66,9 @@ def test_changed_rows_hold_before_and_after_values():
         assert image["after"].startswith(b"\x89PNG") and image["difference"].startswith(b"\x89PNG")
         w, h = image["detail"]["size"][0]
         assert f"{w}×{h}" in image["before_caption"] and image["detail"]["mode"][0] in image["before_caption"]
-        assert Image.open(io.BytesIO(image["difference"])).size == (w, h)
+        upright = Image.open(io.BytesIO(image["before"])).size  # turned by its EXIF orientation, as drawn
+        assert upright == ((h, w) if "EXIF orientation" in image["before_caption"] else (w, h))
+        assert Image.open(io.BytesIO(image["difference"])).size == upright
 
 
 def test_deep_link_shows_summary_changed_pairs_and_added_removed(demo_env):

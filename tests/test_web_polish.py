@@ -71,3 +71,81 @@ def test_hex_lines_never_wrap_at_the_default_viewport(server, page, address, sta
     assert overflow == ["pre", "auto"]
     block.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / f"web-hex-{address.split('@')[0]}.png"))
+
+
+# -- item 6: the Diff page --------------------------------------------------------------------------
+
+def rotated_changed_rows() -> list[tuple[int, int, int, int]]:
+    """demo-images v1 -> v2: the changed rows whose image is EXIF-rotated by 90°, with stored and shown sizes."""
+    import dsinspect
+    from dsinspect.inspect.images import image_view
+    from dsinspect.loaders.diff.compare import diff
+
+    cat = dsinspect.open_catalog(DEMO)
+    va, vb = cat.resolve("demo-images@v1"), cat.resolve("demo-images@v2")
+    out = []
+    for r in diff(va, vb, cat).to_json()["rows"]["changed"]:
+        view = image_view(va.take([r["index_a"]], ["image"]).column(0)[0].as_py())
+        if view.orientation in (5, 6, 7, 8) and view.width != view.height:
+            out.append((r["index_a"], view.orientation, view.width, view.height))
+    return out
+
+
+def test_diff_details_are_words_and_tokens_mark_the_changed_stretch(demo_env):
+    from dsinspect.web.web_diff import CHANGED_CLASS
+
+    at = run(a="demo-text@v1", b="demo-text@v2")
+    shown = "\n".join(t.value for t in at.text) + codes(at)
+    assert '{"' not in shown and "detail: " not in shown
+    assert "188 → 125 characters, first difference at 125" in shown
+    assert "110 → 73 tokens, first difference at token 72" in shown
+    assert "first differing token: position 72: id 386" in shown
+    marked = [m.value for m in at.markdown if f'<mark class="{CHANGED_CLASS}">' in m.value]
+    assert len(marked) == 4  # before and after of each changed row's tokens
+    assert all(str([1502, 473]) not in m for m in marked)  # pieces, not id lists
+    shards = next(d.value for d in at.dataframe if "sha256" in d.value.columns and "change" in d.value.columns)
+    assert not shards.isna().any().any() and "None" not in shards.astype(str).to_numpy()
+    at = run(a="demo-rl@v1", b="demo-rl@v2")
+    shown = "\n".join(t.value for t in at.text) + codes(at)
+    assert '{"' not in shown and "120 → 44 steps, return -6.4158 → 9.77842" in shown
+    at = run(a="demo-video@v1", b="demo-video@v2")
+    assert '{"' not in "\n".join(t.value for t in at.text) + codes(at)
+
+
+@slow_browser[0]
+@slow_browser[1]
+def test_diff_draws_a_rotated_image_rotated_and_no_raw_dicts_in_chromium(demo_server, page):  # noqa: F811
+    rotated = rotated_changed_rows()
+    assert rotated, "demo-images v1 -> v2 changes an EXIF-rotated image"
+    page.goto(f"{demo_server}/?a=demo-images@v1&b=demo-images@v2")
+    page.get_by_text("Changed rows", exact=False).first.wait_for()
+    page.locator('[data-testid="stImage"] img').first.wait_for()
+    wait_ready(page)
+    for index, orientation, w, h in rotated:
+        header = page.get_by_text(f"image_id {index} · index {index}", exact=False).first
+        header.scroll_into_view_if_needed()
+        for side in ("before", "after"):
+            figure = page.locator('[data-testid="stImage"]').filter(
+                has_text=f"{side}: JPEG {w}×{h} RGB · EXIF orientation {orientation}, shown {h}×{w}").first
+            img = figure.locator("img")
+            img.wait_for()
+            page.wait_for_function("(el) => el.complete && el.naturalWidth > 0", arg=img.element_handle())
+            assert img.evaluate("el => [el.naturalWidth, el.naturalHeight]") == [h, w]  # upright: turned 90°
+            box = img.bounding_box()
+            assert (box["width"] < box["height"]) == (h < w)
+    page.screenshot(path=str(ARTIFACTS / "web-diff-rotated.png"))
+    body = page.evaluate("document.body.innerText")
+    assert '{"' not in body and "detail:" not in body
+
+    page.goto(f"{demo_server}/?a=demo-text@v1&b=demo-text@v2")
+    mark = page.locator("mark.dsi-changed").first
+    mark.wait_for()
+    wait_ready(page)
+    assert page.locator("mark.dsi-changed").count() == 4
+    assert page.locator("mark.dsi-changed span.t").count() > 0  # the changed tokens, each a piece
+    assert mark.evaluate("el => getComputedStyle(el).backgroundColor") not in ("rgba(0, 0, 0, 0)", "transparent")
+    body = page.evaluate("document.body.innerText")
+    assert '{"' not in body and "first differing token: position 72" in body
+    assert "None" not in page.locator('[data-testid="stDataFrame"]').nth(1).inner_text()
+    mark.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "web-diff-tokens.png"))

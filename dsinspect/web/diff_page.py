@@ -95,13 +95,27 @@ if listed:
                                     f"{detail['pixels_changed']:.1%} of pixels changed")
                     else:
                         figure.text("sizes differ: no pixel comparison")
+                elif f["kind"] == "tokens":  # the changed stretch marked, decoded by the field's tokenizer
+                    st.text(f["first_token"])
+                    before, after = st.columns(2)
+                    before.caption("before")
+                    before.markdown(f["before_html"], unsafe_allow_html=True)  # every piece escaped (web_diff)
+                    after.caption("after")
+                    after.markdown(f["after_html"], unsafe_allow_html=True)
+                elif f["kind"] == "table":
+                    before, after = st.columns(2)
+                    for where, side, label in ((before, f["before"], "before"), (after, f["after"], "after")):
+                        shown = f" (the first {len(side['rows']):,})" if len(side["rows"]) < side["steps"] else ""
+                        where.caption(f"{label}: {side['steps']:,} steps{shown}")
+                        where.dataframe(side["rows"], hide_index=True, width="stretch")
                 else:
                     before, after = st.columns(2)
                     before.caption("before")
                     mono(f["before"], before)
                     after.caption("after")
                     mono(f["after"], after)
-                    mono(f"detail: {f['detail_text']}")
+                if f["detail_text"]:
+                    st.text(f["detail_text"])
 
 for kind, rows in (("added", m["added"]), ("removed", m["removed"])):
     st.markdown(f"#### {kind.capitalize()} rows ({counts[kind]:,})")
