@@ -149,3 +149,79 @@ def test_diff_draws_a_rotated_image_rotated_and_no_raw_dicts_in_chromium(demo_se
     assert "None" not in page.locator('[data-testid="stDataFrame"]').nth(1).inner_text()
     mark.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "web-diff-tokens.png"))
+
+
+# -- item 3: the Dataset page -----------------------------------------------------------------------
+
+def test_dataset_rows_show_thumbnails_and_sizes_for_people(demo_env):
+    import base64
+    import io
+    import json
+
+    from PIL import Image
+
+    from dsinspect.inspect.sizes import human_bytes
+    from dsinspect.web.web_model import THUMB_SIDE
+
+    for address, field in (("demo-images@v1", "image"), ("demo-video@v1", "video")):
+        at = run(address=address)
+        grid = next(d for d in at.dataframe if d.value is not None and "address" in d.value.columns
+                    and "index" in d.value.columns)
+        cells = list(grid.value[field])
+        assert all(c.startswith("data:image/png;base64,") for c in cells), cells[0][:40]
+        thumb = Image.open(io.BytesIO(base64.b64decode(cells[0].split(",", 1)[1])))
+        assert max(thumb.size) <= THUMB_SIDE
+        config = json.loads(grid.proto.columns)
+        assert config[field]["type_config"]["type"] == "image"
+        assert not any("bytes>" in str(v) for v in grid.value.to_numpy().ravel())
+    import dsinspect
+    v1 = dsinspect.open_catalog(DEMO).resolve("demo-images@v1")
+    at = run(address="demo-images@v1")
+    assert {m.label: m.value for m in at.metric}["bytes"] == human_bytes(v1.manifest.num_bytes) == "87.2 KiB"
+    versions = next(d.value for d in at.dataframe if "short_id" in d.value.columns)
+    assert set(versions["bytes"]) == {"87.2 KiB", "94.7 KiB"}
+    shards = next(d.value for d in at.dataframe if "sha256" in d.value.columns)
+    assert all(str(b).endswith(("KiB", " B")) for b in shards["bytes"])
+    filtered = run(address="demo-images@v1", where="image_orientation <> 1")
+    grid = next(d for d in filtered.dataframe if "address" in d.value.columns and "index" in d.value.columns)
+    assert all(c.startswith("data:image/png;base64,") for c in grid.value["image"])  # results too
+
+
+def test_sample_and_catalog_pages_show_sizes_for_people(demo_env):
+    from web_fixtures import plain
+
+    at = run(address="demo-images@v1:3")
+    captions = [plain(c.value) for c in at.caption]
+    assert any(c.startswith("image · binary · ") and c.endswith((" B", "KiB")) for c in captions), captions
+    assert not any(" bytes" in c for c in captions)
+    labels = [plain(b.proto.label) for b in at.get("download_button")]
+    assert labels and all(not lb.endswith(" bytes)") for lb in labels), labels
+    catalog = run().dataframe[0].value
+    assert all(str(b).endswith("KiB") for b in catalog["bytes"])
+
+
+@slow_browser[0]
+@slow_browser[1]
+def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(server, page):  # noqa: F811
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    page.goto(f"{server}/?address=pics@v1")
+    grid = page.locator('[data-testid="stDataFrame"]').last
+    grid.wait_for()
+    wait_ready(page)
+    grid.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # the grid draws its images once they are decoded
+    shot = np.asarray(Image.open(io.BytesIO(grid.screenshot())).convert("RGB")).astype(int)
+    red = (abs(shot[..., 0] - 200) < 40) & (shot[..., 1] < 80) & (shot[..., 2] < 80)  # row 0: a red box
+    blue = (shot[..., 0] < 80) & (shot[..., 1] < 80) & (abs(shot[..., 2] - 200) < 40)  # row 1: a blue one
+    assert red.sum() > 50 and blue.sum() > 50, (red.sum(), blue.sum())
+    page.screenshot(path=str(ARTIFACTS / "web-dataset-thumbnails.png"))
+    box = grid.bounding_box()
+    rows = grid.evaluate("el => el.getBoundingClientRect().height")
+    row = (rows - 35) / 2  # header, then two rows
+    page.mouse.click(box["x"] + 12, box["y"] + 35 + row * 1.5)  # the second row's selection cell
+    page.get_by_role("heading", name="Sample", exact=True).wait_for()
+    page.get_by_text("sample 1 of 2", exact=False).wait_for()

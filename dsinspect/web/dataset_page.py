@@ -7,8 +7,9 @@ from typing import Any
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
+from dsinspect.inspect.sizes import human_bytes
 from dsinspect.web import web_cache
-from dsinspect.web.web_model import TABLE_PAGE
+from dsinspect.web.web_model import TABLE_PAGE, THUMB_SIDE
 from dsinspect.web.web_nav import page_file
 from dsinspect.web.web_page import address_box, md, mono, or_stop
 from dsinspect.web.web_query import check_condition
@@ -26,7 +27,7 @@ info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cann
 st.subheader(md(info["address"]))
 c = st.columns(4)
 c[0].metric("rows", f"{info['rows']:,}")
-c[1].metric("bytes", f"{info['bytes']:,}")
+c[1].metric("bytes", human_bytes(info["bytes"]), help=f"{info['bytes']:,} bytes")
 c[2].metric("shards", len(info["shards"]))
 c[3].metric("tags", md(", ".join(info["tags"])) or "—")
 st.caption(md(f"version {info['id']}" + (f" · key field {info['key']}" if info["key"] else "")))
@@ -43,17 +44,23 @@ if info["parent"]:
 st.markdown("#### Schema")
 st.dataframe(info["schema"], hide_index=True, width="stretch", key="ds_schema")
 st.markdown("#### Versions")
-st.dataframe([{k: v[k] for k in ("short_id", "tags", "rows", "bytes", "shards", "created_at", "message")}
-              for v in info["versions"]], hide_index=True, width="stretch", key="ds_versions")
+st.dataframe([{**{k: v[k] for k in ("short_id", "tags", "rows", "bytes", "shards", "created_at", "message")},
+               "bytes": human_bytes(v["bytes"])} for v in info["versions"]],
+             hide_index=True, width="stretch", key="ds_versions")
 st.markdown("#### Shards")
-st.dataframe([{k: s[k] for k in ("index", "sha256", "rows", "bytes", "first_row")} for s in info["shards"]],
-             hide_index=True, width="stretch", key="ds_shards")
+st.dataframe([{**{k: s[k] for k in ("index", "sha256", "rows", "bytes", "first_row")}, "bytes": human_bytes(s["bytes"])}
+              for s in info["shards"]], hide_index=True, width="stretch", key="ds_shards")
+
+
+THUMB_ROW = THUMB_SIDE // 2 + 8  # pixels: a row tall enough for a thumbnail to be seen
 
 
 def rows_table(table: dict[str, Any]) -> None:
     """A page of rows; the row clicked opens its sample (the Sample page, by its address)."""
+    pictures = {n: st.column_config.ImageColumn(n, width="small") for n in table.get("media", [])}
     event = st.dataframe(table["rows"], column_order=table["columns"], hide_index=True, width="stretch",
-                         key="ds_rows", on_select="rerun", selection_mode="single-row")
+                         key="ds_rows", on_select="rerun", selection_mode="single-row", column_config=pictures,
+                         row_height=THUMB_ROW if pictures else None)
     picked = event.selection.rows if event is not None else []
     if picked and picked[0] < len(table["rows"]):
         st.switch_page(page_file("sample"), query_params={"address": table["rows"][picked[0]]["address"]})

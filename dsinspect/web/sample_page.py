@@ -3,6 +3,7 @@ or `?view=Raw` for one of them)."""
 
 import streamlit as st
 
+from dsinspect.inspect.sizes import human_bytes
 from dsinspect.web import web_cache, web_fields
 from dsinspect.web.web_page import address_box, md, or_stop
 
@@ -37,7 +38,7 @@ mode = st.segmented_control("View", ["Side by side", "Decoded", "Raw"], default=
 file_stem = f"{sample.dataset}-{sample.index}"
 for f in sample.fields:
     st.markdown("#### " + md(f.name))
-    st.caption(md(f"{f.role} · {f.type} · {f.size:,} bytes" + (" · null" if f.null else "")))
+    st.caption(md(f"{f.role} · {f.type} · {human_bytes(f.size)}" + (" · null" if f.null else "")))
     if mode == "Side by side":
         left, right = st.columns(2)
         with left:

@@ -224,7 +224,7 @@ def value_text(value: Any) -> str:
     elif isinstance(value, str):
         text = value
     elif isinstance(value, (bytes, bytearray)):
-        text = f"<{len(value):,} bytes> " + bytes(value[:64]).hex(" ") + (" …" if len(value) > 64 else "")
+        text = f"<{human_bytes(len(value))}> " + bytes(value[:64]).hex(" ") + (" …" if len(value) > 64 else "")
     else:
         text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + f"… ({len(text) - TEXT_CAP:,} more characters)"

@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from dsinspect.inspect.sizes import human_bytes
 from dsinspect.web import web_cache
 from dsinspect.web.web_model import FieldModel, hex_text, token_html
 from dsinspect.web.web_page import md, mono
@@ -41,15 +42,17 @@ def decoded(f: FieldModel, address: str) -> None:
 
 def raw(f: FieldModel, sample_name: str) -> None:
     """Hashes, a paged hex dump and a download of the field's raw bytes."""
-    mono(f"xxh128 (canonical)  {f.hash}\nsha256 (raw)        {f.sha256}\nsize                {f.size:,} bytes")
+    size = human_bytes(f.size) + (f" ({f.size:,} bytes)" if f.size >= 1024 else "")
+    mono(f"xxh128 (canonical)  {f.hash}\nsha256 (raw)        {f.sha256}\nsize                {size}")
     pages = max(1, -(-len(f.raw) // 512))
     page = 1
     if pages > 1:
         page = st.number_input(f"Hex page (of {pages})", 1, pages, 1, key=f"hex_page_{f.name}")
     text, _, _ = hex_text(f.raw, int(page) - 1)
     mono(text, wrap=False)  # 16 bytes a line, always one line: the block scrolls sideways
-    st.download_button(md(f"Download {f.name} ({len(f.raw):,} bytes)"), f.raw, file_name=f"{sample_name}-{f.name}.bin",
-                       mime="application/octet-stream", key=f"download_{f.name}", icon=":material/download:")
+    st.download_button(md(f"Download {f.name} ({human_bytes(len(f.raw))})"), f.raw,
+                       file_name=f"{sample_name}-{f.name}.bin", mime="application/octet-stream",
+                       key=f"download_{f.name}", icon=":material/download:")
 
 
 def _text(f: FieldModel, address: str) -> None:

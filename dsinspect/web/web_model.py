@@ -6,6 +6,7 @@ that comes from a URL is an address, parsed by `dsinspect.loaders.store.address`
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html
 import json
@@ -19,6 +20,7 @@ from dsinspect.defaults import bundled_catalog_path
 from dsinspect.inspect import open_address
 from dsinspect.inspect.cells import cell
 from dsinspect.inspect.hexdump import hex_page
+from dsinspect.inspect.sizes import human_bytes
 from dsinspect.inspect.views import ErrorView, View
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.loaders.store.catalog import Catalog
@@ -26,12 +28,14 @@ from dsinspect.loaders.store.describe import catalog_listing, version_info
 from dsinspect.web import settings
 
 __all__ = ["configured_url", "catalog_rows", "catalog_broken", "dataset_model", "sample_table", "FieldModel",
-           "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "TOKEN_CAP"]
+           "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "TOKEN_CAP", "thumbnails",
+           "media_columns", "THUMB_SIDE"]
 
 TABLE_PAGE = 20
 TOKEN_CAP = 4096        # token pieces prepared per field; the page shows them 256 at a time
 STEP_CAP = 1000         # trajectory steps listed per field (a page gets no 10^6-row table)
 STRIP = 8
+THUMB_SIDE = 64         # pixels: the longer side of a table's thumbnail
 _COLOURS = ("#fde2e4", "#e2ece9", "#dfe7fd", "#fff1c1", "#e8dff5", "#d7f2f7")
 
 
@@ -46,7 +50,7 @@ def catalog_rows(catalog: Catalog) -> list[dict[str, Any]]:
     for ds in catalog_listing(catalog)["datasets"]:
         for v in ds["versions"]:
             rows.append({"dataset": ds["name"], "version": v["short_id"], "tags": ", ".join(v["tags"]),
-                         "rows": v["rows"], "bytes": v["bytes"], "shards": v["shards"],
+                         "rows": v["rows"], "bytes": human_bytes(v["bytes"]), "shards": v["shards"],
                          "created": (v["created_at"] or "")[:10], "message": v["message"]})
     return rows
 
@@ -79,13 +83,57 @@ def sample_table(catalog: Catalog, address: str, page: int, page_size: int = TAB
     page = min(max(page, 0), pages - 1)
     indices = list(range(page * page_size, min(version.num_rows, (page + 1) * page_size)))
     names = [f.name for f in version.fields]
+    media = media_columns(version)
     table = version.take(indices, columns=names) if indices else None
     rows = []
     for i, index in enumerate(indices):
         row = {"index": index, "address": f"{version.name}@{version.id[:12]}:{index}"}
-        row.update({n: cell(table.column(n)[i].as_py()) for n in names})
+        for n in names:
+            value = table.column(n)[i].as_py()
+            row[n] = thumbnail(value, media[n]) if n in media else _cell(value)
         rows.append(row)
-    return {"page": page, "pages": pages, "rows": rows, "columns": ["index", *names, "address"]}
+    return {"page": page, "pages": pages, "rows": rows, "columns": ["index", *names, "address"], "media": list(media)}
+
+
+def _cell(value: Any) -> str:
+    """A short table cell; bytes as their size for people."""
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{human_bytes(len(value))}>"
+    return cell(value)
+
+
+def media_columns(version: Any) -> dict[str, str]:
+    """The image and video fields of a version, by name: a table shows them as thumbnails."""
+    return {f.name: f.role.value for f in version.fields if f.role.value in ("image", "video")}
+
+
+def thumbnails(version: Any, indices: list[int]) -> dict[str, list[str | None]]:
+    """Thumbnails (PNG data URLs, or None) of the image and video fields of rows `indices`."""
+    media = media_columns(version)
+    if not media or not indices:
+        return {n: [None] * len(indices) for n in media}
+    table = version.take(indices, columns=list(media))
+    return {n: [thumbnail(v, kind) for v in table.column(n).to_pylist()] for n, kind in media.items()}
+
+
+def thumbnail(value: Any, kind: str) -> str | None:
+    """An image (upright by its EXIF orientation) or a video's first frame as a small PNG data URL,
+    THUMB_SIDE pixels on its longer side; None when null or undecodable (the Sample page says why)."""
+    if not isinstance(value, (bytes, bytearray)) or not value:
+        return None
+    from dsinspect.inspect.images import image_view
+    from dsinspect.inspect.video import video_view
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        if kind == "image":
+            view = image_view(bytes(value))
+            png = view.png(THUMB_SIDE, oriented=True) if not isinstance(view, ErrorView) else None
+        else:
+            video = video_view(bytes(value))
+            frame = video.frame(0, max_side=THUMB_SIDE) if not isinstance(video, ErrorView) else None
+            png = frame.png() if frame is not None and not isinstance(frame, ErrorView) else None
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii") if png else None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from dsinspect.errors import UserError
 from dsinspect.inspect.cells import cell
 from dsinspect.inspect.query import VersionQuery
 from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.web.web_model import thumbnails
 
 __all__ = ["MAX_WHERE", "WEB_TIMEOUT", "SharedQuery", "check_condition"]
 
@@ -56,16 +57,18 @@ class SharedQuery:
         name = f"{self.version.name}@{self.version.id[:12]}"
         columns = [c for c in first.columns if c != "_index"]
         at = first.columns.index("_index")
+        indices = [int(row[at]) for row in first.rows]
+        media = thumbnails(self.version, indices)  # each row's pictures, as the full table shows them
         rows = []
-        for row in first.rows:
-            out: dict[str, Any] = {"index": int(row[at])}
+        for i, row in enumerate(first.rows):
+            out: dict[str, Any] = {"index": indices[i], **{n: media[n][i] for n in media}}
             for c, value in zip(first.columns, row):
                 if c != "_index":
                     out[c] = value if isinstance(value, (int, float, bool)) or value is None else cell(value)
-            out["address"] = f"{name}:{int(row[at])}"
+            out["address"] = f"{name}:{indices[i]}"
             rows.append(out)
-        return {"columns": ["index", *columns, "address"], "rows": rows, "total": total, "page": max(0, page),
-                "pages": pages}
+        return {"columns": ["index", *media, *columns, "address"], "rows": rows, "total": total,
+                "page": max(0, page), "pages": pages, "media": list(media)}
 
     def close(self) -> None:
         self.query.close()
