@@ -225,3 +225,21 @@ def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(serve
     page.mouse.click(box["x"] + 12, box["y"] + 35 + row * 1.5)  # the second row's selection cell
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
+
+
+# -- item 5: seeds ----------------------------------------------------------------------------------
+
+def test_replayed_seeds_are_hex_as_on_the_command_line(demo_env):
+    import re
+
+    import dsinspect
+    from dsinspect.loaders.audit.replay import replay
+    from dsinspect.web.web_replay import build_spec, encode_spec
+
+    cat = dsinspect.open_catalog(DEMO)
+    spec = build_spec(cat, "demo-text@v1", 7, 4, 2, "global")
+    want = [f"{s.seed:016x}" for s in replay(spec, 3, "all", catalog=cat).samples]  # replay_cmd's format
+    at = run(spec=encode_spec(spec), step="3", rank="all")
+    rows = next(d.value for d in at.dataframe if "seed" in d.value.columns)
+    assert list(rows["seed"]) == want
+    assert all(re.fullmatch("[0-9a-f]{16}", s) for s in rows["seed"])

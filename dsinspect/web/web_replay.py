@@ -68,7 +68,7 @@ def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: 
     rows = [{"rank": s.rank, "position": s.position, "index": s.index,
              "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
-             "verified": s.verified, "seed": str(s.seed)} for s in result.samples]
+             "verified": s.verified, "seed": f"{s.seed:016x}"} for s in result.samples]  # hex, as the CLI
     buf = io.BytesIO()
     pq.write_table(provenance_table(result), buf)
     return {"spec_hash": result.spec.hash, "epoch": result.epoch, "step": result.step, "ranks": result.ranks,
