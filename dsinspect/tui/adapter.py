@@ -20,7 +20,7 @@ from dsinspect.loaders.store.describe import catalog_listing, version_info
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
 
-__all__ = ["DataSource", "RowPage"]
+__all__ = ["DataSource", "RowPage", "FilterPage"]
 
 _GROUP_CACHE = 16  # row groups kept in memory for the sample table
 
@@ -33,6 +33,18 @@ class RowPage:
     cells: list[list[str]]
 
 
+@dataclass(frozen=True)
+class FilterPage:
+    """Rows `offset ..` of the samples matching a filter: `columns` ("_index" first), display cells and
+    each row's sample index; `total` counts every match (asked with the first page)."""
+
+    offset: int
+    columns: list[str]
+    cells: list[list[str]]
+    indexes: list[int]
+    total: int | None = None
+
+
 class DataSource:
     """A catalog seen by the UI: listings, versions, pages of table cells and samples."""
 
@@ -41,6 +53,8 @@ class DataSource:
         self._versions: dict[tuple[str, str], DatasetVersion] = {}
         self._groups: LRU[tuple[str, int, int], pa.Table] = LRU(_GROUP_CACHE)
         self._lock = Lock()
+        self._queries: dict[str, Any] = {}  # version id -> its VersionQuery
+        self._query_lock = Lock()
 
     @property
     def url(self) -> str:
@@ -128,6 +142,29 @@ class DataSource:
         return guarded(lambda: check_log(path, path, catalog=self.catalog, transform=fn, on_progress=on_progress),
                        transform)
 
+    # -- query and statistics (DuckDB over the version's view v) ----------------------------------
+
+    def _query(self, version: DatasetVersion) -> Any:
+        """One VersionQuery per version id, made once (it reads or makes the derived-value sidecars);
+        it runs one statement at a time (its own lock), so workers may share it."""
+        from dsinspect.inspect.query import VersionQuery
+
+        with self._query_lock:  # held while one is made: two workers never make the sidecars twice
+            query = self._queries.get(version.id)
+            if query is None:
+                query = self._queries[version.id] = VersionQuery(version)
+        return query
+
+    def filter(self, version: DatasetVersion, condition: str, offset: int = 0, limit: int = 128,
+               count: bool = False) -> FilterPage:
+        """Samples of `version` matching `condition` (the syntax of `dsinspect query --where`: an SQL
+        condition over the view v), `limit` of them from `offset`, in index order. A bad condition
+        raises UserError with one line."""
+        result = self._query(version).where(condition, limit=limit, offset=offset, count=count)
+        at = result.columns.index("_index")
+        cells = [[_cell(v) for v in row] for row in result.rows]
+        return FilterPage(offset, list(result.columns), cells, [int(row[at]) for row in result.rows], result.total)
+
     def _group(self, version: DatasetVersion, shard: int, group: int, names: list[str]) -> pa.Table:
         key = (version.id, shard, group)
         with self._lock:
@@ -137,6 +174,15 @@ class DataSource:
             with self._lock:
                 self._groups.put(key, table)
         return table
+
+
+def _cell(value: Any) -> str:
+    """A query result's value as a table cell."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 # -- transforms -----------------------------------------------------------------------------------

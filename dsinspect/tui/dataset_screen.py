@@ -1,4 +1,5 @@
-"""One dataset version: a virtualised sample table, its schema with roles, shards and version history."""
+"""One dataset version: a virtualised sample table with a filter box (`/`: an SQL condition over the
+query view v, as `dsinspect query --where`), its schema with roles, shards and version history."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Header, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from dsinspect.term import human_bytes
 from dsinspect.tui.key_footer import KeyFooter
@@ -22,24 +23,32 @@ class DatasetScreen(Screen):
     """`address` is NAME[@REF]; `cursor` puts the sample table's cursor on a row."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("d", "diff_parent", "Diff parent"),
         Binding("s", "tab('samples')", "Samples"),
         Binding("m", "tab('schema')", "Schema"),
         Binding("h", "tab('history')", "History"),
-        Binding("d", "diff_parent", "Diff parent"),
     ]
+
+    AUTO_FOCUS = None  # the sample table takes focus once it is there; never the filter box first
 
     def __init__(self, address: str, cursor: int = 0) -> None:
         super().__init__()
         self.address, self.start_cursor = address, cursor
         self.version: Any = None
         self.info: dict[str, Any] | None = None
+        self.condition = ""  # the filter the results table shows ("" = the full table)
+        self._wanted = ""  # the filter last asked for (a late answer to an older one is dropped)
 
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("loading…", id="summary")
         with TabbedContent(initial="samples"):
             with TabPane("Samples", id="samples"):
+                yield Input(placeholder="filter (/): an SQL condition over v, e.g. tokens_len > 100 AND lang = 'en'",
+                            id="filter", compact=True)
+                yield Static("", id="filter-status").set_styles("display: none;")
                 yield Static("reading the manifest…", id="table-placeholder")
             with TabPane("Schema", id="schema"):
                 yield DataTable(id="schema-table", cursor_type="row")
@@ -116,13 +125,128 @@ class DatasetScreen(Screen):
             self.app.action_diff("", here)
 
     def action_tab(self, tab: str) -> None:
+        """Show a tab and focus its table (a hidden table keeps no focus: keys would go nowhere, or
+        to the filter box)."""
         self.query_one(TabbedContent).active = tab
+        if tab == "samples":
+            self._focus_table()
+        else:
+            self.query_one(f"#{tab}-table").focus()
+
+    # -- the filter box -------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        """Focus the filter box (on the Samples tab)."""
+        self.query_one(TabbedContent).active = "samples"
+        self.query_one("#filter", Input).focus()
+
+    def action_back(self) -> None:
+        """Escape: from a filter (its box or its results) back to the full table, else back a screen."""
+        box = self.query_one("#filter", Input)
+        if self.condition or self._wanted or box.value:
+            box.value = ""
+            self.clear_filter()
+        elif self.focused is box:
+            self._focus_table()
+        else:
+            self.app.pop_screen()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        condition = event.value.strip()
+        if not condition:
+            self.clear_filter()  # enter on an empty box: the full table, focused
+        elif self.version is not None:
+            self._wanted = condition
+            self._status(f"filtering: {condition}…", "dim")
+            self.run_filter(self.version, condition)
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        if not event.value.strip() and (self.condition or self._wanted):
+            self.clear_filter(focus=self.focused is not event.input)  # typing on: the box keeps the keys
+
+    def clear_filter(self, focus: bool = True) -> None:
+        """The full table again (focused, unless the box being edited keeps the focus)."""
+        self.condition = self._wanted = ""
+        self._status("")
+        if self.query("#sample-table"):
+            self.query_one("#sample-table").display = True
+        if focus:
+            self._focus_table(full=True)  # before the results go: their focus must not move to the box
+        for old in self.query("#filter-table"):
+            old.remove()
+
+    def _focus_table(self, full: bool = False) -> None:
+        tables = self.query("#sample-table") if full else (self.query("#filter-table") or self.query("#sample-table"))
+        if tables:
+            tables.first().focus()
+
+    def _status(self, text: str, style: str = "") -> None:
+        from rich.text import Text
+
+        line = self.query_one("#filter-status", Static)
+        line.update(Text(text, style))
+        line.display = bool(text)  # no blank line over the table
+
+    @work(thread=True, exclusive=True, group="filter")
+    def run_filter(self, version: Any, condition: str) -> None:
+        from dsinspect.errors import UserError
+
+        try:
+            page = self.app.source.filter(version, condition, 0, PAGE_ROWS, count=True)
+        except UserError as e:
+            self.app.call_from_thread(self._filter_failed, condition, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - one line in the UI, never a traceback
+            self.app.call_from_thread(self._filter_failed, condition, f"{type(e).__name__}: {e}".splitlines()[0])
+            return
+        self.app.call_from_thread(self._filter_shown, condition, page)
+
+    def _filter_failed(self, condition: str, line: str) -> None:
+        if condition == self._wanted:
+            self._wanted = self.condition
+            self._status(line.splitlines()[0] if line else "the filter failed", "bold red")
+
+    def _filter_shown(self, condition: str, page: Any) -> None:
+        if condition != self._wanted:
+            return
+        self.condition = condition
+        for old in self.query("#filter-table"):
+            old.remove()
+        total = page.total if page.total is not None else len(page.cells)
+        rows = self.info["rows"] if self.info else 0
+        self._status(f"{total:,} of {rows:,} samples match  {condition}   (escape: the full table)", "bold")
+        table = SampleTable(page.columns[1:], total, id="filter-table")
+        table.border_title = condition
+        self.query_one("#sample-table").display = False
+        self.query_one("#samples", TabPane).mount(table)
+        if page.cells:
+            table.add_page(0, page.cells)
+        table.focus()
+
+    @work(thread=True, group="filter-rows")
+    def load_filter_page(self, table: SampleTable, condition: str, page: int) -> None:
+        try:
+            rows = self.app.source.filter(self.version, condition, page * PAGE_ROWS, PAGE_ROWS)
+        except Exception as e:  # noqa: BLE001
+            self.app.call_from_thread(table.page_failed, page)
+            self.post_message(LoadFailed(f"could not read the filter's rows: {e}"))
+            return
+        self.app.call_from_thread(self._filter_page, table, condition, page, rows.cells)
+
+    def _filter_page(self, table: SampleTable, condition: str, page: int, cells: list[list[str]]) -> None:
+        if condition == self.condition and table.is_attached:
+            table.add_page(page, cells)
 
     # -- rows ---------------------------------------------------------------------------------
 
     @on(SampleTable.PageWanted)
     def _page_wanted(self, event: SampleTable.PageWanted) -> None:
-        self.load_page(event.page)
+        if event.table.id == "filter-table":
+            self.load_filter_page(event.table, self.condition, event.page)
+        else:
+            self.load_page(event.page)
 
     @work(thread=True, group="rows")
     def load_page(self, page: int) -> None:
@@ -134,15 +258,21 @@ class DatasetScreen(Screen):
         self.post_message(RowsLoaded(page, rows.cells))
 
     def on_rows_loaded(self, event: RowsLoaded) -> None:
-        self.query_one(SampleTable).add_page(event.page, event.cells)
+        self.query_one("#sample-table", SampleTable).add_page(event.page, event.cells)
 
     def on_load_failed(self, event: LoadFailed) -> None:
-        if isinstance(event.detail, int) and self.query(SampleTable):
-            self.query_one(SampleTable).page_failed(event.detail)
+        if isinstance(event.detail, int) and self.query("#sample-table"):
+            self.query_one("#sample-table", SampleTable).page_failed(event.detail)
 
     @on(SampleTable.RowOpened)
     def _open_row(self, event: SampleTable.RowOpened) -> None:
-        self.post_message(OpenAddress(f"{self.version.name}@{self.version.id}:{event.index}"))
+        index = event.index
+        if event.table.id == "filter-table":  # a result row: its first cell is the sample's index
+            cells = event.table.row_cells(event.index)
+            if cells is None:
+                return
+            index = int(cells[0])
+        self.post_message(OpenAddress(f"{self.version.name}@{self.version.id}:{index}"))
 
     @on(DataTable.RowSelected, "#history-table")
     def _open_history(self, event: DataTable.RowSelected) -> None:

@@ -21,6 +21,11 @@ with `r` on a replay of it, or from the command palette ("Open a run record"): i
 a grid of steps × ranks (█ kept, ✗ gap, ░ only superseded lines, ! the check's first divergence; a
 long run is bucketed, a bucket with any gap step is a gap).
 
+The dataset screen's filter box (`/`) takes the syntax of `dsinspect query --where`: an SQL condition
+over the view `v` (`_index`, the stored fields, derived values such as `tokens_len`, `text_chars`,
+`image_width`, `image_orientation`, `video_frames`, `trajectory_return`), e.g.
+`tokens_len > 100 AND lang = 'en'`. Enter runs it; the matches page like the full table, enter opens one.
+
 | key | where | does |
 |---|---|---|
 | `g` | anywhere | go to an address |
@@ -40,6 +45,7 @@ long run is bucketed, a bucket with any gap step is a gap).
 | `up` `down` `pgup` `pgdn` `home` `end` | sample table | move; rows load by row group as you scroll |
 | `enter` / double click | lists and tables | open |
 | `s` `m` `h` | dataset | samples, schema, history tabs |
+| `/` | dataset | filter the samples (below); escape or an empty box: the full table |
 | `tab` | sample | next field list / view |
 | `left` `right` | token view | move the token cursor (its id and bytes are shown) |
 | `n` / `p` | sample | next / previous sample |
