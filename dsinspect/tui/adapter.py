@@ -165,6 +165,18 @@ class DataSource:
         cells = [[_cell(v) for v in row] for row in result.rows]
         return FilterPage(offset, list(result.columns), cells, [int(row[at]) for row in result.rows], result.total)
 
+    def stats(self, version: DatasetVersion) -> Any:
+        """The version's statistics per column of its query view (inspect.stats.VersionStats)."""
+        from dsinspect.inspect.stats import version_stats
+
+        return version_stats(self._query(version))
+
+    def compare_stats(self, a: DatasetVersion, b: DatasetVersion) -> tuple[Any, Any]:
+        """Two versions' statistics, numeric columns on shared bins (inspect.stats.compare_stats)."""
+        from dsinspect.inspect.stats import compare_stats
+
+        return compare_stats(self._query(a), self._query(b))
+
     def _group(self, version: DatasetVersion, shard: int, group: int, names: list[str]) -> pa.Table:
         key = (version.id, shard, group)
         with self._lock:

@@ -25,6 +25,7 @@ class DatasetScreen(Screen):
     BINDINGS = [
         Binding("escape", "back", "Back"),
         Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("t", "stats", "Stats"),
         Binding("d", "diff_parent", "Diff parent"),
         Binding("s", "tab('samples')", "Samples"),
         Binding("m", "tab('schema')", "Schema"),
@@ -123,6 +124,13 @@ class DatasetScreen(Screen):
             self.app.open_diff(f"{self.info['name']}@{parent[:12]}", here)
         else:
             self.app.action_diff("", here)
+
+    def action_stats(self) -> None:
+        """This version's statistics per field (counts, nulls, value bars, histograms)."""
+        from dsinspect.tui.stats_screen import StatsScreen
+
+        if self.version is not None:
+            self.app.push_screen(StatsScreen(f"{self.version.name}@{self.version.id}"))
 
     def action_tab(self, tab: str) -> None:
         """Show a tab and focus its table (a hidden table keeps no focus: keys would go nowhere, or

@@ -21,7 +21,7 @@ __all__ = ["DiffScreen"]
 class DiffScreen(Screen):
     """`a` and `b` are NAME[@REF] addresses; Enter on a changed row opens it before/after."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("t", "stats", "Stats of both")]
 
     def __init__(self, a: str, b: str) -> None:
         super().__init__()
@@ -37,6 +37,12 @@ class DiffScreen(Screen):
             yield Label("rows (enter: before / after)", classes="pane-title")
             yield DataTable(id="row-changes", cursor_type="row", zebra_stripes=True)
         yield KeyFooter()
+
+    def action_stats(self) -> None:
+        """Both versions' statistics side by side, numbers on shared bins."""
+        from dsinspect.tui.stats_screen import StatsScreen
+
+        self.app.push_screen(StatsScreen(self.a, self.b))
 
     def on_mount(self) -> None:
         self.sub_title = f"diff {self.a} → {self.b}"

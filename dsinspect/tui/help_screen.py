@@ -45,6 +45,8 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `up` `down` `pgup` `pgdn` `home` `end` | sample table | move; rows load by row group as you scroll |
 | `enter` / double click | lists and tables | open |
 | `s` `m` `h` | dataset | samples, schema, history tabs |
+| `t` | dataset | statistics per field: counts, nulls, value bars, histograms (token counts, sizes, returns) |
+| `t` | diff | both versions' statistics side by side, numbers on shared bins |
 | `/` | dataset | filter the samples (below); escape or an empty box: the full table |
 | `tab` | sample | next field list / view |
 | `left` `right` | token view | move the token cursor (its id and bytes are shown) |

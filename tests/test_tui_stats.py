@@ -1,0 +1,131 @@
+"""The statistics screen (issue #20): `t` on a dataset shows each field's counts, nulls and distinct
+values, few values as horizontal bars (a label distribution), numbers as histograms of bars (token
+counts, image sizes, episode returns), computed in a worker through the adapter; `t` on a diff shows
+both versions on shared bins. The statistics write derived values into the catalog: a copy."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from tui_helpers import SIZE, screen_text, until
+
+from dsinspect.inspect.query import VersionQuery
+from dsinspect.inspect.stats import compare_stats, version_stats
+from dsinspect.tui.adapter import DataSource
+from dsinspect.tui.app import DsinspectApp
+from dsinspect.tui.dataset_screen import DatasetScreen
+from dsinspect.tui.diff_screen import DiffScreen
+from dsinspect.tui.help_screen import HELP
+from dsinspect.tui.sample_table import SampleTable
+from dsinspect.tui.stats_screen import StatsScreen, bar
+
+
+async def stats_of(pilot, app, address: str) -> StatsScreen:
+    app.open_address(address)
+    await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.query(SampleTable),
+                what="the dataset")
+    await until(pilot, lambda: "t Stats" in screen_text(app), what="the key in the footer")
+    await pilot.press("t")
+    await until(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None,
+                timeout=60, what="the statistics")
+    await pilot.pause(0.05)
+    return app.screen
+
+
+def body_lines(screen) -> list[str]:
+    """The whole statistics text as the screen draws it (also what is scrolled out of view)."""
+    from rich.console import Console
+
+    console = Console(width=screen.query_one("#stats-columns").content_region.width, record=True, file=io.StringIO())
+    console.print(screen.view)
+    return console.export_text().splitlines()
+
+
+def body(screen) -> str:
+    return "\n".join(body_lines(screen))
+
+
+@pytest.mark.asyncio
+async def test_t_shows_each_fields_counts_value_bars_and_a_token_count_histogram(sample_copy):
+    expect = version_stats(VersionQuery(sample_copy.resolve("demo-text@v1")))
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await stats_of(pilot, app, "demo-text@v1")
+        text = screen_text(app)
+        assert "240 rows" in text and "statistics" in text
+        lines = body_lines(screen)
+        # the label distribution: one bar a value, the most common one a full bar
+        lang = expect.column("lang")
+        top_value, top_count = lang.values[0]
+        line = next(t for t in lines if t.strip().startswith(f"{top_value} "))
+        assert "█" * 30 in line and f" {top_count} " in line
+        for value, n in lang.values:
+            assert any(t.strip().startswith(f"{value} ") and t.rstrip().endswith(f"{n} {n / 240:.0%}")
+                       for t in lines), value
+        # the token counts: a histogram, each bin a line with its count, bars scaled to the largest bin
+        tokens = expect.column("tokens_len")
+        i = next(k for k, t in enumerate(lines) if t.startswith("tokens_len"))
+        assert "derived from tokens" in lines[i] and f"distinct {tokens.distinct}" in lines[i + 1]
+        assert lines[i + 2].split() == ["min", "2", "·", "mean", f"{tokens.mean:.4g}", "·", "max", "687"]
+        bins = lines[i + 3:i + 3 + len(tokens.histogram)]
+        assert [int(t.split()[-1]) for t in bins] == [n for *_, n in tokens.histogram]
+        biggest = max(n for *_, n in tokens.histogram)
+        for t, (_, _, n) in zip(bins, tokens.histogram):
+            assert t.endswith(f" {bar(n, biggest)} {n}") and ("█" * 30 in t) == (n == biggest), t
+        assert "kept in the shards" in body(screen)  # text, tokens: described by their derived values
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen), what="back")
+
+
+@pytest.mark.asyncio
+async def test_image_sizes_and_episode_returns_are_drawn(sample_copy):
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await stats_of(pilot, app, "demo-images@v1")
+        text = body(screen)
+        assert "image_width" in text and "image_orientation" in text and "nulls 42" in text
+        assert "square" in text and "checkerboard" in text  # the labels
+        await pilot.press("escape", "escape")
+        screen = await stats_of(pilot, app, "demo-rl@v1")
+        lines = body_lines(screen)
+        i = next(k for k, t in enumerate(lines) if t.startswith("trajectory_return"))
+        assert "derived from trajectory" in lines[i] and "mean 6.282" in lines[i + 2]
+        assert lines[i + 3].lstrip().startswith("[-16.27,") and sum(int(t.split()[-1]) for t in lines[i + 3:i + 23]) \
+            == 40
+
+
+@pytest.mark.asyncio
+async def test_t_on_a_diff_shows_both_versions_on_shared_bins(sample_copy):
+    a, b = sample_copy.resolve("demo-text@v1"), sample_copy.resolve("demo-text@v2")
+    first, second = compare_stats(VersionQuery(a), VersionQuery(b))
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=SIZE) as pilot:
+        app.open_diff("demo-text@v1", "demo-text@v2")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result is not None,
+                    what="the diff")
+        await until(pilot, lambda: "t Stats of both" in screen_text(app), what="the key in the footer")
+        await pilot.press("t")
+        await until(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None,
+                    timeout=60, what="the statistics")
+        await pilot.pause(0.05)
+        text = screen_text(app)
+        assert "(240 rows)" in text and "(242 rows)" in text and "shared bins" in text
+        lines = body_lines(app.screen)
+        x, y = first.column("tokens_len"), second.column("tokens_len")
+        assert [h[:2] for h in x.histogram] == [h[:2] for h in y.histogram]  # the core: shared bins
+        i = next(k for k, t in enumerate(lines) if t.startswith("tokens_len"))
+        rows = lines[i + 3:i + 3 + len(x.histogram)]
+        for t, (_, _, n), (_, _, m) in zip(rows, x.histogram, y.histogram):
+            left, right = t[:58], t[58:]  # both versions on one line: the same bin, each its count
+            assert left.split()[-1] == str(n) and right.split()[-1] == str(m), t
+            assert left.split()[0] == right.split()[0]
+
+
+def test_bars_in_eighths():
+    assert bar(0, 10) == "" and bar(10, 10, 4) == "████" and bar(1, 1000, 4) == "▏"
+    assert bar(5, 10, 4) == "██" and bar(9, 16, 2) == "█▏"
+
+
+def test_help_names_the_stats_key():
+    assert "| `t` | dataset | statistics" in HELP
