@@ -43,6 +43,9 @@ VIEWS = {
                                                   f"Download label {JS_LINK}", f"Download meta {UNC_IMG}"]),
     "sample-side": ("/?address=mk@v2:0&view=Side+by+side", MARKUP),
     "diff": ("/?a=mk@v1&b=mk@v2", MARKUP),  # key caption, changed fields, before/after values
+    "dataset-filtered": ("/?address=mk@v2&where=_index%20%3E%3D%200", MARKUP),  # the filter's result rows
+    "stats": ("/stats?a=mk@v1&b=mk@v2", [f"key {MD_IMG}", f"text {HTML_IMG}", f"label {JS_LINK}",
+                                         f"meta {UNC_IMG}", f"caption {MD_IMG}"]),  # field names, moved counts
 }
 
 
