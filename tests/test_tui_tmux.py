@@ -99,3 +99,40 @@ def test_an_address_that_names_nothing_is_one_line_and_exit_2_before_the_ui_star
         assert lines[2].startswith("dsinspect: error: demo-text@") and "index 240 is out of range" in lines[2]
     finally:
         pane.close()
+
+
+def test_replay_form_keys_in_a_real_terminal(tmp_path):
+    """Issue #20: in a replay field `D` and `]` are text; Escape leaves the field and then `D` opens the
+    diff prompt; Tab goes spec → step → rank; the step refuses a letter with a message and keeps its
+    value; a typed form replays and `]` steps once the batch has the focus."""
+    import dsinspect
+
+    spec = dsinspect.RunSpec.create(dsinspect.open_catalog(), "demo-text@v1", seed=0, batch_size=4, world_size=2,
+                                    shuffle="global")
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    pane = Pane(_command(""))
+    try:
+        pane.wait_for("datasets", "demo-text")
+        pane.keys("R")
+        pane.wait_for("escape leaves a field", "transform")
+        pane.keys("D", "]")
+        screen = pane.wait_for("D]")  # typed into the spec field: text, not keys
+        assert "Diff two versions" not in screen and "spec" in next(t for t in screen.splitlines() if "D]" in t)
+        pane.keys("Escape")
+        pane.wait_for("keys act on the screen now")
+        pane.keys("D")
+        pane.wait_for("Diff two versions")
+        pane.keys("Escape")
+        pane.wait_for("keys act on the screen now")
+        pane.keys("Tab", "C-u", str(path), "Tab", "x")  # the spec, then a letter in the step field
+        screen = pane.wait_for("digits only", "'x' refused")
+        step_line = next(t for t in screen.splitlines() if "step" in t and str(path)[-20:] in t)
+        assert " 0 " in step_line + " " and "x" not in step_line.split("step", 1)[1].split("rank")[0], step_line
+        pane.keys("BSpace", "3", "Tab", "BSpace", "all", "Enter")
+        pane.wait_for("step 3 · epoch", "ranks [0, 1]")
+        pane.keys("]")
+        pane.wait_for("step 4 · epoch")
+        pane.keys("q")
+    finally:
+        pane.close()

@@ -21,6 +21,10 @@ with `r` on a replay of it, or from the command palette ("Open a run record"): i
 a grid of steps × ranks (█ kept, ✗ gap, ░ only superseded lines, ! the check's first divergence; a
 long run is bucketed, a bucket with any gap step is a gap).
 
+In a field (the replay form, the filter box) every printable key is text, `D` `R` `[` `]` included:
+escape leaves a field, and then the screen's keys act; tab moves between fields (replay: spec → step →
+rank → transform → log). The replay step takes digits only: anything else is refused with a message.
+
 The dataset screen's filter box (`/`) takes the syntax of `dsinspect query --where`: an SQL condition
 over the view `v` (`_index`, the stored fields, derived values such as `tokens_len`, `text_chars`,
 `image_width`, `image_orientation`, `video_frames`, `trajectory_return`), e.g.

@@ -3,10 +3,16 @@
 With the job's transform (package.module:function) the highlighted sample is shown as stored and as
 fed to the model, side by side; with a fingerprint log (a file or run record directory) each step is
 marked as matching the log or diverging from it. Replay and the log check run in thread workers.
+
+Keys: in a field, every printable key is text (`D`, `R`, `[`, `]` included); Escape leaves the field
+(focus to the screen), and then the screen's and the app's keys act. Tab goes spec → step → rank →
+transform → log → the batch. The step field takes digits only: anything else is refused with a
+message and the field keeps its last good value; an empty step is refused on enter, never read as 0.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +33,10 @@ __all__ = ["ReplayScreen", "Fed"]
 
 COLUMNS = ("rank", "pos", "index", "source", "version", "shard", "row", "row hash", "pad", "verified")
 VALUE_WIDTH = 40
+FORM = ("replay-spec", "replay-step", "replay-rank", "replay-transform", "replay-log")  # the tab order
+HINT = ("enter a spec file, a step and a rank (or all), then press enter · escape leaves a field; "
+        "then ] / [ step, D diff, R replay")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 @dataclass
@@ -42,11 +52,13 @@ class ReplayScreen(Screen):
     names (shown only when it is a run record directory)."""
 
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
+        Binding("escape", "back", "Back"),
         Binding("right_square_bracket", "step(1)", "Next step"),
         Binding("left_square_bracket", "step(-1)", "Prev step"),
         Binding("r", "open_run", "Run record"),
     ]
+
+    AUTO_FOCUS = ""  # back from a prompt, the focus stays where Escape left it (not back in a field)
 
     def __init__(self, spec: str = "", step: int = 0, rank: str = "0", transform: str = "", log: str = "") -> None:
         super().__init__()
@@ -56,6 +68,8 @@ class ReplayScreen(Screen):
         self.fed: dict[int, Fed] = {}
         self.checks: dict[tuple[str, str, str, int], Any] = {}  # (spec, log, transform, step) -> LogCheck | error str
         self.run_record = ""  # the spec, once a replay found it to be a run record directory
+        self._step_good = str(step)  # the step field's last accepted text
+        self._asked_from: Any = None  # the field enter was pressed in (the results take the focus from it)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -63,7 +77,7 @@ class ReplayScreen(Screen):
             yield Label("spec")
             yield Input(self.spec, placeholder="run.json or a run record directory", id="replay-spec")
             yield Label("step")
-            yield Input(str(self.step), id="replay-step", type="integer")
+            yield Input(str(self.step), placeholder="0", id="replay-step")
             yield Label("rank")
             yield Input(self.rank, placeholder="0 or all", id="replay-rank")
         with Horizontal(id="replay-form2"):
@@ -71,7 +85,8 @@ class ReplayScreen(Screen):
             yield Input(self.transform, placeholder="package.module:function (optional)", id="replay-transform")
             yield Label("log")
             yield Input(self.log_path, placeholder="fingerprint log or run record dir (optional)", id="replay-log")
-        yield Static("enter a spec file, a step and a rank (or all), then press enter", id="replay-summary")
+        yield Static("", id="replay-message", classes="hidden")
+        yield Static(HINT, id="replay-summary")
         yield Static("", id="replay-check", classes="hidden")
         yield DataTable(id="replay-batch", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="replay-compare", classes="hidden"):
@@ -87,11 +102,45 @@ class ReplayScreen(Screen):
         else:
             self.query_one("#replay-spec", Input).focus()
 
+    # -- keys and fields ------------------------------------------------------------------------
+
+    def action_back(self) -> None:
+        """Escape: out of a field (focus to the screen, where its keys act), else back a screen."""
+        if isinstance(self.focused, Input):
+            self.set_focus(None)
+            self.say("keys act on the screen now: ] / [ step, D diff, R replay (tab: back to the fields)")
+        else:
+            self.app.pop_screen()
+
+    def say(self, text: str, style: str = "dim") -> None:
+        """A line under the form (an empty text hides it)."""
+        line = self.query_one("#replay-message", Static)
+        line.update(Text(text, style))
+        line.set_class(not text, "hidden")
+
+    @on(Input.Changed, "#replay-step")
+    def _step_changed(self, event: Input.Changed) -> None:
+        """Digits only: anything else is refused, said, and the field goes back to its last good text."""
+        value = event.value
+        if not value or _DIGITS.fullmatch(value):
+            self._step_good = value
+            return
+        refused = "".join(sorted(set(value) - set("0123456789")))
+        event.input.value = self._step_good
+        event.input.cursor_position = len(self._step_good)
+        self.say(f"the step takes digits only (0, 1, 2, …): {refused!r} refused", "bold yellow")
+
     @on(Input.Submitted)
     def _submitted(self) -> None:
+        step = self.query_one("#replay-step", Input).value.strip()
+        if not _DIGITS.fullmatch(step):
+            self.say("enter a step (a number from 0) before replaying", "bold yellow")
+            self.query_one("#replay-step", Input).focus()
+            return
+        self.say("")
+        self._asked_from = self.focused
         self.spec = self.query_one("#replay-spec", Input).value.strip()
-        step = self.query_one("#replay-step", Input).value.strip() or "0"
-        self.step = int(step) if step.lstrip("-").isdigit() else 0
+        self.step = int(step)
         self.rank = self.query_one("#replay-rank", Input).value.strip() or "0"
         self.transform = self.query_one("#replay-transform", Input).value.strip()
         self.log_path = self.query_one("#replay-log", Input).value.strip()
@@ -168,7 +217,8 @@ class ReplayScreen(Screen):
         self._mark_divergence()
         if result.samples:
             self._compare(0)
-        table.focus()
+        if not isinstance(self.focused, Input) or self.focused is self._asked_from:
+            table.focus()  # never out of a field the user went on typing in
 
     @on(DataTable.RowHighlighted, "#replay-batch")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
