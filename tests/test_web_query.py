@@ -74,6 +74,23 @@ def test_a_bad_condition_is_one_line_not_a_traceback(demo_env, condition, line):
     assert not any(d.key == "ds_rows" for d in at.dataframe)
 
 
+def test_a_slow_condition_is_stopped_at_the_web_time_limit(demo_env, monkeypatch):
+    import time
+
+    from dsinspect.web import web_cache, web_query
+
+    monkeypatch.setattr(web_query, "WEB_TIMEOUT", 1.0)  # 10 s on a real server
+    web_cache.version_query.clear()
+    try:
+        start = time.monotonic()
+        at = run(address="demo-rl@v1", where="(SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3) > 0")
+        assert time.monotonic() - start < 30
+        assert [e.value for e in at.error] == ["That condition cannot be run."]
+        assert "the query ran longer than 1 s and was stopped" in codes(at)
+    finally:
+        web_cache.version_query.clear()
+
+
 def test_the_query_view_is_cached_per_version(demo_env):
     from dsinspect.web import web_cache
 

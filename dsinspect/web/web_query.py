@@ -37,9 +37,9 @@ class SharedQuery:
     """One version's query view, shared by every session (a DuckDB connection answers one query at a
     time: a lock takes turns)."""
 
-    def __init__(self, version: DatasetVersion, timeout: float = WEB_TIMEOUT):
+    def __init__(self, version: DatasetVersion, timeout: float | None = None):
         self.version = version
-        self.query = VersionQuery(version, timeout=timeout, threads=1)
+        self.query = VersionQuery(version, timeout=WEB_TIMEOUT if timeout is None else timeout, threads=1)
         self._lock = threading.Lock()
 
     def page(self, condition: str, page: int, page_size: int) -> dict[str, Any]:
