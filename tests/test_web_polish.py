@@ -225,6 +225,12 @@ def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(serve
     page.mouse.click(box["x"] + 12, box["y"] + 35 + row * 1.5)  # the second row's selection cell
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
+    # the Dataset page again (the sidebar): the click that opened the sample does not open it a second time
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Dataset").click()
+    page.get_by_role("heading", name="Dataset", exact=True).wait_for()
+    wait_ready(page)
+    page.wait_for_timeout(1500)
+    assert page.get_by_role("heading", name="Dataset", exact=True).is_visible()
 
 
 # -- item 5: seeds ----------------------------------------------------------------------------------
