@@ -63,9 +63,11 @@ def derivations(fields: Sequence[Field]) -> list[Derived]:
     return out
 
 
-def derived_kind(derived: Sequence[Derived]) -> str:
-    """A content hash of the derivations: names a stored sidecar's directory."""
-    return sha256_hex(canonical_json({"format": FORMAT, "columns": [[d.name, d.field, d.what] for d in derived]}))
+def derived_kind(derived: Sequence[Derived], kept: Sequence[str] = ()) -> str:
+    """A content hash of the derivations (and the stored fields kept beside them): names a stored
+    sidecar's directory."""
+    return sha256_hex(canonical_json({"format": FORMAT, "kept": list(kept),
+                                      "columns": [[d.name, d.field, d.what] for d in derived]}))
 
 
 def derive(table: pa.Table, derived: Sequence[Derived]) -> pa.Table:

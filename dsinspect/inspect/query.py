@@ -1,13 +1,13 @@
 """SQL over a version, run by DuckDB: find samples by their fields and derived values.
 
 The version is one view, `v`: `_index` (the sample's index in the version), every stored field
-(the row hashes apart) and the derived columns (`derived.py`, from the shards' sidecars). The
-scalar fields, the derived values and `_index` are held in memory (Arrow tables, read once per
-query session); the other fields (text, tokens, media, trajectories) stay in the shards, each handed
-to DuckDB as a pyarrow dataset of its Parquet file (DuckDB pushes the columns it needs into the
-scan) and lined up with the in-memory columns by POSITIONAL JOIN. A query that names none of those
-fields runs on the in-memory view alone, ~10x faster (DuckDB's JSON syntax tree says which names
-a query uses).
+(the row hashes apart) and the derived columns (`derived.py`). The scalar fields, the derived
+values and `_index` are held in memory (Arrow tables from the shards' sidecars, which carry a copy
+of the scalars: read once per query session); the other fields (text, tokens, media, trajectories)
+stay in the shards, each handed to DuckDB as a pyarrow dataset of its Parquet file (DuckDB pushes
+the columns it needs into the scan) and lined up with the in-memory columns by POSITIONAL JOIN. A
+query that names none of those fields runs on the in-memory view alone, ~10x faster (DuckDB's JSON
+syntax tree says which names a query uses).
 
 DuckDB itself is shut in before a query runs: external access off (no file, no network: it reads
 only what was handed to it; `read_csv('/etc/passwd')` and `COPY ... TO` are refused), no
@@ -71,7 +71,7 @@ class VersionQuery:
         self._big_names = {name.lower() for name in self.big}  # SQL names are case-insensitive
         # a DuckDB connection runs one statement at a time: viewers share a VersionQuery over threads
         self.lock = threading.RLock()
-        sidecars = derived_tables(version, self.derived, on_shard) if self.derived else []
+        sidecars = derived_tables(version, self.derived, self.small, on_shard) if self.derived or self.small else []
         self.con, self.full = self._connections(sidecars)
         for con in (self.con, self.full):
             for setting in ([f"SET threads = {int(threads)}"] if threads else []) + [
@@ -95,9 +95,8 @@ class VersionQuery:
             if not entry.rows:
                 continue
             data = ds.dataset(self.version.shard_path(s), format="parquet", filesystem=filesystem)
-            memory = data.to_table(columns=self.small)  # the scalars: small, read once
             index = pa.array(np.arange(offset, offset + entry.rows, dtype=np.int64))
-            memory = pa.Table.from_arrays([index, *memory.columns, *(sidecars[s].columns if sidecars else [])],
+            memory = pa.Table.from_arrays([index, *(sidecars[s].columns if sidecars else [])],  # scalars, derived
                                           names=["_index", *self.small, *(d.name for d in self.derived)])
             for con in (small, full):
                 con.register(f"_m{s}", memory)

@@ -1,5 +1,8 @@
 """Derived values kept beside the data: one Parquet sidecar per shard, named by the shard's sha256
 and the derivations' hash (`derived.derived_kind`), computed once and read by every later query.
+A sidecar also carries a copy of the shard's scalar fields (`kept`): a shard's row groups are sized
+for reading rows (a few hundred rows of 1,024 tokens each), so its scalars are spread over hundreds
+of column chunks (1.4 s for 3 scalars of 10^6 rows, against 0.13 s for all the sidecars).
 
     <catalog>/datasets/<name>/derived/<kind>/<shard-sha256>.parquet
 
@@ -30,13 +33,16 @@ from dsinspect.loaders.store.version import DatasetVersion
 __all__ = ["derived_tables"]
 
 
-def derived_tables(version: DatasetVersion, derived: Sequence[Derived],
+def derived_tables(version: DatasetVersion, derived: Sequence[Derived], kept: Sequence[str] = (),
                    on_shard: Callable[[int], None] | None = None) -> list[pa.Table]:
-    """Per shard of `version`, its rows' derived values (made and stored where missing)."""
-    kind = derived_kind(derived)
+    """Per shard of `version`, its rows' `kept` fields and derived values, in that order (made and
+    stored where missing)."""
+    kind = derived_kind(derived, kept)
+    names = [*kept, *(d.name for d in derived)]
     tables = []
     for s, entry in enumerate(version.manifest.shards):
-        tables.append(_load(version, kind, entry.sha256, entry.rows, derived) or _make(version, s, kind, derived))
+        tables.append(_load(version, kind, entry.sha256, entry.rows, names)
+                      or _make(version, s, kind, derived, kept))
         if on_shard:
             on_shard(s)
     return tables
@@ -48,26 +54,29 @@ def _homes(version: DatasetVersion, kind: str, sha256: str) -> tuple[str, Path]:
             cache_dir() / "derived" / kind / f"{sha256}.parquet")
 
 
-def _load(version: DatasetVersion, kind: str, sha256: str, rows: int, derived: Sequence[Derived]) -> pa.Table | None:
+def _load(version: DatasetVersion, kind: str, sha256: str, rows: int, names: list[str]) -> pa.Table | None:
     in_catalog, in_cache = _homes(version, kind, sha256)
     for read in (lambda: version.catalog.fs.cat_file(in_catalog), in_cache.read_bytes):
         try:
             table = pq.read_table(io.BytesIO(read()))
         except (OSError, pa.ArrowException):  # absent, or unreadable: made again
             continue
-        if table.num_rows == rows and table.column_names == [d.name for d in derived]:
+        if table.num_rows == rows and table.column_names == names:
             return table
     return None
 
 
-def _make(version: DatasetVersion, shard: int, kind: str, derived: Sequence[Derived]) -> pa.Table:
+def _make(version: DatasetVersion, shard: int, kind: str, derived: Sequence[Derived],
+          kept: Sequence[str]) -> pa.Table:
     entry = version.manifest.shards[shard]
     data = version.catalog.fs.cat_file(version.shard_path(shard))
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise IntegrityError(f"{version.shard_url(shard)}: its bytes do not hash to the manifest's sha256 "
                              f"{entry.sha256[:16]}...; run `dsinspect verify {version.address}`")
-    rows = pq.read_table(io.BytesIO(data), columns=sorted({d.field for d in derived}))
-    table = derive(rows, derived)
+    rows = pq.read_table(io.BytesIO(data), columns=sorted({d.field for d in derived} | set(kept)))
+    values = derive(rows, derived) if derived else None
+    table = pa.Table.from_arrays([*(rows.column(k) for k in kept), *(values.columns if values else [])],
+                                 names=[*kept, *(d.name for d in derived)])
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     in_catalog, in_cache = _homes(version, kind, entry.sha256)
