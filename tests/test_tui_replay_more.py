@@ -121,6 +121,9 @@ async def test_fingerprint_log_marks_matching_and_diverging_steps(job):
         await pilot.press("enter")
         await until(pilot, lambda: "step 2: ✓ matches the log (2 line(s), 2 stored)" in screen_text(app),
                     what="step 2 matches")
+        # `]` is a key once the batch has the focus (in the log field it would be text)
+        await until(pilot, lambda: screen.result is not None and app.focused is screen.query_one("#replay-batch"),
+                    what="the batch shown and focused")
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: "step 3: ✗ DIVERGES from the log at rank 1" in screen_text(app),
                     what="step 3 diverges")
