@@ -289,7 +289,7 @@ def test_diff_human_summary_and_self_diff(cli):
     code, out, _ = cli("diff", "demo-text@v1", "demo-text@v2")
     assert code == 0
     assert "rows (matched by key 'doc_id'): 3 added, 1 removed, 2 changed, 0 moved" in out
-    assert "shards: 2 shared, 3 added, 2 removed" in out and "first differs at" in out
+    assert "shards: 2 shared, 3 added, 2 removed" in out and "first difference at" in out
     code, out, _ = cli("diff", "demo-images@v1", "demo-images@v2", "--limit", 1)
     assert "the first 1 shown" in out and "of pixels differ" in out
     code, out, _ = cli("diff", "demo-rl@v2", "demo-rl@v2")

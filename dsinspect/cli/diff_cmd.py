@@ -108,11 +108,13 @@ def _what_changed(details: dict[str, dict[str, Any]]) -> Any:
     Text: stored text is never markup)."""
     from rich.text import Text
 
+    from dsinspect.inspect.diff_text import detail_text
+
     what = Text()
     for name, detail in details.items():
         if what:
             what.append("\n")
-        what.append(f"{name}: {_detail(detail)}")
+        what.append(f"{name}: {detail_text(detail)}")
         change = detail.get("change")
         if change:
             tokens = "tokens" in detail
@@ -185,61 +187,6 @@ def _title(kind: str, shown: int, total: int) -> str:
 
 def _ident(row: dict) -> str:
     return str(row["key"]) if "key" in row else row["row_hash"][:16]
-
-
-def _detail(detail: dict[str, Any]) -> str:
-    """A changed field's details in a few words."""
-    parts = []
-    if "tokens" in detail:
-        parts.append(f"{detail['tokens'][0]} -> {detail['tokens'][1]} tokens, first differs at {detail['first_diff']}")
-    if "chars" in detail:
-        parts.append(f"{detail['chars'][0]} -> {detail['chars'][1]} chars, first differs at {detail['first_diff']}")
-    if "size" in detail:
-        parts += _image(detail)
-    elif "shape" in detail:
-        parts += _array(detail)
-    elif "bytes" in detail:
-        parts.append(f"{detail['bytes'][0]:,} -> {detail['bytes'][1]:,} bytes")
-    if "steps" in detail:
-        (s0, s1), (r0, r1) = detail["steps"], detail["return"]
-        parts.append(f"{s0} -> {s1} steps, return {r0} -> {r1}")
-    if "before" in detail:
-        parts.append(f"{detail['before']!r} -> {detail['after']!r}")
-    if "error" in detail:
-        parts.append(detail["error"])
-    if "null" in detail:
-        parts.append("null -> value" if detail["null"][0] else "value -> null")
-    return ", ".join(parts)
-
-
-def _image(detail: dict[str, Any]) -> list[str]:
-    (w0, h0), (w1, h1) = detail["size"]
-    parts = [f"{w0}x{h0} {detail['mode'][0]} -> {w1}x{h1} {detail['mode'][1]}"]
-    if "value_range" in detail:  # 16/32-bit: compared on the stored values, not on 8 bits
-        ranges = ["?" if r is None else f"{r[0]}-{r[1]}" for r in detail["value_range"]]
-        parts.append(f"{'/'.join(dict.fromkeys(map(str, detail['bits'])))}-bit values {ranges[0]} -> {ranges[1]}")
-    if "pixels_changed" in detail:
-        scale = f"/{detail['full_scale']}" if detail.get("full_scale") else ""
-        mean, top = detail["pixel_mean_abs_diff"], detail["pixel_max_abs_diff"]
-        parts.append(f"mean |dpixel| {'?' if mean is None else f'{mean:.2f}'}{scale}, "
-                     f"max {'?' if top is None else top}, {detail['pixels_changed']:.1%} of pixels differ")
-    if "note" in detail:
-        parts.append(detail["note"])
-    return parts
-
-
-def _array(detail: dict[str, Any]) -> list[str]:
-    s0, s1 = ("x".join(map(str, s)) if isinstance(s, list) else s for s in detail["shape"])
-    parts = [f"{detail['dtype']} {s0}" + (f" -> {s1}" if s1 != s0 else "")]
-    if "elements_changed" in detail:
-        text = f"{detail['elements_changed']:,} of {detail['elements'][0]:,} elements differ"
-        if "first_diff" in detail:
-            before, after = detail["values"]
-            text += f", first at {detail['first_diff']}: {before!r} -> {after!r}"
-        parts.append(text)
-    if detail.get("max_abs_diff") is not None:
-        parts.append(f"max |diff| {detail['max_abs_diff']:.6g}")
-    return parts
 
 
 def _compact(value: Any) -> str:

@@ -7,20 +7,18 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from dsinspect.loaders.diff.fields import changed_stretch, first_difference
+
 __all__ = ["detail_text", "changed_span", "field_type_text", "schema_field_text"]
 
 
 def changed_span(a: Sequence[Any], b: Sequence[Any]) -> tuple[int, int, int] | None:
     """(first, end_a, end_b): `a[first:end_a]` became `b[first:end_b]` between a common prefix and a
-    common suffix (several edits far apart make one stretch); None when the two are equal."""
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), n)
-    if first == n and len(a) == len(b):
-        return None
-    suffix = 0
-    while suffix < n - first and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
-        suffix += 1
-    return first, len(a) - suffix, len(b) - suffix
+    common suffix (several edits far apart make one stretch); None when the two are equal. The
+    stretch a diff's details carry (`loaders.diff.fields.changed_stretch`)."""
+    change = changed_stretch(list(a) if not isinstance(a, str) else a, list(b) if not isinstance(b, str) else b,
+                             first_difference(a, b)).get("change")
+    return tuple(change["span"]) if change else None
 
 
 def _n(value: Any) -> str:
