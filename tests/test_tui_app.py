@@ -198,8 +198,11 @@ async def test_a_broken_manifest_is_listed_as_broken_beside_the_intact_datasets(
         assert table.row_count == 2
         broken_row = [c.plain if hasattr(c, "plain") else c for c in table.get_row_at(1)]
         assert broken_row[0] == vid[:12] and broken_row[1] == "v1" and broken_row[-1].startswith("BROKEN: ")
-        assert str(path) in broken_row[-1] and "not valid JSON" in broken_row[-1]
-        await pilot.press("tab", "down", "enter")  # selecting the broken row explains, opens nothing
+        await pilot.press("tab", "down")  # highlighted: the whole reason under the table (the column is cut)
+        under = app.screen.query_one("#version-message")
+        await until(pilot, lambda: "BROKEN: " in str(under.content), what="the broken entry's reason")
+        assert str(path) in str(under.content) and "not valid JSON" in str(under.content)
+        await pilot.press("enter")  # selecting the broken row explains, opens nothing
         await until(pilot, lambda: any(n.startswith("cannot open") for n in notes(app)), what="refusal")
         assert isinstance(app.screen, CatalogScreen)
 

@@ -281,3 +281,63 @@ async def test_wide_scripts_are_measured_in_terminal_cells_and_keep_the_columns_
                     assert shown == value or (shown.endswith("…") and value.startswith(shown[:-1].rstrip())), (y, shown)
         text = screen_text(app)
         assert "안녕하세요" in text and "…" in text
+
+
+# -- the catalog's version messages: the column takes the width left, the whole message under it ----
+
+LONG_V1 = ("first import of the support tickets from the March export, deduplicated by ticket id, with the "
+           "attachments dropped and the customer names replaced by stable pseudonyms; see ops/ingest.md")
+LONG_V2 = ("relabelled 312 tickets after the taxonomy review (billing split into refunds and invoices), and "
+           "removed the 14 tickets that were test traffic from the staging environment")
+
+
+@pytest.fixture
+def long_messages(tmp_path):
+    import pyarrow as pa
+
+    from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.catalog import Catalog
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("label", pa.string(), "scalar")]
+    v1 = catalog.write_version("tickets", [{"id": i, "label": "a"} for i in range(3)], fields, tags=["v1"],
+                               message=LONG_V1)
+    catalog.write_version("tickets", [{"id": i, "label": "b"} for i in range(4)], fields, tags=["v2"],
+                          message=LONG_V2, parent=v1.id)
+    return DataSource(catalog=catalog)
+
+
+def widget_text(app, widget) -> str:
+    """The words a widget shows on the screen (its lines joined)."""
+    region = widget.region
+    lines = screen_text(app).splitlines()[region.y:region.bottom]
+    return " ".join(" ".join(line[region.x:region.right].split()) for line in lines).strip()
+
+
+@pytest.mark.asyncio
+async def test_a_long_version_message_fills_the_column_and_is_readable_in_full_at_120_columns(long_messages):
+    from textual.widgets import DataTable
+
+    from dsinspect.tui.catalog_screen import CatalogScreen
+
+    app = DsinspectApp(source=long_messages)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="listing")
+        screen = app.screen
+        table = screen.query_one("#versions", DataTable)
+        under = screen.query_one("#version-message")
+        await until(pilot, lambda: LONG_V2 in widget_text(app, under), what="the newest version's message")
+        column = table.columns["message"]
+        width = sum(c.get_render_width(table) for c in table.columns.values())
+        assert table.max_scroll_x == 0 and width == table.scrollable_content_region.width - 1  # to the edge
+        assert column.width >= 12
+        cell = str(table.get_cell_at((0, len(table.columns) - 1)))
+        assert cell.endswith("…") and LONG_V2.startswith(cell[:-1]) and len(cell) == column.width
+        assert cell in screen_text(app)  # the column is on the screen, not scrolled off to the right
+        await pilot.press("tab", "down")  # the older version: its message, in full
+        await until(pilot, lambda: LONG_V1 in widget_text(app, under), what="the highlighted version's message")
+        assert "created" in widget_text(app, under) and LONG_V2 not in widget_text(app, under)
+        narrow = column.width
+        await pilot.resize_terminal(160, 36)  # wider: the message column takes the new room
+        await until(pilot, lambda: table.columns["message"].width >= narrow + 39, what="a wider column")
+        assert table.max_scroll_x == 0

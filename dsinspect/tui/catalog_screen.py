@@ -1,11 +1,16 @@
-"""The catalog: datasets on the left, the chosen dataset's versions and tags on the right."""
+"""The catalog: datasets on the left, the chosen dataset's versions and tags on the right.
+
+The versions' message column takes the width the other columns leave (a longer message is cut with
+"…"); parent and created are short there. The highlighted version's whole message, its creation
+time and parent are shown, wrapped, on the lines under the table."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -13,7 +18,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from dsinspect.term import human_bytes
+from dsinspect.inspect.cells import clip
+from dsinspect.term import clean, human_bytes
 from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 
@@ -21,6 +27,7 @@ __all__ = ["CatalogScreen"]
 
 _BROKEN = "broken:"  # row keys of broken entries (version keys are hex ids)
 VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "shards", "message")
+_MIN_MESSAGE = 12  # cells the message column keeps however narrow the pane
 
 
 class DatasetList(OptionList):
@@ -34,6 +41,12 @@ class VersionTable(DataTable):
 
     BINDINGS = [Binding("enter", "select_cursor", "Open version")]
 
+    def on_resize(self, event: events.Resize) -> None:
+        """A new width: the message column takes what the other columns leave of it."""
+        fit = getattr(self.screen, "fit_messages", None)
+        if fit is not None:
+            self.call_after_refresh(fit)
+
 
 class CatalogScreen(Screen):
     """Datasets, versions (id, parent, created, message, rows, bytes) and tags; Enter on a dataset
@@ -44,6 +57,8 @@ class CatalogScreen(Screen):
     def __init__(self) -> None:
         super().__init__(id="catalog")
         self.listing: dict[str, Any] | None = None
+        self.messages: dict[str, str] = {}  # row key -> the version's whole message
+        self.details: dict[str, str] = {}  # row key -> its id, creation time and parent, in full
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -54,12 +69,16 @@ class CatalogScreen(Screen):
             with Vertical(id="catalog-right"):
                 yield Label("versions", classes="pane-title", id="versions-title")
                 yield VersionTable(id="versions", cursor_type="row", zebra_stripes=True)
+                yield Static(id="version-message")
                 yield Static(id="tags")
         yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = "catalog"
-        self.query_one("#versions", DataTable).add_columns(*VERSION_COLUMNS)
+        table = self.query_one("#versions", DataTable)
+        for name in VERSION_COLUMNS[:-1]:
+            table.add_column(name, key=name)
+        table.add_column("message", key="message", width=_MIN_MESSAGE)
         self.action_reload()
 
     def action_reload(self) -> None:
@@ -117,16 +136,55 @@ class CatalogScreen(Screen):
         self.current = name
         table = self.query_one("#versions", DataTable)
         table.clear()
+        self.messages, self.details = {}, {}
         for v in sorted(item["versions"], key=lambda v: v.get("created_at") or "", reverse=True):
-            table.add_row(v["short_id"], ", ".join(v["tags"]), (v["parent"] or "-")[:12],
-                          (v["created_at"] or "-")[:16], f"{v['rows']:,}", human_bytes(v["bytes"]),
-                          str(v["shards"]), v["message"], key=v["id"])
+            self.messages[v["id"]] = v["message"] or ""
+            self.details[v["id"]] = (f"{v['short_id']} · created {(v['created_at'] or '-')[:19]} · parent "
+                                     f"{(v['parent'] or '-')[:12]}")
+            table.add_row(v["short_id"], ", ".join(v["tags"]), (v["parent"] or "-")[:8],
+                          (v["created_at"] or "-")[:10], f"{v['rows']:,}", human_bytes(v["bytes"]),
+                          str(v["shards"]), "", key=v["id"])
         for b in item.get("broken", []):  # a version whose manifest (or the tags.json) cannot be read
+            key = f"{_BROKEN}{b['path']}"
+            self.messages[key] = f"BROKEN: {b['path']}: {b['reason']}"
             table.add_row(Text(b["short_id"] or "tags.json", style="red"), ", ".join(b["tags"]), "-", "-", "", "", "",
-                          Text(f"BROKEN: {b['path']}: {b['reason']}", style="bold red"), key=f"{_BROKEN}{b['path']}")
+                          "", key=key)
+        self.fit_messages()
+        self._show_message(table.cursor_row)
         self.query_one("#versions-title", Label).update(f"versions of {name}")
         tags = "  ".join(f"[b]{t}[/b] → {vid[:12]}" for t, vid in sorted(item["tags"].items())) or "no tags"
         self.query_one("#tags", Static).update(f"tags: {tags}")
+
+    def fit_messages(self) -> None:
+        """The message column takes the width the other columns leave; each message is cut to it."""
+        table = self.query_one("#versions", DataTable)
+        column = table.columns.get("message")  # type: ignore[call-overload]
+        if column is None:
+            return
+        others = sum(c.get_render_width(table) for key, c in table.columns.items() if key != "message")
+        # the table's virtual width is its columns' and one cell more: no horizontal scroll
+        room = max(_MIN_MESSAGE, table.scrollable_content_region.width - others - 2 * table.cell_padding - 1)
+        column.width = room
+        for key, message in self.messages.items():
+            text = clip(clean(" ".join(message.split())), room, measure=cell_len)  # one line in the table
+            table.update_cell(key, "message", Text(text, style="bold red") if key.startswith(_BROKEN) else text)
+        table.refresh()
+
+    @on(DataTable.RowHighlighted, "#versions")
+    def _version_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_message(event.cursor_row)
+
+    def _show_message(self, row: int) -> None:
+        """The highlighted version's whole message, wrapped, under the table."""
+        table = self.query_one("#versions", DataTable)
+        line = self.query_one("#version-message", Static)
+        if not 0 <= row < table.row_count:
+            line.update("")
+            return
+        key = table.coordinate_to_cell_key((row, 0)).row_key.value or ""
+        message = clean(self.messages.get(key, ""))
+        detail = self.details.get(key)
+        line.update(Text.assemble(*((detail + "\n", "dim"),) if detail else (), message or "(no message)"))
 
     @on(DataTable.RowSelected, "#versions")
     def _open_version(self, event: DataTable.RowSelected) -> None:
