@@ -52,3 +52,23 @@ async def test_diff_prompt_takes_two_addresses_and_refuses_bad_ones():
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
         await until(pilot, lambda: "2 changed" in screen_text(app), what="diff summary")
+
+
+@pytest.mark.asyncio
+async def test_the_highlighted_changed_row_shows_what_changed_with_the_stretch_marked():
+    """Under the rows, the highlighted row's change as `dsinspect diff` prints it: in words, and the
+    changed text and token stretch marked [-removed-] / {+added+}."""
+    app = DsinspectApp(address="demo-text@v2")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: getattr(app.screen, "info", None))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
+        detail = app.screen.query_one("#row-change-detail")
+        await until(pilot, lambda: "188 → 125 characters" in str(detail.render()), what="the first row's change")
+        shown = str(detail.render())
+        assert "first difference at 125" in shown and "[-άνοντας ερωτήσεις" in shown
+        assert "110 → 73 tokens" in shown and "[-386 322 299" in shown
+        app.screen.query_one("#row-changes", DataTable).move_cursor(row=1)
+        await until(pilot, lambda: "26 → 17 characters" in str(detail.render()), what="the second row's change")
+        app.screen.query_one("#row-changes", DataTable).move_cursor(row=2)
+        await until(pilot, lambda: str(detail.render()) == "added row", what="an added row")

@@ -1,4 +1,6 @@
-"""Two versions compared: a summary, schema changes, and the changed, added and removed rows."""
+"""Two versions compared: a summary, schema changes, and the changed, added and removed rows; under
+them, what changed in the highlighted row (in words, the changed text or token stretch marked, as
+`dsinspect diff` prints it: term/changes.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class DiffScreen(Screen):
             yield DataTable(id="schema-changes", cursor_type="row")
             yield Label("rows (enter: before / after)", classes="pane-title")
             yield DataTable(id="row-changes", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="row-change-detail")
         yield KeyFooter()
 
     def action_stats(self) -> None:
@@ -80,6 +83,17 @@ class DiffScreen(Screen):
                 rows.add_row(kind, str(item.get("key", "-")), _idx(item.get("index_a")), _idx(item.get("index_b")),
                              ", ".join(item.get("fields", [])), key=f"{kind}:{i}")
         rows.focus()
+
+    @on(DataTable.RowHighlighted, "#row-changes")
+    def _show_change(self, event: DataTable.RowHighlighted) -> None:
+        from dsinspect.term.changes import what_changed
+
+        if self.result is None or event.row_key is None or event.row_key.value is None:
+            return
+        kind, i = str(event.row_key.value).split(":")
+        item = getattr(self.result.rows, kind)[int(i)]
+        detail = self.query_one("#row-change-detail", Static)
+        detail.update(what_changed(item["details"]) if item.get("details") else f"{kind} row")
 
     @on(DataTable.RowSelected, "#row-changes")
     def _open_row(self, event: DataTable.RowSelected) -> None:
