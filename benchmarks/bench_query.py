@@ -13,6 +13,8 @@ The version: `id`, `label` (7 values), `lang` (5 values), `text` (20-200 charact
 - cold: a fresh process's first answer with the sidecars already made (imports, the catalog, DuckDB,
   the view; the page cache warm: the machine cannot drop it);
 - warm: the same query again in that process (median of 5);
+- stats: `dsinspect stats`' statistics of every column (nulls, distinct values, histograms) in that
+  process;
 - peers, warm: DuckDB's own `read_parquet` over the shards with the token count computed from the
   tokens (`len(tokens)`: no sidecar), and pyarrow compute (read the columns, filter).
 """
@@ -102,6 +104,10 @@ def child(url: str, address: str) -> dict:
                     q.where(where, limit=50, count=True)
                 times.append(time.perf_counter() - t)
             out[f"warm_{name}_s"] = statistics.median(times)
+        from dsinspect.inspect.stats import version_stats
+        t = time.perf_counter()
+        version_stats(q)
+        out["stats_s"] = time.perf_counter() - t  # every column: nulls, distinct, values, histograms
     return out
 
 
@@ -165,6 +171,7 @@ def main() -> None:
     print(f"a fresh process, sidecars made: first answer {again['cold_s']:.3f} s (opening {again['open_s']:.3f} s)")
     for name in QUERIES:
         print(f"  warm {name:6s}: {again[f'warm_{name}_s'] * 1000:7.1f} ms")
+    print(f"  statistics of every column (dsinspect stats, sidecars made): {again['stats_s']:.2f} s")
     base = again["warm_filter_s"]
     print(f"peers, same filter + count, warm: DuckDB read_parquet {peer['duckdb_read_parquet_s'] * 1000:.1f} ms "
           f"({peer['duckdb_read_parquet_s'] / base:.1f}x dsinspect's time), pyarrow compute "
