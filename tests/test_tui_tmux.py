@@ -136,3 +136,56 @@ def test_replay_form_keys_in_a_real_terminal(tmp_path):
         pane.keys("q")
     finally:
         pane.close()
+
+
+def test_a_newcomers_first_steps_in_a_real_terminal():
+    """Issue #20, the fixes a newcomer met, in a real pane: one Enter on a dataset opens it (the
+    footer says so); the diff prompt opens centred, below the header; a sample opened from the table
+    shows its own title; `x` hides the hex and keeps the hashes; a partial UTF-8 token piece is
+    escaped once; a trajectory's steps count from 0."""
+    from dsinspect.defaults import open_catalog
+    from dsinspect.inspect.sample import open_address
+
+    pane = Pane(_command(""), width=120, height=40)
+    try:
+        pane.wait_for("datasets", "demo-text", "Open dataset")
+        pane.keys("Down", "Down")  # demo-text
+        pane.wait_for("versions of demo-text")
+        pane.keys("Enter")
+        pane.wait_for("Samples", "doc_id")  # one Enter: the dataset's sample table
+        pane.keys("D")
+        screen = pane.wait_for("Diff two versions")
+        lines = screen.splitlines()
+        top = next(i for i, t in enumerate(lines) if "Diff two versions" in t)
+        assert top > 2, screen  # below the header, not over it
+        row = lines[top]  # the dialog's title row, between its two border columns, over the table
+        left, right = row.find("█"), row.rfind("█")
+        assert 0 < left < row.find("Diff two versions") < right, row
+        assert abs(left - (119 - right)) <= 1, (left, right, row)  # as far from both sides
+        pane.keys("Escape")
+        pane.wait_for("Samples", "doc_id")
+        pane.keys("Down", "Down", "Enter")  # sample 2 of the latest version: the changelog with emoji
+        screen = pane.wait_for("row 2 of 242", "row hash", "Tiny changelog")
+        assert "demo-text@" in screen.splitlines()[0] and ":2" in screen.splitlines()[0], screen  # its own title
+        pane.wait_for(" bytes (")
+        pane.keys("x")
+        screen = pane.wait_for("field hash (xxh3-128)")
+        deadline = time.monotonic() + 10
+        while " bytes (" in pane.text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        screen = pane.text()
+        assert " bytes (" not in screen and "field hash (xxh3-128)" in screen and "row hash" in screen, screen
+        pane.keys("Down")  # the tokens field
+        pane.wait_for("token #0")
+        view = open_address(open_catalog(), "demo-text:2").view("tokens")
+        partial = next(p for p in view.pieces(0, len(view.ids)) if p.partial)  # the first bytes of 📝
+        pane.keys("Tab", *["Right"] * partial.position)
+        screen = pane.wait_for(f"token #{partial.position} ")
+        assert "piece ' \\xf0\\x9f\\x93' partial" in screen and "\\\\x" not in screen, screen  # escaped once
+        pane.keys("g")
+        pane.wait_for("Go to")
+        pane.keys("C-u", "demo-rl@v1:0", "Enter")
+        pane.wait_for("step 0", "reward")
+        pane.keys("q")
+    finally:
+        pane.close()
