@@ -72,3 +72,29 @@ async def test_the_highlighted_changed_row_shows_what_changed_with_the_stretch_m
         await until(pilot, lambda: "26 → 17 characters" in str(detail.render()), what="the second row's change")
         app.screen.query_one("#row-changes", DataTable).move_cursor(row=2)
         await until(pilot, lambda: str(detail.render()) == "added row", what="an added row")
+
+
+@pytest.mark.asyncio
+async def test_a_changed_image_shows_where_before_and_after_differ_upright():
+    """demo-images row 14 (EXIF orientation 8, stored 64×48) changed in v2: the row diff draws the
+    difference figure too, upright like both pictures (48×64), and it is the difference of the two."""
+    import numpy as np
+
+    from dsinspect.defaults import open_catalog
+    from dsinspect.inspect.image_diff import difference_image
+    from dsinspect.inspect.sample import open_address
+    from dsinspect.tui.pictures import Picture, _size
+
+    catalog = open_catalog()
+    before, after = (open_address(catalog, f"demo-images@{tag}:14") for tag in ("v1", "v2"))
+    figure = difference_image(before.value("image"), after.value("image"))
+    assert figure is not None and figure.size == (48, 64)  # upright, as the two pictures are drawn
+    assert np.asarray(figure).max() == 255  # stretched: the largest difference is white
+    app = DsinspectApp(address="demo-images@v2")
+    async with app.run_test(size=SIZE) as pilot:
+        app.push_screen(RowDiffScreen("demo-images@v1:14", "demo-images@v2:14", ["image"]))
+        await until(pilot, lambda: "where before and after differ" in screen_text(app), what="the figure's title")
+        pictures = app.screen.query_one("#after").query(".picture")
+        assert len(pictures) >= 2  # the after picture and the difference figure
+        assert (pictures.last().styles.width.value, pictures.last().styles.height.value) == _size(figure) \
+            or isinstance(pictures.last(), Picture)  # drawn at the figure's (upright) proportions

@@ -1,4 +1,5 @@
-"""One changed row: each changed field's view before and after, side by side."""
+"""One changed row: each changed field's view before and after, side by side; under them, for an
+image changed in place, where the two differ (upright, as both are drawn: inspect/image_diff.py)."""
 
 from __future__ import annotations
 
@@ -45,20 +46,46 @@ class RowDiffScreen(Screen):
     @work(thread=True, exclusive=True, group="rowdiff")
     def load(self) -> None:
         try:
-            sides = [self._side(address) for address in (self.a, self.b)]
+            samples = [self.app.source.sample(a) if a is not None else None for a in (self.a, self.b)]
+            sides = [self._side(sample) for sample in samples]
+            differences = self._differences(*samples)
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not open the changed row: {e}"))
             return
-        self.app.call_from_thread(self.show, sides)
+        self.app.call_from_thread(self.show, sides, differences)
 
-    def _side(self, address: str | None) -> list[Any]:
-        if address is None:
+    def _names(self, sample: Any) -> list[str]:
+        have = [f.name for f in sample.fields]
+        return [name for name in (self.fields or have) if name in have]
+
+    def _side(self, sample: Any) -> list[Any]:
+        return [] if sample is None else [prepare(sample, name, width=56) for name in self._names(sample)]
+
+    def _differences(self, a: Any, b: Any) -> list[tuple[str, Any]]:
+        """(field, the difference figure) of each image field both sides hold and whose pictures agree in size."""
+        from dsinspect.inspect.image_diff import difference_image
+        from dsinspect.loaders.format.roles import Role
+
+        if a is None or b is None:
             return []
-        sample = self.app.source.sample(address)
-        names = self.fields or [f.name for f in sample.fields]
-        return [prepare(sample, name, width=56) for name in names if name in {f.name for f in sample.fields}]
+        out = []
+        for name in self._names(a):
+            if a.version.manifest.field(name).role is Role.IMAGE and name in {f.name for f in b.fields}:
+                before, after = a.value(name), b.value(name)
+                if isinstance(before, bytes) and isinstance(after, bytes):
+                    figure = difference_image(before, after)
+                    if figure is not None:
+                        out.append((name, figure))
+        return out
 
-    def show(self, sides: list[list[Any]]) -> None:
+    def show(self, sides: list[list[Any]], differences: list[tuple[str, Any]] = ()) -> None:
+        from dsinspect.tui.pictures import picture
+
         for pane_id, prepared in zip(("#before", "#after"), sides):
             pane = self.query_one(pane_id)
             pane.mount_all([FieldView(p) for p in prepared] or [Static("(the row is absent on this side)")])
+        for name, figure in differences:  # under the "after" side: where it differs from "before"
+            pane = self.query_one("#after")
+            pane.mount(Label(f"{name}: where before and after differ (white: the largest difference)",
+                             classes="pane-title difference-title"))
+            pane.mount(picture(figure))

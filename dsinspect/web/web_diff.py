@@ -11,19 +11,16 @@ from __future__ import annotations
 import html
 import io
 import json
-import warnings
 from typing import Any
 
-import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from dsinspect.inspect.cells import cell
 from dsinspect.inspect.diff_text import changed_span, detail_text, schema_field_text
-from dsinspect.inspect.images import SAFE_FORMATS
+from dsinspect.inspect.image_diff import difference_image, open_image, upright
 from dsinspect.inspect.sample import open_address
 from dsinspect.inspect.sizes import human_bytes
 from dsinspect.loaders.diff.compare import diff
-from dsinspect.loaders.diff.images import pixel_delta
 from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.store.catalog import Catalog
 
@@ -33,8 +30,6 @@ __all__ = ["DIFF_LIMIT", "CHANGED_PAGE", "TEXT_CAP", "diff_model", "changed_rows
 DIFF_LIMIT = 100        # entries listed per kind (added, removed, changed, moved); the counts are exact
 CHANGED_PAGE = 5        # changed rows shown side by side per page (each up to 3 images: the browser pays per element)
 TEXT_CAP = 20_000       # characters of one value shown
-_ORIENTATION_TAG = 0x0112
-_DIFF_PIXELS = 16 << 20  # larger images get no difference figure
 TOKEN_CONTEXT = 8       # unchanged tokens shown either side of the changed stretch
 TOKEN_SHOWN = 64        # tokens of the changed stretch shown per side
 STEPS_SHOWN = 200       # steps of a changed trajectory listed per side
@@ -230,31 +225,12 @@ def value_text(value: Any) -> str:
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + f"… ({len(text) - TEXT_CAP:,} more characters)"
 
 
-def _open(data: bytes) -> Image.Image:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        img = Image.open(io.BytesIO(data), formats=SAFE_FORMATS)  # Pillow's own decoders only
-        img.load()
-    return img
-
-
-def _upright(img: Image.Image) -> tuple[Image.Image, int | None]:
-    """`img` turned upright by its EXIF orientation (as the Sample page and the TUI draw it), and that orientation."""
-    try:
-        orientation = img.getexif().get(_ORIENTATION_TAG)
-    except Exception:  # noqa: BLE001 - a corrupt EXIF block must not hide the picture
-        return img, None
-    if orientation in (2, 3, 4, 5, 6, 7, 8):
-        return ImageOps.exif_transpose(img), orientation
-    return img, None
-
-
 def image_png(data: bytes) -> tuple[bytes | None, str]:
     """An encoded image as PNG at full size, upright by its EXIF orientation, with a caption naming
     format, stored size, mode, orientation and bytes; or None and the reason it could not be decoded."""
     try:
-        stored = _open(data)
-        img, orientation = _upright(stored)
+        stored = open_image(data)
+        img, orientation = upright(stored)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         return None, f"not decodable as an image: {e}"
     turned = f" · EXIF orientation {orientation}, shown {img.width}×{img.height}" if orientation else ""
@@ -267,21 +243,10 @@ def image_png(data: bytes) -> tuple[bytes | None, str]:
 
 
 def difference_png(a: bytes, b: bytes) -> bytes | None:
-    """A greyscale figure of where two images of one size differ (the largest channel difference,
-    on the stored values of 16/32-bit images, stretched so the largest becomes white); None when
-    the sizes or bit depths differ or either is undecodable."""
-    try:
-        x, y = _upright(_open(a))[0], _upright(_open(b))[0]  # drawn as the two images are: upright
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+    """`inspect.image_diff.difference_image` as PNG bytes (None when there is no figure)."""
+    figure = difference_image(a, b)
+    if figure is None:
         return None
-    if x.width * x.height > _DIFF_PIXELS:
-        return None
-    delta = pixel_delta(x, y)
-    if delta is None:
-        return None
-    delta = np.nan_to_num(delta if delta.ndim == 2 else delta.max(axis=2), nan=0.0)
-    top = float(delta.max())
-    figure = (delta * (255.0 / top)).astype(np.uint8) if top else delta.astype(np.uint8)
     buf = io.BytesIO()
-    Image.fromarray(figure, "L").save(buf, "PNG")
+    figure.save(buf, "PNG")
     return buf.getvalue()
