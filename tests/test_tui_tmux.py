@@ -189,3 +189,48 @@ def test_a_newcomers_first_steps_in_a_real_terminal():
         pane.keys("q")
     finally:
         pane.close()
+
+
+LONG_MESSAGE = ("relabelled 312 tickets after the taxonomy review (billing split into refunds and invoices), and "
+                "removed the 14 tickets that were test traffic from the staging environment")
+WIDE = [("plain ascii text that is rather long indeed", "L-plain"),
+        ("안녕하세요 세계 한국어 텍스트입니다 아주 길어요 정말로 길어요", "L-한국어"),
+        ("emoji 😀🎉 ok and more emoji 🎉🎉🎉🎉🎉🎉🎉", "L-😀🎉"),
+        ("مرحبا بالعالم هذا نص عربي طويل جدا جدا", "L-عربي"),
+        ("日本語のテキストはとても長いです。日本語のテキスト", "L-日本語のラベルがとても長いです。とても長い")]
+
+
+def test_long_messages_and_wide_scripts_in_a_real_terminal(tmp_path):
+    """Issue #20 in a real 120-column pane: a version's long message is readable in full under the
+    versions table; rows of Korean, Arabic, Japanese and emoji keep the sample table's columns in
+    line (each row's label column starts at the same terminal cell)."""
+    import pyarrow as pa
+    from rich.cells import cell_len
+
+    from dsinspect.loaders import Catalog, Field
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    catalog.write_version("tickets", [{"id": 0}], [Field("id", pa.int64(), "scalar")],
+                          tags=["v1"], message=LONG_MESSAGE)
+    fields = [Field("id", pa.int64(), "scalar"), Field("text", pa.string(), "text"),
+              Field("label", pa.string(), "scalar")]
+    catalog.write_version("wide", [{"id": i, "text": t, "label": label} for i, (t, label) in enumerate(WIDE)], fields,
+                          tags=["v1"])
+    pane = Pane(_command(f"--catalog {catalog.url} tui"), width=120, height=40)
+    try:
+        pane.wait_for("tickets", "wide", "Open dataset")
+        screen = pane.wait_for("relabelled 312")
+        right = " ".join(" ".join(line[34:].split()) for line in screen.splitlines())
+        assert LONG_MESSAGE in right, screen  # in full, under the table
+        pane.keys("Down", "Enter")  # wide
+        screen = pane.wait_for("L-plain", "L-한국어")
+        starts = set()
+        for line in screen.splitlines():
+            at = line.find("L-")
+            if at >= 0:
+                starts.add(cell_len(line[:at]))
+        assert len(starts) == 1, screen  # every row's label in the same column
+        assert sum("L-" in line for line in screen.splitlines()) == len(WIDE)
+        pane.keys("q")
+    finally:
+        pane.close()
