@@ -107,13 +107,13 @@ def loader_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:
 
 def grain_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:
     """A LoaderState as the Grain iterator state over `source` that continues at the same step; a
-    state saved with another world size or batch size needs a source of the resumed spec
-    (`StepSource(LoaderState.from_json(state).resume_spec(spec), ...)`, whose state is 0)."""
+    state saved with another world size or batch size needs a source that starts there
+    (`StepSource(spec, catalog, rank, state=state)`, whose Grain state is 0)."""
     saved = LoaderState.from_json(state)
     saved.resume_spec(source.spec)  # the same order (else a UserError), and the receipt checks out
     if (saved.world_size, saved.batch_size) != (source.spec.world_size, source.spec.batch_size):
-        raise UserError("grain_state: the state was saved with another world or batch size; make the source "
-                        "from the resumed spec instead")
+        raise UserError("grain_state: the state was saved with another world or batch size; start the source "
+                        "there instead: StepSource(spec, catalog, rank, state=state)")
     index = saved.step - source.start
     if not 0 <= index <= len(source):
         raise UserError(f"grain_state: step {saved.step} is outside the source's steps "
