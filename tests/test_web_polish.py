@@ -101,7 +101,10 @@ def test_diff_details_are_words_and_tokens_mark_the_changed_stretch(demo_env):
     assert "110 → 73 tokens, first difference at token 72" in shown
     assert "first differing token: position 72: id 386" in shown
     marked = [m.value for m in at.markdown if f'<mark class="{CHANGED_CLASS}">' in m.value]
-    assert len(marked) == 4  # before and after of each changed row's tokens
+    assert len(marked) == 8  # before and after of each changed row's text and tokens
+    texts = [m for m in marked if "dsi-tokdiff" not in m]
+    assert len(texts) == 4 and f'<mark class="{CHANGED_CLASS}">άνοντας ερωτήσεις' in texts[0]  # v1's lost words
+    assert f'κ<mark class="{CHANGED_CLASS}">∅</mark>' in texts[1]  # where they were, in v2
     assert all(str([1502, 473]) not in m for m in marked)  # pieces, not id lists
     shards = next(d.value for d in at.dataframe if "sha256" in d.value.columns and "change" in d.value.columns)
     assert not shards.isna().any().any() and "None" not in shards.astype(str).to_numpy()

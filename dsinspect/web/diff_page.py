@@ -108,12 +108,12 @@ if listed:
                         shown = f" (the first {len(side['rows']):,})" if len(side["rows"]) < side["steps"] else ""
                         where.caption(f"{label}: {side['steps']:,} steps{shown}")
                         where.dataframe(side["rows"], hide_index=True, width="stretch")
-                else:
+                else:  # text: the changed characters marked on each side
                     before, after = st.columns(2)
                     before.caption("before")
-                    mono(f["before"], before)
+                    mono(f["before"], before, marked=f.get("before_marked"))
                     after.caption("after")
-                    mono(f["after"], after)
+                    mono(f["after"], after, marked=f.get("after_marked"))
                 if f["detail_text"]:
                     st.text(f["detail_text"])
 

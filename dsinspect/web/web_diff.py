@@ -133,6 +133,11 @@ def _field_pair(name: str, role: Role, before: Any, after: Any, detail: dict[str
     if role is Role.JSON:  # shown as the Sample page shows JSON: indented
         before, after = _pretty(before), _pretty(after)
     pair.update(before=value_text(before), after=value_text(after))
+    if isinstance(before, str) and isinstance(after, str):  # the changed characters, marked on each side
+        span = changed_span(pair["before"], pair["after"])
+        if span is not None:
+            first, end_a, end_b = span
+            pair.update(before_marked=(first, end_a), after_marked=(first, end_b))
     return pair
 
 

@@ -27,18 +27,30 @@ _MONO_STYLE = (f"<style>.{MONO_CLASS}{{font-family:'Source Code Pro',monospace;f
                "overflow-wrap:anywhere}</style>")
 
 
-def mono(text: str, where: Any = st, wrap: bool = True) -> None:
+def mono(text: str, where: Any = st, wrap: bool = True, marked: tuple[int, int] | None = None) -> None:
     """Text as a monospace block, every character escaped (html.escape: no tag or attribute survives).
     Not st.code: its syntax highlighter costs the browser ~0.8 s per page load here (bench_web.py),
     even for a single block of plain text. `where` is st or a column/container. `wrap=False` (hex
-    dumps): no line ever wraps, the block scrolls sideways instead."""
+    dumps): no line ever wraps, the block scrolls sideways instead. `marked`: characters [start, end)
+    inside <mark class="dsi-changed"> (a diff's changed stretch; an empty one marks where text went)."""
     # one line of raw HTML: newlines as &#10;, so no blank line ends the HTML block and lets Markdown in
     # (and a div, since Streamlit swaps <pre> for its own element and drops the class)
-    body = html.escape(str(text), quote=True).replace("\r", "&#13;").replace("\n", "&#10;")
+    text = str(text)
+    if marked is None:
+        body = _escaped(text)
+    else:
+        start, end = marked
+        body = (_escaped(text[:start]) + f'<mark class="{CHANGED_MARK}">{_escaped(text[start:end]) or "∅"}</mark>'
+                + _escaped(text[end:]))
     style = "" if wrap else f' style="{_NO_WRAP}"'
     where.markdown(f'{_MONO_STYLE}<div class="{MONO_CLASS}"{style}>{body}</div>', unsafe_allow_html=True)
 
 _NO_WRAP = "white-space:pre;overflow-wrap:normal;overflow-x:auto"
+CHANGED_MARK = "dsi-changed"  # the class of a diff's marked stretch (web_diff.CHANGED_CLASS)
+
+
+def _escaped(text: str) -> str:
+    return html.escape(text, quote=True).replace("\r", "&#13;").replace("\n", "&#10;")
 
 
 def md(text: Any) -> str:
