@@ -388,3 +388,18 @@ def test_moved_items_keep_the_heaviest_order():
     assert moved_items(a, np.array([30, 0, 10, 20]), np.array([10, 10, 10, 10])).tolist() == [True, False, False, False]
     assert not moved_items(a, a + 5, w).any()
     assert moved_items(np.array([5]), np.array([0]), np.array([1])).tolist() == [False]
+
+
+def test_the_cli_draws_changed_images_upright_with_their_difference(capsys):
+    """demo-images row 14 is stored 64×48 with EXIF orientation 8: drawn upright (taller than wide)
+    before, after and where they differ, as the viewers draw it; row 13 (128×96, no EXIF) wide."""
+    main(["--catalog", str(BUNDLED), "diff", "demo-images@v1", "demo-images@v2"])
+    text = capsys.readouterr().out
+    assert "difference (white: largest)" in text
+
+    def picture_rows(key: str) -> int:  # half-block rows of the first picture under "image of KEY"
+        block = text.split(f"image of {key}\n", 1)[1].splitlines()
+        return next(i for i, line in enumerate(block[1:]) if line.startswith("╰"))
+
+    assert picture_rows("14") == 22  # 48×64 upright, fitted to 32 cells: 32×43 pixels, 22 rows of ▀
+    assert picture_rows("13") == 12  # 128×96: 32×24 pixels

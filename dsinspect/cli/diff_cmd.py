@@ -38,9 +38,52 @@ def diff_cmd(ctx: click.Context, a: str, b: str, limit: int, catalog_url: str | 
     if as_json:
         return emit_json(result.to_json())
     _print(result)
+    if result.rows.changed:
+        _print_pictures(va, vb, result.rows.changed)
 
 
 COMMANDS = [diff_cmd]
+
+PICTURES = 3        # changed rows whose images are drawn (the table lists them all)
+PICTURE_SIDE = 32   # cells: a picture's width at most, and twice its height in pixels
+
+
+def _print_pictures(va: Any, vb: Any, changed: list[dict]) -> None:
+    """The first changed rows' images as the viewers draw them: before, after and where they differ
+    (upright by their EXIF orientation, half-block cells), under the table."""
+    from rich.columns import Columns
+    from rich.panel import Panel
+
+    from dsinspect.inspect.image_diff import difference_image, open_image, upright
+    from dsinspect.inspect.images import fit_pixels
+    from dsinspect.loaders.format.roles import Role
+    from dsinspect.term import half_blocks
+
+    in_b = {f.name for f in vb.fields}
+    images = [f.name for f in va.fields if f.role is Role.IMAGE and f.name in in_b]
+    rows = [r for r in changed if set(r["fields"]) & set(images)][:PICTURES]
+    if not rows:
+        return
+    names = sorted({n for r in rows for n in r["fields"] if n in images})
+    before = va.take([r["index_a"] for r in rows], columns=names)
+    after = vb.take([r["index_b"] for r in rows], columns=names)
+
+    def drawn(image: Any, title: str) -> Any:
+        return Panel(half_blocks(fit_pixels(image, PICTURE_SIDE, 2 * PICTURE_SIDE)), title=title, expand=False)
+
+    for i, row in enumerate(rows):
+        for name in (n for n in row["fields"] if n in images):
+            a, b = before.column(name)[i].as_py(), after.column(name)[i].as_py()
+            try:
+                sides = [drawn(upright(open_image(x))[0], f"{label} {address}:{index}") for x, label, address, index
+                         in ((a, "before", va.address, row["index_a"]), (b, "after", vb.address, row["index_b"]))]
+            except Exception:  # noqa: BLE001 - an undecodable image: the table's words say what changed
+                continue
+            figure = difference_image(a, b)
+            if figure is not None:
+                sides.append(drawn(figure.convert("RGB"), "difference (white: largest)"))
+            out.print(f"[bold]{name}[/] of {_ident(row)}")
+            out.print(Columns(sides))
 
 
 def _print(d: VersionDiff) -> None:
