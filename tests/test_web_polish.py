@@ -144,7 +144,7 @@ def test_diff_draws_a_rotated_image_rotated_and_no_raw_dicts_in_chromium(demo_se
     mark = page.locator("mark.dsi-changed").first
     mark.wait_for()
     wait_ready(page)
-    assert page.locator("mark.dsi-changed").count() == 4
+    assert page.locator("mark.dsi-changed").count() == 8  # text and tokens, before and after, of 2 rows
     assert page.locator("mark.dsi-changed span.t").count() > 0  # the changed tokens, each a piece
     assert mark.evaluate("el => getComputedStyle(el).backgroundColor") not in ("rgba(0, 0, 0, 0)", "transparent")
     body = page.evaluate("document.body.innerText")
