@@ -166,12 +166,12 @@ def test_the_record_of_a_read_a_save_and_an_elastic_resume_passes_the_log_check(
     assert all(LoaderState.from_json(s).segment for s in states), "a state names the segment it continues"
     one = spec_of(catalog, world=1, batch=2 * BATCH)
     read(catalog, one, 0, 2, states[0], record)
-    result = check_log(record, record, catalog=Catalog(catalog.url))
+    # the steps the loop took: adapters that make batches ahead (Grain's threads, workers) also record
+    # steps past them, finished out of order, so the record may hold holes after the last step taken
+    result = check_log(record, record, range(0, 5), catalog=Catalog(catalog.url))
     assert result.ok, result.to_json()
-    # every (step, rank) of the kept history (no gaps: `ok`): steps 0-2 on two ranks, then 3-4 on one, in two
-    # segments; adapters that make batches ahead (Grain's prefetch, workers) also record a few steps past 4
-    assert result.segments == 2 and result.steps[0] == 0 and result.steps[1] >= 4
-    assert result.checked == 3 * WORLD + result.steps[1] - 2
+    # every (step, rank) taken: steps 0-2 on two ranks, then 3-4 on one, in two segments
+    assert (result.segments, result.steps, result.checked) == (2, (0, 4), 3 * WORLD + 2)
     other = RunSpec.create(catalog, "c", seed=22, batch_size=BATCH, world_size=WORLD, shuffle="global")
     assert check_log(other, record, range(0, 3), catalog=Catalog(catalog.url)).divergence, \
         "the lines name the rows read: another order does not pass"
