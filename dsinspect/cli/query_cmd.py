@@ -82,9 +82,9 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, (int, float, str, bool)) or value is None:
-        return value
-    return str(value)  # dates, decimals, UUIDs
+    from dsinspect.inspect.views import jsonable
+
+    return jsonable(value)  # NaN and infinities as strings (json.dumps would write bare NaN), dates...
 
 
 def _cell(value: Any) -> str:

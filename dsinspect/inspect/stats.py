@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from dsinspect.inspect.query import VersionQuery
+from dsinspect.inspect.views import jsonable
 
 __all__ = ["ColumnStats", "VersionStats", "version_stats", "compare_stats", "FEW"]
 
@@ -39,7 +40,7 @@ class ColumnStats:
         data = asdict(self)
         data["values"] = [[_plain(v), n] for v, n in self.values] if self.values is not None else None
         data["histogram"] = [list(b) for b in self.histogram] if self.histogram is not None else None
-        return data
+        return jsonable(data)  # a NaN min or mean as "nan": JSON has no NaN
 
 
 @dataclass
@@ -157,5 +158,4 @@ def _quote(name: str) -> str:
 def _plain(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return f"<{len(value)} bytes>"
-    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
-
+    return jsonable(value)

@@ -9,7 +9,6 @@ A bad condition is one line (`UserError`), shown as such.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from dsinspect.errors import UserError
@@ -35,18 +34,17 @@ def check_condition(condition: str) -> str:
 
 class SharedQuery:
     """One version's query view, shared by every session (a DuckDB connection answers one query at a
-    time: a lock takes turns)."""
+    time: the view's own lock takes turns, held over a page's two queries)."""
 
     def __init__(self, version: DatasetVersion, timeout: float | None = None):
         self.version = version
         self.query = VersionQuery(version, timeout=WEB_TIMEOUT if timeout is None else timeout, threads=1)
-        self._lock = threading.Lock()
 
     def page(self, condition: str, page: int, page_size: int) -> dict[str, Any]:
         """Rows matching `condition`, page `page` (clamped) of `page_size`: columns, rows (each with its
         `index` and sample `address`), the total matching and the page count."""
         condition = check_condition(condition)
-        with self._lock:
+        with self.query.lock:
             first = self.query.where(condition or None, limit=page_size, offset=max(0, page) * page_size,
                                      count=True)
             total = int(first.total or 0)

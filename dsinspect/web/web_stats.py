@@ -23,7 +23,7 @@ def stats_model(a: SharedQuery, b: SharedQuery | None = None) -> dict[str, Any]:
     two versions, what moved."""
     with ExitStack() as held:
         for q in sorted({id(q): q for q in (a, b) if q is not None}.values(), key=id):  # one lock order
-            held.enter_context(q._lock)
+            held.enter_context(q.query.lock)
         sa, sb = (version_stats(a.query), None) if b is None else compare_stats(a.query, b.query)
     names = [c.name for c in sa.columns] + [c.name for c in (sb.columns if sb else []) if sa.column(c.name) is None]
     columns = []
