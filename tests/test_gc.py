@@ -68,8 +68,8 @@ def test_finds_exactly_the_garbage_and_keeps_what_may_still_be_used(litter):
 def test_apply_removes_it_and_every_version_still_verifies(litter):
     catalog, base, orphan_sha, young_sha, versions = litter
     shards_before = {p.name for p in (base / "shards").glob("[!.]*.parquet")}
-    removed = remove_garbage(catalog, find_garbage(catalog))
-    assert len(removed) == 3
+    removal = remove_garbage(catalog, find_garbage(catalog))
+    assert len(removal.removed) == 3 and removal.busy == []
     assert not (base / "shards" / f"{orphan_sha}.parquet").exists()
     assert not (base / "ingest" / "oldjob").exists()
     assert (base / "shards" / f"{young_sha}.parquet").exists() and (base / "ingest" / "youngjob").exists()

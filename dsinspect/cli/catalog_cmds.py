@@ -181,10 +181,12 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
     if unknown:
         raise UserError(f"no dataset {unknown[0]!r} in catalog {catalog.url}")
     found = find_garbage(catalog, names or None, grace_hours=grace_hours)
-    removed = remove_garbage(catalog, found) if apply else []
+    removal = remove_garbage(catalog, found) if apply else None
+    removed, busy = (removal.removed, removal.busy) if removal else ([], [])
     if as_json:
         return emit_json({"catalog": catalog.url, "older_than_hours": grace_hours, "applied": apply,
-                          "found": [g.to_json() for g in found], "removed": [g.to_json() for g in removed]})
+                          "found": [g.to_json() for g in found], "removed": [g.to_json() for g in removed],
+                          "busy": busy})
     if not found:
         return out.print(f"no garbage older than {grace_hours:g} h in {catalog.url}")
     table = Table(title=f"gc {catalog.url} (older than {grace_hours:g} h)", title_justify="left")
@@ -196,9 +198,13 @@ def gc(ctx: click.Context, names: tuple[str, ...], grace_hours: float, apply: bo
     out.print(table)
     total = human_bytes(sum(g.bytes for g in found))
     if apply:
-        kept = len(found) - len(removed)
+        skipped = [g for g in found if g.dataset in busy]
+        kept = len(found) - len(removed) - len(skipped)
         out.print(f"removed {len(removed)} items ({human_bytes(sum(g.bytes for g in removed))})"
                   + (f"; kept {kept} shards that a version published meanwhile references" if kept else ""))
+        if busy:
+            out.print(f"left {len(skipped)} items alone: a write is in flight on {', '.join(busy)} "
+                      "(run gc again when it has ended)")
     else:
         out.print(f"{len(found)} items, {total}: a dry run; add --apply to remove them")
 

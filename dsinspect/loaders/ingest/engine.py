@@ -32,10 +32,12 @@ from dsinspect.loaders.format.pathnames import check_component
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.leases import collecting
 from dsinspect.loaders.store.storage import join, write_atomic
 from dsinspect.loaders.store.writer import VersionWriter, WriteOptions
 
-__all__ = ["Job", "plan_job", "convert_part", "commit_job", "open_with", "fixed_chunks", "DEFAULT_OPENER", "CHUNK_ROWS"]
+__all__ = ["Job", "plan_job", "convert_part", "commit_job", "tidy_staging", "open_with", "fixed_chunks",
+           "DEFAULT_OPENER", "CHUNK_ROWS"]
 
 JOB_FORMAT = "dsinspect.ingest/1"
 DEFAULT_OPENER = "dsinspect.loaders.ingest.sources:open_source"
@@ -186,12 +188,18 @@ def remove_staging(catalog: Catalog, dataset: str, job_id: str) -> None:
     directory = staging_dir(catalog, dataset, job_id)
     if catalog.fs.exists(directory):
         catalog.fs.rm(directory, recursive=True)
+
+
+def tidy_staging(catalog: Catalog, dataset: str) -> None:
+    """Remove `ingest/` once empty, unless a write is in flight (another ingest may be about to make
+    its job directory there: removing the parent under it failed that ingest's record)."""
     parent = catalog.layout.staging(dataset)
-    try:
-        if catalog.fs.isdir(parent) and not catalog.fs.ls(parent):
-            catalog.fs.rmdir(parent)
-    except OSError:
-        pass  # another job's staging appeared meanwhile, or the store has no directories
+    with collecting(catalog.fs, catalog.layout, dataset) as free:
+        try:
+            if free and catalog.fs.isdir(parent) and not catalog.fs.ls(parent):
+                catalog.fs.rmdir(parent)
+        except OSError:
+            pass  # the store has no directories, or one appeared meanwhile
 
 
 def fixed_chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:

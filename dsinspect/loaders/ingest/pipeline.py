@@ -26,11 +26,13 @@ from dsinspect.loaders.ingest.engine import (
     open_with,
     plan_job,
     record_path,
+    tidy_staging,
 )
 from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
 from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.store.catalog import LATEST, Catalog
+from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.storage import url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.store.writer import WriteOptions
@@ -105,7 +107,10 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
         raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
                         "this process only (use engine 'inline')")
     job = plan_job(catalog, name, spec, parts, fields, key, write, sidecar, opener)
-    return _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started)
+    with write_lease(catalog.fs, catalog.layout, name):  # gc keeps out until the commit: parts' shards are safe
+        result = _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started)
+    tidy_staging(catalog, name)
+    return result
 
 
 def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: int | None, retries: int,

@@ -21,6 +21,7 @@ from dsinspect.errors import (
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.store.layout import VERSIONS, Layout, display
+from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.node_copies import NodeCopies
 from dsinspect.loaders.store.storage import (
     join,
@@ -223,7 +224,8 @@ class Catalog:
         check_name(tag, "tag")
         self.check_writable()
         self.manifest(name, version_id)  # a tag never points at a missing version
-        with locked(self.fs, self.layout.tags_file(name)):  # concurrent taggers must not lose an update
+        # the lock keeps concurrent taggers from losing an update; the lease, gc from the write's temp file
+        with locked(self.fs, self.layout.tags_file(name)), write_lease(self.fs, self.layout, name):
             move_tags(self.fs, self.layout, name, (tag,), version_id)
 
     def put_blob(self, name: str, data: bytes, ext: str = "") -> str:
@@ -231,8 +233,9 @@ class Catalog:
         self.check_writable()
         sha = sha256_hex(data)
         path = self.layout.blob(name, sha, ext)
-        if not self.fs.exists(path):
-            write_atomic(self.fs, path, data)
+        with write_lease(self.fs, self.layout, name):  # gc keeps out while its temp file is there
+            if not self.fs.exists(path):
+                write_atomic(self.fs, path, data)
         return sha
 
     def read_blob(self, name: str, sha256: str, ext: str = "") -> bytes:

@@ -6,17 +6,16 @@ Garbage is, per dataset:
 - `staging`: an ingest job's staging directory (`ingest/<job-id>/`) nobody has resumed;
 - `temp`: a temp file of an interrupted atomic write or spool (`.tmp-*`).
 
-Only what is older than a grace period counts: a live writer publishes its shards before its
-manifest, so a young unreferenced shard may be referenced a moment later, and shards named by a
-young staging record belong to an ingest that may resume. Manifests are listed again just before
-anything is removed, so a version published meanwhile keeps its shards. A writer that re-publishes
-a shard which already exists refreshes its mtime on local disks (storage.publish_file); on object
-stores that cannot be done without rewriting it, so run gc there when no writer runs.
+Only what is older than a grace period counts: shards named by a young staging record belong to
+an ingest that may resume. Whatever the grace, nothing is removed from a dataset a write is in
+flight on: every writer holds a write lease from its first shard to its manifest, and gc removes
+only while it collects the dataset, which no lease overlaps (store/leases.py); a busy dataset is
+skipped and reported. While it collects, the manifests are listed again just before anything is
+removed, so a version published meanwhile keeps its shards.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import posixpath
 import time
@@ -25,9 +24,10 @@ from typing import Any, Iterable
 
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.layout import SHARDS
-from dsinspect.loaders.store.storage import join, write_errors
+from dsinspect.loaders.store.leases import collecting
+from dsinspect.loaders.store.storage import join, modified_time, write_errors
 
-__all__ = ["Garbage", "find_garbage", "remove_garbage", "dataset_names", "DEFAULT_GRACE_HOURS"]
+__all__ = ["Garbage", "Removal", "find_garbage", "remove_garbage", "dataset_names", "DEFAULT_GRACE_HOURS"]
 
 DEFAULT_GRACE_HOURS = 24.0
 TEMP_PREFIX = ".tmp-"
@@ -64,18 +64,30 @@ def dataset_names(catalog: Catalog) -> list[str]:
     return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in catalog.fs.ls(base, detail=False) if catalog.fs.isdir(p))
 
 
-def remove_garbage(catalog: Catalog, items: list[Garbage]) -> list[Garbage]:
-    """Remove `items` (from find_garbage) except shards a manifest references by now; the removed."""
-    referenced = {name: _referenced(catalog, name) for name in {g.dataset for g in items}}
-    removed = []
-    for g in items:
-        if g.kind == "shard" and _sha256_of(g.path) in referenced[g.dataset]:
-            continue  # a version published since the listing uses it
-        with write_errors(catalog.fs, g.path):
-            if catalog.fs.exists(g.path):
-                catalog.fs.rm(g.path, recursive=g.kind == "staging")
-        removed.append(g)
-    return removed
+@dataclass(frozen=True)
+class Removal:
+    removed: list[Garbage]
+    busy: list[str]  # datasets left alone: a write was in flight on them
+
+
+def remove_garbage(catalog: Catalog, items: list[Garbage]) -> Removal:
+    """Remove `items` (from find_garbage) while collecting each dataset (store/leases.py): nothing of
+    a dataset a write is in flight on, no shard a manifest references by then."""
+    removed, busy = [], []
+    for name in sorted({g.dataset for g in items}):
+        with collecting(catalog.fs, catalog.layout, name) as free:
+            if not free:
+                busy.append(name)
+                continue
+            referenced = _referenced(catalog, name)  # final: no commit can run meanwhile
+            for g in (g for g in items if g.dataset == name):
+                if g.kind == "shard" and _sha256_of(g.path) in referenced:
+                    continue  # a version published since the listing uses it
+                with write_errors(catalog.fs, g.path):
+                    if catalog.fs.exists(g.path):
+                        catalog.fs.rm(g.path, recursive=g.kind == "staging")
+                removed.append(g)
+    return Removal(removed, busy)
 
 
 def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) -> list[Garbage]:
@@ -83,14 +95,14 @@ def _dataset_garbage(catalog: Catalog, name: str, grace_s: float, now: float) ->
     referenced = _referenced(catalog, name)
     found, kept_by_staging = [], set()
     for job_dir, files in _staging_jobs(catalog, catalog.layout.staging(name)).items():
-        age = now - max((_mtime(info) or now for info in files.values()), default=now)
+        age = now - max((modified_time(info) or now for info in files.values()), default=now)
         if age < grace_s:
             kept_by_staging |= _shards_named_by(catalog, files)
         else:
             found.append(Garbage(name, "staging", job_dir, sum(int(i.get("size") or 0) for i in files.values()),
                                  age / 3600.0))
     for path, info in _files(catalog, base).items():
-        age = now - (_mtime(info) or now)  # an unknown mtime counts as new: kept
+        age = now - (modified_time(info) or now)  # an unknown mtime counts as new: kept
         if age < grace_s or "/ingest/" in path[len(base):]:
             continue
         kind = _kind(posixpath.basename(path), posixpath.basename(posixpath.dirname(path)), referenced, kept_by_staging)
@@ -144,19 +156,3 @@ def _files(catalog: Catalog, directory: str) -> dict[str, dict]:
         return catalog.fs.find(directory, detail=True) if catalog.fs.exists(directory) else {}
     except FileNotFoundError:
         return {}
-
-
-def _mtime(info: dict) -> float | None:
-    """Seconds since the epoch of a file's last change, from what each store reports."""
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, dt.datetime):
-            return value.timestamp()
-        if isinstance(value, str):
-            try:
-                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-    return None

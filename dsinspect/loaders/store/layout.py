@@ -6,6 +6,7 @@
     <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
     <root>/datasets/<name>/tags.json                    tag -> version id
     <root>/datasets/<name>/ingest/<job-id>/             an unfinished ingest's staging (ingest.engine)
+    <root>/datasets/<name>/leases/                      writers in flight and gc (store.leases)
     <root>/datasets/<name>/derived/<kind>/<sha256>.parquet  per-row values derived from one shard
                                                         (token counts, image sizes: dsinspect.inspect.derived)
 
@@ -21,10 +22,10 @@ from dsinspect.loaders.format.pathnames import check_ext, check_sha256
 from dsinspect.loaders.store.address import check_name
 from dsinspect.loaders.store.storage import join
 
-__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING", "DERIVED"]
+__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING", "DERIVED", "LEASES"]
 
 DATASETS, VERSIONS, SHARDS, BLOBS, TAGS_FILE, STAGING = "datasets", "versions", "shards", "blobs", "tags.json", "ingest"
-DERIVED = "derived"
+DERIVED, LEASES = "derived", "leases"
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class Layout:
 
     def tags_file(self, name: str) -> str:
         return join(self.dataset(name), TAGS_FILE)
+
+    def leases(self, name: str) -> str:
+        """The directory of `name`'s write leases and gc markers (store/leases.py)."""
+        return join(self.dataset(name), LEASES)
 
     def staging(self, name: str) -> str:
         """The directory of `name`'s unfinished ingest jobs, one sub-directory each."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import os
 import random
@@ -18,7 +19,8 @@ from dsinspect.errors import StorageError, UserError
 from dsinspect.loaders.store.locks import open_locked
 
 __all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
-           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many"]
+           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many", "writes_locally",
+           "modified_time"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
@@ -100,7 +102,7 @@ def refuse_read_only(fs: fsspec.AbstractFileSystem, path: str) -> None:
         raise StorageError(f"cannot write {fs.unstrip_protocol(path)}: http(s) stores are read-only")
 
 
-def _writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
+def writes_locally(fs: fsspec.AbstractFileSystem) -> bool:
     """Local for writing: faults (--inject-faults) are injected into reads only, so a wrapped local
     catalog still gets atomic renames and locks."""
     return is_local(fs) or (getattr(fs, "protocol", None) == "faulty" and is_local(getattr(fs, "fs", None)))
@@ -139,7 +141,7 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write `data` so that readers see the old file or the new one, never a part. A failed write
     (disk full, permission denied, read-only) raises StorageError naming `path` and leaves no temp file."""
     with write_errors(fs, path):
-        if not _writes_locally(fs):
+        if not writes_locally(fs):
             fs.pipe_file(path, data)  # object stores publish a whole object at once
             return
         directory = os.path.dirname(path)
@@ -165,10 +167,10 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
     try:
         with write_errors(fs, path):
             if fs.exists(path):
-                if _writes_locally(fs):
+                if writes_locally(fs):
                     os.utime(path)
                 return False
-            if _writes_locally(fs):
+            if writes_locally(fs):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 os.replace(local_path, path)
             else:
@@ -183,7 +185,7 @@ def spool_dir(fs: fsspec.AbstractFileSystem, near: str) -> str:
     rename is atomic), else the system temp directory. A read-only store (http) is refused here,
     before a byte is converted."""
     refuse_read_only(fs, near)
-    if _writes_locally(fs):
+    if writes_locally(fs):
         with write_errors(fs, near):
             os.makedirs(near, exist_ok=True)
         return near
@@ -207,7 +209,7 @@ def locked(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[None]:
     """Hold an exclusive lock for a read-modify-write of `path`: flock on `<path>.lock` for local
     files (released by the kernel if the process dies). Object stores get no lock: `rewrite`
     makes their update a conditional put instead."""
-    if not _writes_locally(fs):
+    if not writes_locally(fs):
         with write_errors(fs, path):  # refuses read-only stores
             pass
         yield
@@ -280,3 +282,19 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def modified_time(info: dict) -> float | None:
+    """Seconds since the epoch of a file's last change, from the listing info each store reports."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, dt.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None

@@ -1,6 +1,9 @@
 """Stream rows into a new version: row groups of bounded size, content-addressed Parquet shards.
 
-Memory holds at most one row group of pending rows, whatever the size of the version.
+Memory holds at most one row group of pending rows, whatever the size of the version. A writer holds
+a write lease on its dataset (store/leases.py) from its first spooled row group until its manifest is
+written or it gives up, so gc never removes a shard it is about to publish; the commit checks that
+every shard it names is there before it writes the manifest.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ import contextlib
 import datetime as dt
 import hashlib
 import os
+import posixpath
 import tempfile
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
@@ -17,11 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dsinspect._version import __version__
-from dsinspect.errors import UserError
+from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard, sha256_hex
 from dsinspect.loaders.format.shard_index import index_bytes, part_bounds
+from dsinspect.loaders.store.layout import display
+from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.publish import publish
 from dsinspect.loaders.store.storage import publish_file, spool_dir, write_atomic, write_errors
 
@@ -135,6 +142,7 @@ class VersionWriter:
         self._shard: _ShardFile | None = None
         self._shards: list[Shard] = []
         self._spool = spool_dir(catalog.fs, catalog.layout.shards(name))
+        self._lease: ExitStack | None = None
         self.version: "DatasetVersion | None" = None
 
     # -- input ---------------------------------------------------------------------------------
@@ -180,6 +188,7 @@ class VersionWriter:
 
     def add_shard(self, shard: Shard) -> None:
         """Append an existing shard of this dataset as is (copy-on-write derivation)."""
+        self._hold_lease()
         self.close_shard()
         self._shards.append(shard)
 
@@ -217,14 +226,22 @@ class VersionWriter:
     def finish_shards(self) -> list[Shard]:
         """Write out pending rows and return the published shards, without a manifest: one part of
         a parallel ingest, assembled into a version later by a writer given them via `add_shard`."""
-        self.close_shard()
+        try:
+            self.close_shard()
+        finally:
+            self._release_lease()  # from here on the shards are the caller's to commit (or gc's)
         return list(self._shards)
 
     def commit(self) -> "DatasetVersion":
         """Publish the manifest (a no-op returning the existing version when the content exists)."""
-        self.close_shard()
-        manifest = Manifest(self.fields, tuple(self._shards), self._template.key, self._meta)
-        version_id = publish(self.catalog.fs, self.catalog.layout, self.name, manifest, self._tags)
+        self._hold_lease()
+        try:
+            self.close_shard()
+            self._check_shards_there()
+            manifest = Manifest(self.fields, tuple(self._shards), self._template.key, self._meta)
+            version_id = publish(self.catalog.fs, self.catalog.layout, self.name, manifest, self._tags)
+        finally:
+            self._release_lease()
         self.version = self.catalog.version(self.name, version_id)
         return self.version
 
@@ -234,6 +251,10 @@ class VersionWriter:
             self._shard = None
         self._pending.clear()
         self._pending_rows = self._pending_bytes = 0
+        self._release_lease()
+
+    def __del__(self) -> None:  # a writer dropped without commit or abort must not keep gc out
+        self._release_lease()
 
     def __enter__(self) -> "VersionWriter":
         return self
@@ -245,6 +266,34 @@ class VersionWriter:
             self.abort()
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _hold_lease(self) -> None:
+        if self._lease is None:
+            stack = ExitStack()
+            stack.enter_context(write_lease(self.catalog.fs, self.catalog.layout, self.name))
+            self._lease = stack
+
+    def _release_lease(self) -> None:
+        lease, self._lease = getattr(self, "_lease", None), None
+        if lease is not None:
+            lease.close()
+
+    def _check_shards_there(self) -> None:
+        """IntegrityError, before any manifest is written, naming a shard this version would reference
+        that is not in the catalog (under the lease only something outside dsinspect removes one)."""
+        if not self._shards:
+            return
+        fs, directory = self.catalog.fs, self.catalog.layout.shards(self.name)
+        with contextlib.suppress(AttributeError):
+            fs.invalidate_cache(directory)  # s3fs lists from a cache
+        with write_errors(fs, directory):
+            there = {p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(directory, detail=False)}
+        for s in self._shards:
+            names = [f"{s.sha256}.parquet"] + ([f"{s.sha256}.index.json"] if s.index_sha256 else [])
+            for missing in (n for n in names if n not in there):
+                raise IntegrityError(f"dataset {self.name!r}: {display(fs, posixpath.join(directory, missing))} is "
+                                     "gone, so the version was not published; write it again (an ingest re-run "
+                                     "converts the missing parts again)")
 
     def _check_columns(self, have: set[str]) -> None:
         missing = [n for n in self._names if n not in have]
@@ -282,6 +331,7 @@ class VersionWriter:
         hashes = pa.array(row_hashes(group, self._names), pa.binary(16))
         with write_errors(self.catalog.fs, self._shard.path if self._shard else self._spool):
             if self._shard is None:
+                self._hold_lease()  # before a byte lands in the dataset (the spool file is there)
                 self._shard = _ShardFile(self._spool, self._file_schema, self.options)
             self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
         if self._on_rows:
