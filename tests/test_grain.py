@@ -1,7 +1,8 @@
 """The Grain adapter (`dsinspect.loaders.grain`): Grain iterates one rank's batches in dsinspect's
 order (element i is the batch of step start + i), through its transformations and its worker
 processes (`mp_prefetch`, real processes), and its iterator state maps to a LoaderState exactly:
-a Loader restored from the mapped state continues with the batch Grain would give next, and back."""
+a Loader restored from the mapped state continues with the batch Grain would give next, and back.
+A record names the steps the loop took, not the ones Grain made ahead."""
 
 import numpy as np
 import pytest
@@ -12,8 +13,10 @@ from absl import flags  # noqa: E402  (Grain's worker processes read its flags)
 from token_catalog import token_catalog  # noqa: E402
 
 from dsinspect.errors import UserError  # noqa: E402
-from dsinspect.loaders import Loader, LoaderState, RunSpec, batch_indices  # noqa: E402
+from dsinspect.loaders import Catalog, Loader, LoaderState, RunSpec, batch_indices  # noqa: E402
+from dsinspect.loaders.audit.logcheck import check_log  # noqa: E402
 from dsinspect.loaders.grain import StepSource, grain_state, loader_state  # noqa: E402
+from dsinspect.loaders.records.runlog import read_fingerprints  # noqa: E402
 
 ROWS, WIDTH = 120, 4
 
@@ -97,3 +100,54 @@ def test_grain_worker_processes_keep_the_order_and_their_state_maps_too(catalog)
     assert state == LoaderState.at(spec, 7, 1).to_json()
     assert int(next(it)["step"]) == 7
     del it
+
+
+def test_a_record_holds_the_elements_the_loop_took_and_refuses_to_record_otherwise(catalog, tmp_path):
+    spec = spec_of(catalog)
+    source = StepSource(spec, catalog, rank=1, record_dir=str(tmp_path / "run"))
+    dataset = grain.MapDataset.source(source).map(double).to_iter_dataset()
+    with pytest.raises(UserError, match=r"iterate source.recorded\(dataset\)"):  # a record of what was made ahead
+        next(iter(dataset))
+    with pytest.raises(UserError, match="takes the grain.IterDataset the loop iterates"):
+        source.recorded(grain.MapDataset.source(source))
+    dropped = source.recorded(dataset.map(lambda e: {"tokens": e["tokens"]}))
+    with pytest.raises(UserError, match="has no 'step', 'epoch' or 'row_hashes'"):
+        next(iter(dropped))
+    assert StepSource(spec, catalog).recorded(dataset) is dataset  # nothing to record: the dataset as it is
+
+
+@pytest.mark.slow
+def test_a_record_over_worker_processes_names_exactly_the_steps_the_loop_took(catalog, tmp_path):
+    """Grain's threads and workers make elements far ahead of the loop (hundreds of steps were
+    recorded after 40 taken): the record holds the steps taken, and checks whole, after a stop and
+    after a resume from the state saved there."""
+    flags.FLAGS.mark_as_parsed()
+    spec = spec_of(catalog, world_size=1, batch_size=1)  # 120 steps an epoch, 2 epochs: room to run ahead
+    record = str(tmp_path / "run")
+    source = StepSource(spec, catalog, rank=0, epochs=2, record_dir=record)
+    workers = grain.MultiprocessingOptions(num_workers=2)
+    it = iter(source.recorded(grain.MapDataset.source(source).map(double).to_iter_dataset().mp_prefetch(workers)))
+    taken = [int(next(it)["step"]) for _ in range(40)]
+    state = loader_state(it.get_state(), source)
+    del it
+    assert taken == list(range(40)) and LoaderState.from_json(state).step == 40
+    assert recorded_steps(record) == taken, "the record claims steps the loop never took"
+    result = check_log(record, record, catalog=Catalog(catalog.url))  # the whole record: no steps, no gaps allowed
+    assert result.ok and result.gaps == [] and result.checked == 40, result.to_json()
+
+    resumed = StepSource(spec, catalog, rank=0, epochs=2, state=state, record_dir=record)
+    it = iter(resumed.recorded(grain.MapDataset.source(resumed).to_iter_dataset().mp_prefetch(workers)))
+    taken += [int(next(it)["step"]) for _ in range(25)]
+    del it
+    assert recorded_steps(record) == taken == list(range(65))
+    result = check_log(record, record, catalog=Catalog(catalog.url))
+    assert result.ok and (result.checked, result.segments, result.superseded) == (65, 2, 0), result.to_json()
+
+    misplaced = StepSource(spec, catalog, rank=0, record_dir=str(tmp_path / "misplaced"))
+    inside = misplaced.recorded(grain.MapDataset.source(misplaced).to_iter_dataset()).mp_prefetch(workers)
+    with pytest.raises(UserError, match="ran in a Grain worker process"):
+        next(iter(inside))
+
+
+def recorded_steps(record):
+    return [e["step"] for e in read_fingerprints(f"{record}/fingerprints/rank-00000.jsonl") if "step" in e]

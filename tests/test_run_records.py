@@ -1,5 +1,5 @@
 """Run records across crashes and resumes: segments and their lineage, superseded lines, gaps, lines a
-kill loses and `state_dict()` keeps, per-sample digests, old records, and states of different steps."""
+kill loses and `state_dict()` keeps, per-sample digests, old records, and states of different checkpoints."""
 
 import json
 import os
@@ -206,6 +206,19 @@ def test_states_of_different_steps_are_refused_naming_them(cat):
         check_states(mixed)
     with pytest.raises(UserError, match="different data orders"):
         check_states({0: same[0], 1: LoaderState.at(spec.replace(seed=9), 12, 1).to_json()})
+
+
+def test_states_of_one_step_at_another_position_or_of_another_segment_are_refused(cat):
+    spec = spec_of(cat, world=2, batch=4)
+    same = [LoaderState.at(spec, 12, r, "a1").to_json() for r in range(2)]
+    check_states(same)
+    # a checkpoint of a stretch read with half the global batch: the same step stands elsewhere in the order
+    halved = LoaderState.at(spec_of(cat, world=2, batch=2), 12, 1, "a1").to_json()
+    with pytest.raises(UserError, match=r"different positions in the order \(step 12 at epoch 0, position 96 on "
+                                        r"rank 0; step 12 at epoch 0, position 48 on rank 1\)"):
+        check_states([same[0], halved])
+    with pytest.raises(UserError, match=r"different record segments \(segment a1 on rank 0; segment b2 on rank 1\)"):
+        check_states([same[0], LoaderState.at(spec, 12, 1, "b2").to_json()])
 
 
 def test_a_line_cut_by_a_kill_is_skipped_but_other_garbage_is_an_error(cat, tmp_path):

@@ -78,12 +78,12 @@ def run(job, spec, rank):
 
 
 def run_plain(job, spec, rank, dataset):
-    """TorchBatches iterated in this process by a plain DataLoader: the pass checks the ranks too."""
+    """TorchBatches iterated in this process by a plain DataLoader: loading the state checks the ranks."""
     from torch.utils.data import DataLoader
 
-    dataset.load_state_dict(spec["states"][str(rank)])
     result = {"steps": [], "error": None}
     try:
+        dataset.load_state_dict(spec["states"][str(rank)])
         for batch in DataLoader(dataset, batch_size=None, num_workers=0):
             result["steps"].append(int(batch["step"]))
     except UserError as e:

@@ -7,13 +7,16 @@ reads elements on a pool of threads (16 by default); the Loader plans in chunks 
 that, so its reads are taken one at a time (a batch is one vectorised gather per column: the
 threads gain little over Grain's own prefetching).
 
-`record_dir`: the rank's run record, a line per element as it is made, in whichever process makes
-it (read/recording.py): Grain's checkpointing never calls us, so each line reaches the OS before its
-element is handed over. `state`: a LoaderState (any world or batch size) to start from; the record
-then continues from the segment that saved it."""
+`record_dir`: the rank's run record, a line per element the loop takes. Grain's threads and worker
+processes make elements far ahead (hundreds), so a line is written where the loop takes its element:
+`source.recorded(dataset)` ends the pipeline with a map in the iterating process, which writes the
+line from the element's row hashes (read/recording.py). Grain's checkpointing never calls us, so
+each line reaches the OS before its element is handed over. `state`: a LoaderState (any world or
+batch size) to start from; the record then continues from the segment that saved it."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Sequence
 
@@ -34,7 +37,8 @@ class StepSource:
     """Element i: the batch of step `spec.start.step + i` for `rank`, as a dict of numpy arrays
     (`Batch.to_numpy()`) plus "step", "epoch", "indices" and "row_hashes". `epochs`: how many
     epochs from the start's (the source's length ends at an epoch's end). `state`: start where a
-    saved LoaderState continues (element 0 is its step, in its world and batch size)."""
+    saved LoaderState continues (element 0 is its step, in its world and batch size). With
+    `record_dir`, iterate `source.recorded(dataset)`: elements made without it are refused."""
 
     def __init__(self, spec: RunSpec, catalog: Catalog | str, rank: int = 0,
                  columns: Sequence[str] | None = None, epochs: int = 1, *, state: dict[str, Any] | None = None,
@@ -57,6 +61,7 @@ class StepSource:
         self._length = end - self.start
         self._loader: Loader | None = None
         self._lock = threading.Lock()
+        self._taker: int | None = None  # the pid of the process whose loop takes the elements (recorded)
 
     def __len__(self) -> int:
         return self._length
@@ -64,16 +69,47 @@ class StepSource:
     def __getitem__(self, i: int) -> dict[str, Any]:
         if not 0 <= i < self._length:
             raise IndexError(f"step index {i} outside the source's {self._length} steps")
+        if self.record is not None and self._taker is None:
+            raise UserError("StepSource(record_dir=...) records the elements the loop takes: iterate "
+                            "source.recorded(dataset), the pipeline's last stage (docs/GRAIN.md)")
         with self._lock:
             if self._loader is None:
                 self._loader = Loader(self.spec, self.rank, catalog=Catalog(self.catalog_url), columns=self.columns)
             batch = self._loader.batch_at(self.start + int(i))
-            if self.record:
-                self.record.write(batch)
         out: dict[str, Any] = dict(batch.to_numpy())
         out.update(step=np.int64(batch.step), epoch=np.int64(batch.epoch), indices=np.asarray(batch.indices),
                    row_hashes=batch.hash_array)
         return out
+
+    def recorded(self, dataset: Any) -> Any:
+        """`dataset`, the grain.IterDataset the loop iterates (after `to_iter_dataset()` and any
+        `mp_prefetch`), with a last map that records each element as the loop takes it: the record
+        names the steps handed to the loop, not those Grain made ahead. Call it before iterating;
+        nothing may follow it. Without `record_dir`, `dataset` unchanged."""
+        if self.record is None:
+            return dataset
+        import grain  # the caller has it: it built `dataset`
+        if not isinstance(dataset, grain.IterDataset):
+            raise UserError("StepSource.recorded takes the grain.IterDataset the loop iterates (after "
+                            f"to_iter_dataset() and any mp_prefetch), not a {type(dataset).__name__}")
+        self._taker = os.getpid()
+        return dataset.map(self._taken)
+
+    def _taken(self, element: dict[str, Any]) -> dict[str, Any]:
+        """Record `element`, taken by the loop now, from the row hashes it carries."""
+        if os.getpid() != self._taker:
+            raise UserError("StepSource.recorded(...) ran in a Grain worker process: make it the pipeline's "
+                            "last stage, after mp_prefetch")
+        try:
+            step, epoch, hashes = element["step"], element["epoch"], np.asarray(element["row_hashes"])
+        except (KeyError, TypeError, IndexError):
+            raise UserError("StepSource.recorded: the element the loop takes has no 'step', 'epoch' or "
+                            "'row_hashes' (a transformation dropped them): keep them in the element") from None
+        if np.ndim(step) != 0 or hashes.ndim != 2:
+            raise UserError("StepSource.recorded: the element holds more than one step (batched by Grain?): "
+                            "record before batching steps together")
+        self.record.write_hashes(int(step), int(epoch), hashes, _data_bytes(element))
+        return element
 
     def __getstate__(self) -> dict[str, Any]:  # a worker process opens its own Loader
         return {k: v for k, v in self.__dict__.items() if k not in ("_loader", "_lock")}
@@ -84,6 +120,14 @@ class StepSource:
     def __repr__(self) -> str:  # Grain names its source in errors and checkpoints
         return (f"StepSource(rank={self.rank}, start={self.start}, steps={self._length}, "
                 f"order={self.spec.order_hash[:12]})")
+
+
+_METADATA = ("step", "epoch", "indices", "row_hashes")
+
+
+def _data_bytes(element: dict[str, Any]) -> int:
+    """Bytes of an element's arrays besides its metadata: what per-sample digests are weighed against."""
+    return sum(int(v.nbytes) for k, v in element.items() if k not in _METADATA and isinstance(v, np.ndarray))
 
 
 def loader_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.order.plan import locate_step, samples_at
 from dsinspect.loaders.order.spec import RunSpec, Start
 
-__all__ = ["LoaderState", "STATE_FORMAT", "receipt", "check_states"]
+__all__ = ["LoaderState", "STATE_FORMAT", "ResumePoint", "receipt", "check_states", "disagreement"]
 
 STATE_FORMAT = "dsinspect.loader-state/1"
 RECEIPT_SAMPLES = 16
@@ -89,26 +89,70 @@ class LoaderState:
                                  "continue with the samples the saved loader was about to read")
         return resumed
 
+    def point(self) -> ResumePoint:
+        """What ranks resuming from this state together must agree on (check_states)."""
+        return ResumePoint(self.step, self.epoch, self.position, self.order_hash, "", self.segment or "")
+
 
 def check_states(states: Sequence[dict[str, Any]] | dict[int, dict[str, Any]]) -> None:
-    """Refuse a set of states that ranks are about to resume from unless they stand at one step of
-    one data order: ranks resuming from different checkpoints would lose or repeat samples and get
-    different numbers of steps (the next collective of the job hangs). `states`: a list in rank
-    order, or {rank: state}. The error names every distinct step and the ranks at it."""
+    """Refuse a set of states that ranks are about to resume from unless they are the states of one
+    checkpoint: one data order, step and in-epoch position, and one record segment. Ranks resuming
+    from different checkpoints would lose or repeat samples and get different numbers of steps (the
+    next collective of the job hangs), even at one step: a run resumed with another global batch
+    stands elsewhere at the same step. `states`: a list in rank order, or {rank: state}. The error
+    names what differs and the ranks on each side."""
     items = states.items() if isinstance(states, dict) else enumerate(states)
-    parsed = {int(rank): LoaderState.from_json(state) for rank, state in items}
-    where: dict[tuple[str, int], list[int]] = {}
-    for rank, state in sorted(parsed.items()):
-        where.setdefault((state.order_hash, state.step), []).append(rank)
-    if len(where) > 1:
-        raise UserError(states_disagree({key[1]: ranks for key, ranks in where.items()},
-                                        len({key[0] for key in where}) > 1))
+    points = {int(rank): LoaderState.from_json(state).point() for rank, state in items}
+    problem = disagreement(points)
+    if problem:
+        raise UserError(problem)
 
 
-def states_disagree(steps: dict[int, list[int]], orders: bool = False) -> str:
-    """One line naming the steps the ranks stand at: {step: [ranks]}."""
-    found = "; ".join(f"step {step} on rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}"
-                      for step, r in sorted(steps.items()))
-    what = "different data orders and steps" if orders else "different steps"
-    return (f"ranks resume from states saved at {what} ({found}): load the states of one checkpoint on "
-            "every rank")
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a rank's next batch comes from, as ranks compare it before they start: the step, its
+    epoch and in-epoch position, the data order's hash, the run spec's hash ("" when not compared)
+    and the record segment the rank's state came from ("" for none)."""
+
+    step: int
+    epoch: int
+    position: int
+    order: str
+    spec: str = ""
+    segment: str = ""
+
+
+_ASPECTS = (  # (what differs, its words in the error, how a side shows it)
+    ("order", "data orders", lambda p: f"order {p.order[:12]}"),
+    ("step", "steps", lambda p: f"step {p.step}"),
+    ("position", "positions in the order", lambda p: f"step {p.step} at epoch {p.epoch}, position {p.position}"),
+    ("spec", "run specs", lambda p: f"spec {p.spec[:12]}"),
+    ("segment", "record segments", lambda p: f"segment {p.segment[:12] or 'none'}"),
+)
+
+
+def disagreement(points: dict[int, ResumePoint]) -> str | None:
+    """One line naming what the ranks' points disagree on and the ranks on each side, or None when
+    they all agree. Positions are named when ranks stand at one step but elsewhere in the order."""
+    sides: dict[ResumePoint, list[int]] = {}
+    for rank, point in sorted(points.items()):
+        sides.setdefault(point, []).append(rank)
+    if len(sides) < 2:
+        return None
+    at_step: dict[int, set[tuple[int, int]]] = {}
+    for point in sides:
+        at_step.setdefault(point.step, set()).add((point.epoch, point.position))
+    differs = {name: len({getattr(point, name) for point in sides}) > 1
+               for name in ("order", "step", "spec", "segment")}
+    differs["position"] = any(len(places) > 1 for places in at_step.values())
+    # another order, step or position is another spec (its start): the spec is named when nothing else differs
+    differs["spec"] = differs["spec"] and not (differs["order"] or differs["step"] or differs["position"])
+    what = [words for key, words, _ in _ASPECTS if differs[key]]
+    shown = [show for key, _, show in _ASPECTS if differs[key] and not (key == "step" and differs["position"])]
+    found = "; ".join(", ".join(show(point) for show in shown)
+                      + f" on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+                      for point, ranks in sorted(sides.items(), key=lambda side: (side[0].step, side[1])))
+    what = " and ".join(what) if len(what) < 3 else ", ".join(what[:-1]) + " and " + what[-1]
+    return (f"ranks resume from states saved at different {what} ({found}): load the states of one "
+            "checkpoint on every rank")
+

@@ -6,8 +6,8 @@ loads it.
 Modules: `dataset` (TorchBatches and the producers its workers run), `conversion` (Arrow and numpy
 columns -> tensors), `loader` (TorchLoader), `transfer` (worker -> main process), `ring` (the
 shared-memory ring), `recording` (which process writes a rank's run record lines), `consistency`
-(the ranks' step check at the start of a pass). May import `read`, `records`, `order`, `store`,
-`format`, `dsinspect.errors`.
+(the ranks' check that they resume from one checkpoint, at a load and at the start of a pass).
+May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
 from dsinspect.extras import require as _require

@@ -1,7 +1,10 @@
-"""Ranks that start a pass at different steps (resumed from states of different checkpoints) would
-lose or repeat samples and get different numbers of steps, so the job's next collective hangs. The
-adapters check it with one small collective at the start of each pass and refuse on every rank,
-before the first batch."""
+"""Ranks that start a pass from different places (states of different checkpoints: another step, or
+the same step at another position of the order) would lose or repeat samples and get different
+numbers of steps, so the job's next collective hangs. The adapters compare every rank's
+ResumePoint with one small collective, in the main process of each rank, and refuse on every rank
+before the first batch: at each pass a TorchLoader or the main process starts, and when a
+TorchBatches state is loaded in the main process (the one place a plain DataLoader's or a
+StatefulDataLoader's workers leave to check)."""
 
 from __future__ import annotations
 
@@ -10,29 +13,44 @@ import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.order.state import states_disagree
+from dsinspect.loaders.order.state import ResumePoint, disagreement
 
-__all__ = ["check_same_step"]
+__all__ = ["check_ranks_agree", "distributed_world"]
+
+_HEX = 15  # hex digits of a hash carried per rank: 60 bits, an int64
 
 
-def check_same_step(step: int) -> None:
-    """Under torch.distributed (and not in a DataLoader worker): all_gather every rank's next step;
-    if they differ, raise UserError naming the steps and their ranks, on every rank. Every rank
-    of the process group must call it (it is a collective)."""
-    if not (dist.is_available() and dist.is_initialized()) or get_worker_info() is not None:
+def distributed_world() -> int:
+    """The number of ranks of torch.distributed's default group, 1 when it is not initialized."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def check_ranks_agree(point: ResumePoint) -> None:
+    """Under torch.distributed (and not in a DataLoader worker): all_gather every rank's point; if
+    they differ, raise UserError naming what differs and the ranks on each side, on every rank.
+    Every rank of the process group must call it (it is a collective)."""
+    if get_worker_info() is not None:
         return
-    world = dist.get_world_size()
+    world = distributed_world()
     if world == 1:
         return
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":  # nccl gathers CUDA tensors only
         device = torch.device("cuda", torch.cuda.current_device())
-    mine = torch.tensor([step], dtype=torch.int64, device=device)
+    mine = torch.tensor(_as_ints(point), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
-    steps = [int(t.item()) for t in gathered]
-    if len(set(steps)) > 1:
-        where: dict[int, list[int]] = {}
-        for rank, at in enumerate(steps):
-            where.setdefault(at, []).append(rank)
-        raise UserError(states_disagree(where))
+    problem = disagreement({rank: _from_ints(t.tolist()) for rank, t in enumerate(gathered)})
+    if problem:
+        raise UserError(problem)
+
+
+def _as_ints(point: ResumePoint) -> list[int]:
+    hashes = [int(h[:_HEX], 16) if h else 0 for h in (point.order, point.spec, point.segment)]
+    return [point.step, point.epoch, point.position, *hashes]
+
+
+def _from_ints(values: list[int]) -> ResumePoint:
+    step, epoch, position, *hashes = values
+    order, spec, segment = (f"{h:0{_HEX}x}" if h else "" for h in hashes)
+    return ResumePoint(step, epoch, position, order, spec, segment)

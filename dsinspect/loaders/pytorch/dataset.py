@@ -23,8 +23,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import epoch_end, epoch_start_step, locate_step
 from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.order.state import LoaderState
-from dsinspect.loaders.pytorch.consistency import check_same_step
+from dsinspect.loaders.order.state import LoaderState, ResumePoint
+from dsinspect.loaders.pytorch.consistency import check_ranks_agree, distributed_world
 from dsinspect.loaders.pytorch.conversion import batch_to_torch, check_columns, worker_arrays
 from dsinspect.loaders.pytorch.recording import RankRecord
 from dsinspect.loaders.pytorch.ring import RingBatch
@@ -52,10 +52,13 @@ class TorchBatches(IterableDataset):
     main process makes every line so far durable and names the segment. Fingerprints of a
     transform's output (`fingerprint_of="transformed"`) are Loader-only.
 
-    Under torch.distributed each pass started in the main process begins with one all_gather of
-    the ranks' next steps; ranks at different steps (states of different checkpoints) all raise
-    UserError before the first batch. Every rank must iterate; `check_ranks=False` skips it (a
-    loader only some ranks iterate)."""
+    Under torch.distributed the ranks compare where they stand (step, position in the order, run
+    spec, record segment: one all_gather) when a state is loaded in the main process and at each
+    pass the main process iterates; ranks that disagree (states of different checkpoints) all raise
+    UserError before the first batch. Every rank must load and iterate; `check_ranks=False` skips
+    it (a loader only some ranks use). DataLoader workers cannot take part, so under
+    torch.distributed a StatefulDataLoader state is not restored as is in workers: restore
+    `load_state_dict(elastic_state(state))` on every rank (checked, the same batches)."""
 
     def __init__(self, spec: RunSpec, catalog: str | Catalog, columns: Sequence[str] | None = None,
                  rank: int | None = None, *, dense: Sequence[str] = (), transform=None,
@@ -64,6 +67,7 @@ class TorchBatches(IterableDataset):
         if catalog is None:
             raise UserError("TorchBatches needs a catalog: TorchBatches(spec, Catalog(url) or its URL)")
         self.spec, self.rank = _placement(spec, rank)
+        self._distributed = distributed_world() > 1  # kept for workers, which cannot ask (spawned ones)
         self.catalog_url = catalog.url if isinstance(catalog, Catalog) else str(catalog)
         self.columns = list(columns) if columns else None
         self.dense = tuple(dense)
@@ -138,7 +142,20 @@ class TorchBatches(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next pass where `state` stood; the state may come from any world size. When
-        recording, a new segment of the record begins (in the main process: now)."""
+        recording, a new segment of the record begins (in the main process: now). In the main
+        process under torch.distributed, a collective: every rank loads, and ranks whose states
+        disagree all raise UserError here."""
+        self._load(state)
+        if self.check_ranks and get_worker_info() is None:
+            check_ranks_agree(self._point(self._base))
+
+    def _point(self, step: int) -> ResumePoint:
+        """Where a pass from `step` stands, as the ranks compare it: the spec's hash covers its batch
+        size, world size and start; the segment is the record's of the state loaded, if any."""
+        epoch, position = locate_step(self.spec, step)
+        return ResumePoint(step, epoch, position, self.spec.order_hash, self.spec.hash, self._parent or "")
+
+    def _load(self, state: dict[str, Any]) -> None:
         saved = LoaderState.from_json(state)
         self.spec = saved.resume_spec(self.spec)
         self.close()
@@ -234,7 +251,7 @@ class TorchBatches(IterableDataset):
 class _Producer:
     """The steps one process makes in one pass: next, next + stride, ... before `end`. torchdata's
     StatefulDataLoader saves and restores it in each worker. `record`: write each batch's run
-    record line here; `check`: begin the pass with the ranks' step check (check_same_step)."""
+    record line here; `check`: begin the pass comparing the ranks (check_ranks_agree)."""
 
     def __init__(self, dataset: TorchBatches, next_step: int, end: int, stride: int, worker: int, *,
                  record: bool = False, check: bool = False):
@@ -249,7 +266,7 @@ class _Producer:
     def __next__(self) -> dict[str, Any]:
         if self._check:  # at the first batch, so a state torchdata restores after iter() counts
             self._check = False
-            check_same_step(self.next)  # before the end test: every rank takes part, even one at its end
+            check_ranks_agree(self.dataset._point(self.next))  # before the end test: every rank takes part
         if self.next >= self.end:
             self.dataset._seek(self.end)  # the pass is over: the next one reads the next epoch
             raise StopIteration
@@ -298,6 +315,10 @@ class _Producer:
             raise UserError(f"this StatefulDataLoader state was saved with world size {saved.world_size} and batch "
                             f"size {saved.batch_size}, the dataset now has {ds.spec.world_size} and "
                             f"{ds.spec.batch_size}: restore TorchBatches.load_state_dict(elastic_state(state)) instead")
+        if ds.check_ranks and get_worker_info() is not None and (ds._distributed or distributed_world() > 1):
+            raise UserError("under torch.distributed a StatefulDataLoader state restored in DataLoader workers cannot "
+                            "be checked against the other ranks: restore TorchBatches.load_state_dict(elastic_state("
+                            "state)) on every rank instead (checked there; the same batches), or use TorchLoader")
         self.next, self.end = saved.step, int(state["end"])
         kept = state.get("segment")
         if ds._record is not None and get_worker_info() is not None and saved.segment and isinstance(kept, dict):

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, default_convert
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import epoch_end, locate_step
 from dsinspect.loaders.order.state import LoaderState
-from dsinspect.loaders.pytorch.consistency import check_same_step
+from dsinspect.loaders.pytorch.consistency import check_ranks_agree
 from dsinspect.loaders.pytorch.dataset import TorchBatches
 from dsinspect.loaders.pytorch.ring import RingReader, new_prefix, ring_slots
 from dsinspect.loaders.pytorch.transfer import Transfer, receive
@@ -34,8 +34,9 @@ class TorchLoader:
     `load_state_dict`, then per batch its fingerprint, per-sample digests and the seconds the
     consumer waited for it; the workers write nothing. `state_dict()` makes every line so far
     durable before it returns and names the segment. Under torch.distributed each pass begins
-    with one all_gather of the ranks' next steps (see TorchBatches): ranks resumed from states of
-    different steps all raise UserError before the first batch.
+    with one all_gather of where the ranks stand (see TorchBatches): ranks resumed from states of
+    different checkpoints (another step, or another position at the same step) all raise UserError
+    before the first batch.
 
     With workers, each pass's first batch is made in this process before they start (they start
     when the consumer asks for the second): the first batch of a fresh node or a resume waits
@@ -83,7 +84,7 @@ class TorchLoader:
     def _batches(self) -> Iterator[dict[str, Any]]:
         dataset = self.dataset
         if dataset.check_ranks:
-            check_same_step(self._next)
+            check_ranks_agree(dataset._point(self._next))
         end = epoch_end(dataset.spec, self._next)
         record = dataset._record
         asked = time.monotonic()
@@ -176,7 +177,7 @@ class TorchLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state` (from a TorchLoader, Loader or elastic_state), whatever its workers or ranks."""
-        self.dataset.load_state_dict(state)
+        self.dataset._load(state)  # the ranks are compared when the pass starts
         self._next = self.dataset.step
 
     def close(self) -> None:

@@ -1,20 +1,22 @@
-"""Run records written where batches are made, for adapters whose consumer is another framework's
-loop (Grain's iterators and worker processes, Hugging Face's IterableDataset): nothing of ours runs
-when that loop saves its state, so no `state_dict()` can make the lines durable. Each line goes to
-the OS before its batch is handed over (`flush_every=1`, as DataLoader workers do): a killed process
-loses none. Each process opens its own recorder (a forked or spawned worker appends to the same rank
-file); lines of batches made ahead and never consumed are superseded when a resume re-runs those
-steps (docs/RUN_RECORDS.md).
+"""Run records for adapters whose consumer is another framework's loop (Grain's iterators and worker
+processes, Hugging Face's IterableDataset), written where a batch is made (`write`: Hugging Face)
+or where the loop takes it (`write_hashes`, from the row hashes the element carries: Grain, whose
+threads and workers make elements far ahead). Nothing of ours runs when that loop saves its state,
+so no `state_dict()` can make the lines durable: each line goes to the OS before its batch is
+handed over (`flush_every=1`, as DataLoader workers do), and a killed process loses none. Each
+process opens its own recorder (a forked or spawned worker appends to the same rank file).
 """
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.read.batch import Batch
 from dsinspect.loaders.records.recorder import RunRecorder
-from dsinspect.loaders.records.runlog import segment_id
+from dsinspect.loaders.records.runlog import batch_fingerprint, segment_id
 
 __all__ = ["MadeRecord"]
 
@@ -24,8 +26,8 @@ _INHERITED: list[RunRecorder] = []
 
 
 class MadeRecord:
-    """One rank's record, a line per batch made, from whichever process makes it. Picklable (a
-    worker opens its own recorder); `samples` as `Loader(record_samples=...)`."""
+    """One rank's record, a line per batch, from whichever process writes it (makes or takes the
+    batch). Picklable (a worker opens its own recorder); `samples` as `Loader(record_samples=...)`."""
 
     def __init__(self, directory: str, rank: int, spec: RunSpec, parent: str | None = None,
                  samples: bool | str = "auto"):
@@ -37,10 +39,15 @@ class MadeRecord:
 
     def write(self, batch: Batch) -> None:
         """The line of `batch`, handed to the OS before this returns."""
+        self.write_hashes(batch.step, batch.epoch, batch.hash_array, batch.nbytes)
+
+    def write_hashes(self, step: int, epoch: int, row_hashes: np.ndarray, data_bytes: int | None) -> None:
+        """The line of the batch of `step` whose rows have these stored hashes ((n, 16) uint8: the
+        fingerprint is the same as `Batch.fingerprint`), handed to the OS before this returns."""
         recorder = self._recorder_here()
         recorder.begin(self.spec, self.parent)
-        recorder.record(batch.step, batch.epoch, batch.fingerprint, len(batch), row_hashes=batch.hash_array,
-                        data_bytes=batch.nbytes)
+        recorder.record(step, epoch, batch_fingerprint(row_hashes), len(row_hashes), row_hashes=row_hashes,
+                        data_bytes=data_bytes)
 
     def _recorder_here(self) -> RunRecorder:
         if self._recorder is None or self._pid != os.getpid():
