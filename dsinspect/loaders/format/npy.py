@@ -10,6 +10,7 @@ bytes), byte for byte the same on every machine and numpy version.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import tokenize
@@ -49,29 +50,43 @@ def native(dtype: np.dtype, where: str) -> np.dtype:
 def npy_header(prefix: bytes, size: int, where: str) -> NpyHeader:
     """The header of a .npy file of `size` bytes from its first bytes (`HEADER_BYTES` suffice); a
     UserError naming `where` unless it is a .npy file of numbers whose values fill it exactly."""
-    f = io.BytesIO(prefix)
     try:
-        version = np.lib.format.read_magic(f)
-        if version not in ((1, 0), (2, 0)):
-            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        with warnings.catch_warnings():  # numpy warns about headers it repairs; the verdict is ours
-            warnings.simplefilter("ignore")
-            shape, fortran, dtype = read(f)
+        dtype, shape, fortran, offset = _parsed(_header_bytes(prefix))
     except (ValueError, TypeError, SyntaxError, EOFError, tokenize.TokenError) as e:
         raise UserError(f"{where} is not a .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
             from None
     native(dtype, where)
     count = math.prod(shape)  # Python ints: a hostile shape cannot overflow
-    if size - f.tell() != count * dtype.itemsize:
+    if size - offset != count * dtype.itemsize:
         raise UserError(f"{where}: a .npy array of shape {shape} and dtype {dtype} needs "
-                        f"{count * dtype.itemsize} bytes of values, the file holds {size - f.tell()}")
+                        f"{count * dtype.itemsize} bytes of values, the file holds {size - offset}")
     if count == 0:
         try:  # no values, so no allocation: only whether numpy can hold such a shape at all
             np.empty(0, dtype).reshape(shape)
         except ValueError as e:
             raise UserError(f"{where}: a .npy array of shape {shape}: {e}") from None
-    return NpyHeader(dtype, tuple(shape), bool(fortran), f.tell())
+    return NpyHeader(dtype, shape, fortran, offset)
+
+
+def _header_bytes(prefix: bytes) -> bytes:
+    """Magic, version, length and header of a .npy file: what `_parsed` reads (the rest is values)."""
+    width = 4 if prefix[6:8] == b"\x02\x00" else 2
+    if len(prefix) < 8 + width:
+        return prefix  # too short: numpy's reader says why
+    return prefix[:8 + width + int.from_bytes(prefix[8:8 + width], "little")]
+
+
+@functools.lru_cache(maxsize=1024)  # one file's columns repeat a few headers: parsing one costs ~0.1 ms
+def _parsed(header: bytes) -> tuple[np.dtype, tuple[int, ...], bool, int]:
+    f = io.BytesIO(header)
+    version = np.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    with warnings.catch_warnings():  # numpy warns about headers it repairs; the verdict is ours
+        warnings.simplefilter("ignore")
+        shape, fortran, dtype = read(f)
+    return dtype, tuple(int(n) for n in shape), bool(fortran), f.tell()
 
 
 def read_npy(data: bytes, where: str) -> np.ndarray:
