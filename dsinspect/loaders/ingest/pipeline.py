@@ -93,6 +93,9 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
     check_engine(engine if engine != AUTO else "inline", workers)
     if key is not None and no_key:
         raise UserError("--key and --no-key exclude each other")
+    if engine not in ("inline", AUTO) and _in_process(catalog):
+        raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
+                        "this process only (use engine 'inline')")
     spec = source if isinstance(source, SourceSpec) else _detect(source, kind, options or {})
     src = _open(opener, spec)
     parts = _parts(src, spec)
@@ -106,9 +109,6 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
     if key is None and not no_key:
         key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
         candidate = key_candidate(spec.kind, fields) if key is None and sidecar is None else None
-    if engine not in ("inline", AUTO) and _in_process(catalog):
-        raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
-                        "this process only (use engine 'inline')")
     job = plan_job(catalog, name, spec, parts, fields, key, write, sidecar, opener)
     return _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started, candidate)
 
