@@ -7,6 +7,7 @@ import io
 import math
 import random
 
+import numpy as np
 import pytest
 from fuzz_helpers import HOSTILE_VALUES, mutate_bytes
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,7 @@ from dsinspect.inspect.tokens import tokens_view
 from dsinspect.inspect.trajectory import trajectory_view
 from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import View
+from dsinspect.loaders.format.npy import to_npy
 
 GOAL = 10_000
 PER_SEED = 50
@@ -85,6 +87,9 @@ def _small_inputs(kind: str):
                                   lambda: b"[" * rng.randrange(600) + b"]" * rng.randrange(600)))()
             elif kind == "scalar":
                 yield rng.choice(HOSTILE_VALUES + [raw, 1.5, -0.0])
+            elif kind == "array" and rng.random() < 0.3:  # a .npy value (rows of varying dtype), mutated
+                yield mutate_bytes(to_npy(np.arange(rng.randrange(6)).astype(rng.choice(["<i8", "<f4", "|b1"]))
+                                          .reshape(rng.choice([(-1,), (-1, 1)]))), rng)
             elif kind == "array":
                 yield [rng.choice([rng.random(), float("nan"), float("inf"), None, rng.randrange(-9, 9),
                                    [rng.random() for _ in range(rng.randrange(4))]])

@@ -10,10 +10,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dsinspect.errors import UserError
 from dsinspect.inspect.hexdump import HexPage, hex_page
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, jsonable, no_json
 from dsinspect.loaders.format.nested import flatten
+from dsinspect.loaders.format.npy import read_npy
 
 __all__ = ["JsonView", "ScalarView", "BytesView", "json_view", "scalar_view", "bytes_view", "array_view", "sniff",
            "MAX_JSON_BYTES"]
@@ -119,14 +121,23 @@ def scalar_view(value: Any, type_name: str) -> ScalarView:
     return ScalarView(jsonable(value), type_name, display, findings)
 
 
-def array_view(value: list | None) -> JsonView:
-    """Numbers in (nested) lists, shown as JSON with innermost lists on one line; shape and
-    statistics as findings (a 4,096-wide embedding stays one readable line per row)."""
+def array_view(value: list | bytes | None) -> JsonView | ErrorView:
+    """Numbers in (nested) lists, or a .npy file (an array field whose rows differ in dtype or
+    dimensions), shown as JSON with innermost lists on one line; shape and statistics as findings
+    (a 4,096-wide embedding stays one readable line per row)."""
+    dtype = None
+    if isinstance(value, (bytes, bytearray, memoryview)):  # never unpickled: numbers and bools only
+        try:
+            array = read_npy(bytes(value), "the value")
+        except UserError as e:
+            return ErrorView("array", str(e), bytes(value))
+        dtype, value = array.dtype.name, array.tolist()
     value = value if value is not None else []
-    flat, shape = flatten(value)
+    flat, shape = flatten(value) if isinstance(value, list) else ([value], ())
     numbers = np.asarray([np.nan if v is None else float(v) for v in flat], dtype=np.float64)
     finite = numbers[np.isfinite(numbers)]
-    findings = [Finding(Severity.INFO, "array-shape", f"shape {' × '.join(map(str, shape)) if shape else 'ragged'}, "
+    shown = " × ".join(map(str, shape)) if shape else ("0-D" if shape == () else "ragged")
+    findings = [Finding(Severity.INFO, "array-shape", (f"{dtype}, " if dtype else "") + f"shape {shown}, "
                         f"{len(flat):,} values" + (f", min {finite.min():.6g}, max {finite.max():.6g}, "
                                                      f"mean {finite.mean():.6g}" if len(finite) else ""))]
     if len(finite) < len(numbers):

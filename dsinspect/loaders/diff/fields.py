@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from dsinspect.errors import UserError
 from dsinspect.loaders.diff.images import image_detail
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.format.nested import flatten
+from dsinspect.loaders.format.npy import read_npy
 from dsinspect.loaders.format.roles import Role
 
 __all__ = ["field_detail", "image_detail", "array_detail", "first_difference", "changed_stretch"]
@@ -31,6 +33,8 @@ def field_detail(field: Field, before: Any, after: Any) -> dict[str, Any]:
         return image_detail(before, after)
     if role is Role.ARRAY and isinstance(before, list) and isinstance(after, list):
         return array_detail(before, after, _dtype_name(field.type))
+    if role is Role.ARRAY and isinstance(before, bytes) and isinstance(after, bytes):
+        return _npy_detail(before, after)
     if role is Role.TRAJECTORY:
         return {"steps": [_steps(before), _steps(after)], "return": [_return(before), _return(after)]}
     if role in (Role.TEXT, Role.JSON) and isinstance(before, str):
@@ -99,6 +103,21 @@ def array_detail(before: list, after: list, dtype: str) -> dict[str, Any]:
         gap = gap[np.isfinite(gap)]
         out["max_abs_diff"] = _json_scalar(float(gap.max())) if len(gap) else None
     return out
+
+
+def _npy_detail(before: bytes, after: bytes) -> dict[str, Any]:
+    """`array_detail` of two .npy values (an array field whose rows differ in dtype or dimensions);
+    their bytes' difference when either is not a .npy array of numbers."""
+    try:
+        a, b = read_npy(before, "before"), read_npy(after, "after")
+    except UserError:
+        return {"bytes": [len(before), len(after)], "first_diff": first_difference(before, after)}
+    dtype = a.dtype.name if a.dtype == b.dtype else f"{a.dtype.name} → {b.dtype.name}"
+    return array_detail(_as_list(a), _as_list(b), dtype)
+
+
+def _as_list(array: np.ndarray) -> list:
+    return array.tolist() if array.ndim else [array.item()]
 
 
 def _elements(value: list) -> tuple[np.ndarray, np.ndarray, tuple[int, ...] | None]:

@@ -18,7 +18,7 @@ class Role(str, enum.Enum):
     JSON = "json"
     SCALAR = "scalar"
     BYTES = "bytes"
-    ARRAY = "array"  # numbers in (nested) lists: embeddings, masks, ndarrays
+    ARRAY = "array"  # numbers in (nested) lists: embeddings, masks, ndarrays; or .npy files (format/npy.py)
 
 
 def _is_binary(t: pa.DataType) -> bool:
@@ -52,7 +52,8 @@ _ACCEPTS = {
     Role.JSON: (lambda t: _is_string(t) or _is_binary(t), "a string or binary holding JSON text"),
     Role.SCALAR: (_is_scalar, "a number, bool, string or timestamp"),
     Role.BYTES: (_is_binary, "binary"),
-    Role.ARRAY: (lambda t: _is_list(t) and _is_number_array(t), "a list (or nested lists) of numbers or bools"),
+    Role.ARRAY: (lambda t: (_is_list(t) and _is_number_array(t)) or pa.types.is_binary(t),
+                 "a list (or nested lists) of numbers or bools, or binary (.npy files)"),
 }
 
 

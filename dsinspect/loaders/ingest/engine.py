@@ -171,10 +171,11 @@ def exported_groups(restore: dict | None, part: Part) -> list[int] | None:
 
 
 def commit_job(catalog: Catalog, job: Job, records: list[dict], *, message: str = "",
-               tags: Iterable[str] = ()) -> Any:
-    """Publish the version the part records make, in part order; remove the staging directory."""
+               tags: Iterable[str] = (), inferred_key: str | None = None) -> Any:
+    """Publish the version the part records make, in part order; remove the staging directory.
+    `inferred_key`, verified at the commit, stands in for a job without a key (keys never change a shard)."""
     fields = fields_from_json(job.fields)
-    writer = catalog.writer(job.dataset, fields, key=job.key, message=message, tags=tags,
+    writer = catalog.writer(job.dataset, fields, key=job.key or inferred_key, message=message, tags=tags,
                             options=WriteOptions(**job.write))
     for record in sorted(records, key=lambda r: r["index"]):
         for s in record["shards"]:

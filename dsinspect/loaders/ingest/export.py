@@ -10,8 +10,9 @@ exact version (see docs/INGEST.md for what each format carries).
   their stored integer, decimals as text.
 - webdataset: one tar per shard, sample key = the global row index (9+ digits), one member per
   field named `<key>.<field>.<ext>` (`png`/`jpg`/`webp`/`gif` or `mp4`/`webm` by magic bytes for
-  media, `txt` for strings, `bin` for other binary, `json` for everything else). A null value
-  has no member.
+  media, `npy` for arrays stored as .npy files, `txt` for strings, `bin` for other binary, `json` for
+  everything else; a binary array or bytes field named `*.npy`, a WebDataset member kept as its bytes,
+  as `<key>.<field>`). A null value has no member.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def _member_name(f: Field, version: DatasetVersion) -> str:
     if any(c in f.name for c in "/\\") or not f.name.isprintable():
         raise UserError(f"field {f.name!r} of {version.address} cannot name a WebDataset member (it holds '/', "
                         "'\\' or a control character): export as parquet or jsonl")
-    tail = f"{f.name}.{_member_ext(f, version)}"
+    tail = f.name if _is_npy_member(f) else f"{f.name}.{_member_ext(f, version)}"
     if len(f"{_key_width(version) * '0'}.{tail}".encode()) > _USTAR_NAME:
         raise UserError(f"field {f.name[:40]!r}… of {version.address} cannot name a WebDataset member: "
                         f"'<key>.{tail}' is longer than a tar name's {_USTAR_NAME} bytes: export as parquet or jsonl")
@@ -244,10 +245,17 @@ def _key_width(version: DatasetVersion) -> int:
     return max(9, len(str(version.num_rows)))
 
 
+def _is_npy_member(f: Field) -> bool:
+    """A WebDataset `.npy` member kept as its bytes (role array or bytes): exported under its own name."""
+    return _is_binary(f.type) and f.role in (Role.ARRAY, Role.BYTES) and f.name.lower().endswith(".npy")
+
+
 def _member_ext(f: Field, version: DatasetVersion) -> str:
     if f.role in (Role.IMAGE, Role.VIDEO):
         head = _first_value(version, f.name)
         return _media_ext(head) or ("img" if f.role is Role.IMAGE else "vid")
+    if _is_binary(f.type) and f.role is Role.ARRAY:  # .npy files (format/npy.py)
+        return "npy"
     if _is_binary(f.type):
         return "bin"
     if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):

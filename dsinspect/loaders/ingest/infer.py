@@ -42,7 +42,10 @@ def role_for_extension(ext: str) -> Role | None:
 
 def ndarray_role(name: str, t: pa.DataType) -> Role:
     """The role of a column of NumPy arrays (MDS `ndarray`, WebDataset `.npy`): array, as the writer
-    said; tokens for 1-D integer arrays named like token ids (`input_ids`); scalar for 0-D arrays."""
+    said (also for `.npy` bytes, the arrays of varying dtype or dimensions); tokens for 1-D integer
+    arrays named like token ids (`input_ids`); scalar for 0-D arrays."""
+    if pa.types.is_binary(t):
+        return Role.ARRAY
     if not pa.types.is_nested(t):
         return Role.SCALAR
     if name.lower() in TOKEN_NAMES and check_role_type(name, Role.TOKENS, t) is None:

@@ -6,29 +6,38 @@ column (in column order), then every column's bytes in column order. Column enco
 `str`, `json`, `str_decimal` → string (the stored text); `bytes`, `jpeg`, `png` → binary (the stored bytes);
 `int` → int64; `int8`…`uint64`, `float16`…`float64` → themselves; `str_int` → int64; `str_float` →
 float64; `ndarray:DTYPE:SHAPE` → nested fixed-size lists; `ndarray:DTYPE` and plain `ndarray` (whose
-values carry their dtype and shape, see `_decode_ndarray`) → nested lists, as deep as the first
-value's dimensions, of its dtype (every value must match them; see `ndarrays`). `pkl` columns are
-refused (reading them would run pickle); `pil` and list encodings are refused too. Shards
-compressed with zstd are decompressed as a stream; other compressions are refused.
+values carry their shape, and dtype, see `_decode_ndarray`) in the layout `array_layouts` decides from
+every value's header: nested lists of their dtype, or `.npy` bytes where dtypes or dimensions differ
+(see `ndarrays`). `pkl` columns are refused (reading them would run pickle); `pil` and list encodings
+are refused too. Shards compressed with zstd are decompressed as a stream; other compressions are refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import struct
 from functools import cached_property
-from typing import Any, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.npy import to_npy
 from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.ingest.infer import ndarray_role
-from dsinspect.loaders.ingest.ndarrays import check_like, fixed_type, layout, list_type, to_arrow
+from dsinspect.loaders.ingest.ndarrays import (
+    NPY,
+    check_layouts,
+    check_like,
+    fixed_type,
+    layout,
+    layout_of,
+    layout_type,
+    to_arrow,
+)
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, open_file, read_bytes
 from dsinspect.loaders.store.storage import join, url_to_fs
@@ -87,10 +96,12 @@ def _ndarray(encoding: str) -> tuple[np.dtype | None, tuple[int, ...] | None] | 
     return np.dtype(args[1]), shape
 
 
-def _decode_ndarray(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] | None, where: str) -> np.ndarray:
-    """One `ndarray` value, read as the package's `NDArray.decode` reads it: [dtype code: 1, unless
-    the encoding names it] [ndim << 2 | shape width: 1, shape: ndim × width, unless the encoding
-    names the shape] [values, C order, little-endian]."""
+def _ndarray_header(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] | None,
+                    where: str) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, where the values start) of one `ndarray` value, read as the package's
+    `NDArray.decode` reads it: [dtype code: 1, unless the encoding names it] [ndim << 2 | shape width:
+    1, shape: ndim × width, unless the encoding names the shape] [values, C order, little-endian];
+    a UserError unless the values fill the rest exactly."""
     pos = 0
     try:
         if dtype is None:
@@ -103,11 +114,16 @@ def _decode_ndarray(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] 
         raise UserError(f"{where}: not an MDS ndarray value (bad dtype or shape header)") from None
     if min(shape, default=1) < 1:  # the writer refuses empty axes; one here is damage (and a size-0 bomb)
         raise UserError(f"{where}: an MDS ndarray of shape {shape} (every axis holds at least one value)")
-    values = data[pos:]
-    if len(values) != math.prod(shape) * dtype.itemsize:  # Python ints: a hostile shape cannot overflow
+    if len(data) - pos != math.prod(shape) * dtype.itemsize:  # Python ints: a hostile shape cannot overflow
         raise UserError(f"{where}: an MDS ndarray of shape {shape} and dtype {dtype} needs "
-                        f"{math.prod(shape) * dtype.itemsize} bytes of values, the sample holds {len(values)}")
-    return np.frombuffer(values, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
+                        f"{math.prod(shape) * dtype.itemsize} bytes of values, the sample holds {len(data) - pos}")
+    return dtype, shape, pos
+
+
+def _decode_ndarray(data: bytes, dtype: np.dtype | None, shape: tuple[int, ...] | None, where: str) -> np.ndarray:
+    """One `ndarray` value (see `_ndarray_header`)."""
+    dtype, shape, pos = _ndarray_header(data, dtype, shape, where)
+    return np.frombuffer(data, dtype.newbyteorder("<"), offset=pos).astype(dtype).reshape(shape)
 
 
 class MdsSource:
@@ -148,22 +164,46 @@ class MdsSource:
                 for i, s in enumerate(self._shards)]
 
     @cached_property
-    def _schema(self) -> pa.Schema:
+    def _columns(self) -> list[tuple[str, str]]:
         first = self._shards[0]
-        columns = list(zip(first["column_names"], first["column_encodings"]))
-        types = [column_type(n, e, self._index_url) for n, e in columns]
-        if any(t is None for t in types):  # ndarray values that carry their dtype or shape: the first decides
-            url = self._shard_url(first)
-            with contextlib.closing(_samples(url, first.get("compression"))) as samples:
-                sample = next(samples, None)
-            if sample is None:
-                raise UserError(f"{url}: the first shard holds no samples")
-            pieces = _split(sample, first["column_sizes"], url)
-            for c, ((n, e), t) in enumerate(zip(columns, types)):
-                if t is None:
-                    a = _decode_ndarray(pieces[c], *_ndarray(e), f"{url}: column {n!r} sample 0")
-                    types[c] = list_type(a.dtype, a.ndim)
-        return pa.schema([pa.field(n, t) for (n, _), t in zip(columns, types)])
+        return list(zip(first["column_names"], first["column_encodings"]))
+
+    @cached_property
+    def _schema(self) -> pa.Schema:
+        types = {n: column_type(n, e, self._index_url) for n, e in self._columns}  # `pkl` refused first
+        return pa.schema([pa.field(n, layout_type(self._arrays[n], self._index_url) if n in self._arrays else t)
+                          for n, t in types.items()])
+
+    @cached_property
+    def _arrays(self) -> dict[str, str]:
+        """Layouts of the ndarray columns not fixed by their encoding: pinned in the spec by the plan
+        (workers never survey), else surveyed now."""
+        pinned = self.spec.options.get("arrays")
+        if pinned is None:
+            return self.array_layouts(self.parts())
+        return check_layouts(pinned, [n for n, e in self._columns if _varies(e)], self._index_url)
+
+    def array_columns(self) -> list[str]:
+        """The `ndarray` columns (any of them may be kept as `.npy` bytes: `array_layouts`' `raw`)."""
+        return [n for n, e in self._columns if _ndarray(e) is not None]
+
+    def array_layouts(self, parts: list[Part], raw: Collection[str] = ()) -> dict[str, str]:
+        """The layout of each `ndarray` column whose encoding leaves dtype or shape to the values, over
+        every value of `parts` (headers only, each checked against its length, so a damaged value is
+        refused before any part converts), and `NPY` for the `raw` columns."""
+        for n, e in self._columns:
+            column_type(n, e, self._index_url)  # a refused encoding (`pkl`) stops the plan before any reading
+        survey = {c: (n, set()) for c, (n, e) in enumerate(self._columns) if _varies(e) and n not in raw}
+        for part in parts if survey else ():
+            sizes = self._shards[part.index]["column_sizes"]
+            for i, sample in enumerate(_samples(part.url, part.options.get("compression"))):
+                pieces = _split(sample, sizes, part.url)
+                for c, (n, seen) in survey.items():
+                    dtype, shape, _ = _ndarray_header(pieces[c], *_ndarray(self._columns[c][1]),
+                                                      f"{part.url}: column {n!r} sample {i}")
+                    seen.add((dtype.name, len(shape)))
+        return {**{n: NPY for n in self.array_columns() if n in raw},
+                **{n: layout_of(seen) for n, seen in survey.values()}}
 
     def schema(self) -> pa.Schema:
         return self._schema
@@ -258,6 +298,9 @@ def _decode_column(values: list[bytes], encoding: str, f: pa.Field, where: str, 
 
 def _ndarray_column(values: list[bytes], encoding: str, t: pa.DataType, where: str, first: int) -> pa.Array:
     dtype, shape = _ndarray(encoding)
+    if pa.types.is_binary(t):  # each value as dsinspect's .npy bytes: its own dtype and shape
+        return pa.array([to_npy(_decode_ndarray(v, dtype, shape, f"{where} sample {first + i}"))
+                         for i, v in enumerate(values)], pa.binary())
     if dtype is not None and shape is not None:  # static: values only, one flat buffer
         return to_arrow([np.frombuffer(b"".join(values), dtype.newbyteorder("<")).astype(dtype)], t)
     column_dtype, ndim = layout(t)
@@ -267,3 +310,9 @@ def _ndarray_column(values: list[bytes], encoding: str, t: pa.DataType, where: s
         arrays.append(_decode_ndarray(v, dtype, shape, at))
         check_like(arrays[-1], column_dtype, ndim, at)
     return to_arrow(arrays, t)
+
+
+def _varies(encoding: str) -> bool:
+    """An `ndarray` encoding that leaves the dtype or the shape to each value."""
+    array = _ndarray(encoding)
+    return array is not None and (array[0] is None or array[1] is None)

@@ -1,67 +1,67 @@
 """NumPy arrays (MDS `ndarray` columns, WebDataset `.npy` members) as Arrow values, bit for bit.
 
-An N-D array becomes N nested lists in C order (`a[i][j]` is `value[i][j]`), so its dtype and shape
-survive: the dtype is the innermost Arrow type, the shape the list lengths. A column's arrays must
-share dtype and number of dimensions (their sizes may vary); a 0-D array is a plain scalar. Arrays
-with a zero-length axis keep their values (none) but not the sizes of the later axes.
+A column's layout is decided once, before any part converts, from the dtype and number of
+dimensions of every value in the source (`layout_of`; the plan pins it in the source spec, so every
+worker writes one type whatever part it sees first):
+
+- every value one dtype and number of dimensions: N nested lists in C order (`a[i][j]` is
+  `value[i][j]`), so dtype and shape survive: the dtype is the innermost Arrow type, the shape the
+  list lengths (sizes may vary); a 0-D array is a plain scalar. Arrays with a zero-length axis keep
+  their values (none) but not the sizes of the later axes.
+- values that differ in dtype or number of dimensions (`NPY`): binary, one `.npy` file per value
+  (`dsinspect.loaders.format.npy`), which keeps each row's dtype and shape; the array view decodes it.
 """
 
 from __future__ import annotations
 
-import io
-import math
-import tokenize
-import warnings
+from typing import Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.npy import DTYPES, native, read_npy
 
-__all__ = ["DTYPES", "native", "read_npy", "list_type", "fixed_type", "layout", "to_arrow", "check_like"]
+__all__ = ["DTYPES", "native", "read_npy", "list_type", "fixed_type", "layout", "to_arrow", "check_like",
+           "NPY", "layout_of", "layout_type", "check_layouts"]
 
-# Number and bool dtypes, the ones every Arrow list of numbers (role array) can hold exactly.
-DTYPES = frozenset(np.dtype(n) for n in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                                         "uint32", "uint64", "float16", "float32", "float64"))
+NPY = "npy"  # the layout of a column whose values differ in dtype or number of dimensions
 _MAX_OFFSET = (1 << 31) - 1  # list offsets are int32
 
 
-def native(dtype: np.dtype, where: str) -> np.dtype:
-    """`dtype` in this machine's byte order, or a UserError naming `where` for a dtype no role holds."""
-    d = dtype.newbyteorder("=")
-    if d not in DTYPES:
-        raise UserError(f"{where}: arrays of dtype {dtype} cannot be ingested (only bool, integer and float "
-                        "numbers)")
-    return d
+def layout_of(seen: Iterable[tuple[str, int]]) -> str:
+    """A column's layout from the (dtype name, number of dimensions) of its values: "DTYPE:NDIM"
+    (nested lists) when they all agree, else `NPY`."""
+    kinds = set(seen)
+    if len(kinds) != 1:
+        return NPY
+    dtype, ndim = kinds.pop()
+    return f"{dtype}:{ndim}"
 
 
-def read_npy(data: bytes, where: str) -> np.ndarray:
-    """A `.npy` file's array, in native byte order. Only the header is parsed (numpy's own reader,
-    format 1.0 or 2.0); the values must fill the rest exactly, so a hostile header can neither
-    allocate more than the file holds nor reach pickle (object arrays are refused by dtype)."""
-    f = io.BytesIO(data)
+def layout_type(layout: str, where: str) -> pa.DataType:
+    """The Arrow type a layout stores: binary for `NPY`, else nested lists of the dtype."""
+    if layout == NPY:
+        return pa.binary()
+    dtype, _, ndim = str(layout).partition(":")
     try:
-        version = np.lib.format.read_magic(f)
-        if version not in ((1, 0), (2, 0)):
-            raise ValueError(f"format version {version[0]}.{version[1]} is not supported (1.0 and 2.0 are)")
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        with warnings.catch_warnings():  # numpy warns about headers it repairs; the verdict is ours
-            warnings.simplefilter("ignore")
-            shape, fortran, dtype = read(f)
-    except (ValueError, TypeError, SyntaxError, EOFError, tokenize.TokenError) as e:
-        raise UserError(f"{where} is not a .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
-            from None
-    native(dtype, where)
-    values = data[f.tell():]
-    if len(values) != math.prod(shape) * dtype.itemsize:
-        raise UserError(f"{where}: a .npy array of shape {shape} and dtype {dtype} needs "
-                        f"{math.prod(shape) * dtype.itemsize} bytes of values, the file holds {len(values)}")
-    flat = np.frombuffer(values, dtype)
-    try:
-        a = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
-    except ValueError as e:  # an empty axis beside an absurd one
-        raise UserError(f"{where}: a .npy array of shape {shape}: {e}") from None
-    return a.astype(dtype.newbyteorder("="), copy=False)
+        d = np.dtype(dtype)
+        if d not in DTYPES or not ndim.isdigit():
+            raise TypeError
+    except TypeError:
+        raise UserError(f"{where}: array layout {layout!r} is neither {NPY!r} nor DTYPE:NDIM") from None
+    return list_type(d, int(ndim))
+
+
+def check_layouts(layouts: Mapping[str, str], columns: Iterable[str], where: str) -> dict[str, str]:
+    """`layouts` (the spec option `arrays`) when it names a layout for each of `columns`."""
+    if not isinstance(layouts, Mapping):
+        raise UserError(f"{where}: the option 'arrays' must map columns to layouts")
+    for c in columns:
+        if c not in layouts:
+            raise UserError(f"{where}: the option 'arrays' names no layout for the array column {c!r}")
+        layout_type(layouts[c], where)
+    return dict(layouts)
 
 
 def list_type(dtype: np.dtype, ndim: int) -> pa.DataType:

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 from dsinspect.errors import UserError
 from dsinspect.loaders.compute.engines import check_engine, run_tasks
 from dsinspect.loaders.compute.tasks import TaskFailed
-from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.format.manifest import Field, Shard
+from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.ingest.engine import (
     DEFAULT_OPENER,
     ROW_PROGRESS,
@@ -29,6 +30,7 @@ from dsinspect.loaders.ingest.engine import (
     tidy_staging,
 )
 from dsinspect.loaders.ingest.engine_choice import AUTO, available_cpus, choose_engine
+from dsinspect.loaders.ingest.keys import inherited_key, key_candidate, verified_key
 from dsinspect.loaders.ingest.restore import SIDECAR_KEY, find_sidecar
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.store.catalog import LATEST, Catalog
@@ -88,33 +90,58 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
     "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference;
     `opener` names the function that opens a spec as a Source in every worker ("module:function").
     Without `key` (and without an export's sidecar, whose key is exact) the key of `name`'s latest
-    version is kept; `no_key` declares none."""
+    version is kept, else one is inferred and verified (`keys`); `no_key` declares none."""
     started = time.monotonic()
     check_engine(engine if engine != AUTO else "inline", workers)
     if key is not None and no_key:
         raise UserError("--key and --no-key exclude each other")
+    if engine not in ("inline", AUTO) and _in_process(catalog):
+        raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
+                        "this process only (use engine 'inline')")
     spec = source if isinstance(source, SourceSpec) else _detect(source, kind, options or {})
     src = _open(opener, spec)
     parts = _parts(src, spec)
     sidecar = find_sidecar(spec.url) or _embedded_sidecar(spec, parts)
+    spec, src = _pin_arrays(opener, spec, src, parts, roles or {}, sidecar)
     if sidecar is not None:
         _put_blobs(catalog, name, spec.url, sidecar)
     fields = list(fields) if fields is not None else _fields(catalog, name, src, parts, sidecar, roles or {},
                                                              key, tokenizer)
+    candidate = None
     if key is None and not no_key:
         key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
-    if engine not in ("inline", AUTO) and _in_process(catalog):
-        raise UserError(f"engine {engine!r} needs a catalog other processes can open; {catalog.url} lives in "
-                        "this process only (use engine 'inline')")
+        candidate = key_candidate(spec.kind, fields) if key is None and sidecar is None else None
     job = plan_job(catalog, name, spec, parts, fields, key, write, sidecar, opener)
     with write_lease(catalog.fs, catalog.layout, name):  # gc keeps out until the commit: parts' shards are safe
-        result = _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started)
+        result = _run(catalog, job, parts, engine, workers, retries, message, tags, on_progress, started, candidate)
     tidy_staging(catalog, name)
     return result
 
 
+def _pin_arrays(opener: str, spec: SourceSpec, src, parts: list[Part], roles: Mapping[str, str],
+                sidecar: dict | None) -> tuple[SourceSpec, Any]:
+    """Each array column's layout (`ndarrays`), decided over the whole source before any part converts
+    and pinned in the spec every part reads: no layout depends on which part a worker sees first, and
+    a value the survey refuses stops the ingest before any shard is written. Columns whose role is
+    `bytes` (or whose exported type is binary) keep each value's bytes."""
+    columns = src.array_columns() if hasattr(src, "array_columns") else []
+    if not columns or "arrays" in spec.options:
+        return spec, src
+    raw = {c for c in columns if roles.get(c) == Role.BYTES.value} | _exported_binary(sidecar)
+    spec = SourceSpec(spec.kind, spec.url, {**spec.options, "arrays": src.array_layouts(parts, raw)})
+    return spec, _open(opener, spec)
+
+
+def _exported_binary(sidecar: dict | None) -> set[str]:
+    """The source columns of an export's binary fields."""
+    if sidecar is None:
+        return set()
+    columns = sidecar.get("columns", {})
+    return {columns.get(f["name"], f["name"]) for f in sidecar["fields"] if f.get("type") == "binary"}
+
+
 def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: int | None, retries: int,
-         message: str, tags: Iterable[str], on_progress, started: float) -> IngestResult:
+         message: str, tags: Iterable[str], on_progress, started: float, candidate: str | None) -> IngestResult:
     records: dict[int, dict] = {}
     for p in parts:
         record = load_record(catalog, record_path(catalog, job.dataset, job.id, p.index))
@@ -153,25 +180,11 @@ def _run(catalog: Catalog, job: Job, parts: list[Part], engine: str, workers: in
     finally:
         ROW_PROGRESS.reset(token)
     converted = sum(1 for i in todo if not records[i].get("skipped"))
-    version = commit_job(catalog, job, list(records.values()), message=message, tags=tags)
+    shards = [Shard(**s) for r in records.values() for s in r["shards"]] if candidate is not None else []
+    inferred = verified_key(catalog, job.dataset, shards, candidate)
+    version = commit_job(catalog, job, list(records.values()), message=message, tags=tags, inferred_key=inferred)
     return IngestResult(version, len(parts), converted, len(parts) - converted, version.num_rows, bytes_total,
                         time.monotonic() - started, engine)
-
-
-def inherited_key(name: str, parent: DatasetVersion | None, fields: list[Field]) -> str | None:
-    """The key a new version of `name` keeps from its parent: the parent's, when the new fields hold
-    it with the same type (so `diff` keeps matching rows by key); a UserError when they do not,
-    rather than silently matching by row hash."""
-    if parent is None or parent.manifest.key is None:
-        return None
-    key = parent.manifest.key
-    want = parent.manifest.field(key).type
-    have = next((f.type for f in fields if f.name == key), None)
-    if have == want:
-        return key
-    found = "has no such field" if have is None else f"holds it as {have}"
-    raise UserError(f"{name}@{parent.id[:12]} (latest) has key {key!r} ({want}), but the source {found}: "
-                    "pass --key FIELD to name another key, or --no-key to match rows by row hash")
 
 
 def _latest(catalog: Catalog, name: str) -> DatasetVersion | None:

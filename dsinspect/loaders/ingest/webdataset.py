@@ -6,10 +6,11 @@ consecutive members with one key form a sample. Columns: `__key__` (string), the
 of the first sample, sorted. Text extensions (`txt`, `text`, `transcript`, `caption`) and `json`
 become UTF-8 strings (the stored bytes exactly), integer extensions (`cls`, `cls2`, `idx`, `index`,
 `id`, `count`) int64 (only when the text is a plain integer, so it writes back the same), `npy`
-NumPy arrays (never unpickled; see `ndarrays.read_npy`) nested lists of their dtype, as deep as the first
-sample's array (see `ndarrays`; every sample's must match its dtype and dimensions), all others
-binary (`npz` too). Every sample must have the same parts; a missing or extra part is a UserError naming
-the tar file and the key. Tars are read as streams, one member at a time.
+NumPy arrays (never unpickled; see `format.npy`) in the layout `array_layouts` decides from every
+sample's header (nested lists of their dtype, or the member's own bytes where dtypes or dimensions
+differ: see `ndarrays`), all others binary (`npz` too). Every sample must have the same parts; a
+missing or extra part is a UserError naming the tar file and the key. Tars are read as streams, one
+member at a time; `array_layouts` reads only member headers and `.npy` headers where the file can seek.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from __future__ import annotations
 import re
 import tarfile
 from functools import cached_property
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.npy import HEADER_BYTES, npy_header, read_npy
 from dsinspect.loaders.ingest.infer import ndarray_role, role_for_extension
-from dsinspect.loaders.ingest.ndarrays import check_like, layout, list_type, read_npy, to_arrow
+from dsinspect.loaders.ingest.ndarrays import NPY, check_layouts, check_like, layout, layout_of, layout_type, to_arrow
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_BYTES, BATCH_ROWS, list_files, open_file
 
@@ -77,15 +79,38 @@ class WebDatasetSource:
 
     @cached_property
     def _schema(self) -> pa.Schema:
-        key, members = self._first
         fields = [pa.field(KEY, pa.string(), False)]
         for e in self.extensions:
-            if _is_npy(e):  # the first sample's array decides the dtype and the depth
-                a = _npy(self.files[0].url, key, e, members[e])
-                fields.append(pa.field(e, list_type(a.dtype, a.ndim)))
-            else:
-                fields.append(pa.field(e, extension_type(e)))
+            t = layout_type(self._arrays[e], self.spec.url) if _is_npy(e) else extension_type(e)
+            fields.append(pa.field(e, t))
         return pa.schema(fields)
+
+    @cached_property
+    def _arrays(self) -> dict[str, str]:
+        """Each `.npy` column's layout: pinned in the spec by the plan (workers never survey), else surveyed now."""
+        pinned = self.spec.options.get("arrays")
+        if pinned is None:
+            return self.array_layouts(self.parts())
+        return check_layouts(pinned, self.array_columns(), self.spec.url)
+
+    def array_columns(self) -> list[str]:
+        """The columns whose values carry their own dtype and shape (`.npy` members)."""
+        return [e for e in self.extensions if _is_npy(e)]
+
+    def array_layouts(self, parts: list[Part], raw: Collection[str] = ()) -> dict[str, str]:
+        """Each `.npy` column's layout over every sample of `parts` (`raw` ones keep the member's bytes
+        unread). Reads member headers and `.npy` headers only, and checks every sample's parts, so a
+        source these refuse is refused before any part converts."""
+        seen: dict[str, set] = {e: set() for e in self.array_columns() if e not in raw}
+        if seen:
+            wanted = set(self.extensions)
+            for part in parts:
+                for key, heads in _samples(part.url, lambda name: name.rsplit(".", 1)[-1].lower() == "npy"):
+                    _check_parts(part.url, key, set(heads), wanted, self.files[0].url)
+                    for e in seen:
+                        h = npy_header(*heads[e], f"{part.url}: sample {key!r} part {e!r}")
+                        seen[e].add((h.dtype.newbyteorder("=").name, len(h.shape)))
+        return {**{e: NPY for e in self.array_columns() if e in raw}, **{e: layout_of(s) for e, s in seen.items()}}
 
     def schema(self) -> pa.Schema:
         return self._schema
@@ -149,6 +174,8 @@ def _npy(url: str, key: str, ext: str, data: bytes) -> np.ndarray:
 
 
 def _npy_column(url: str, rows: list[tuple[str, dict[str, bytes]]], f: pa.Field) -> pa.Array:
+    if pa.types.is_binary(f.type):  # the members' own bytes (checked by the plan's survey, or raw)
+        return pa.array([members[f.name] for _, members in rows], pa.binary())
     dtype, ndim = layout(f.type)
     arrays = []
     for key, members in rows:
@@ -157,10 +184,11 @@ def _npy_column(url: str, rows: list[tuple[str, dict[str, bytes]]], f: pa.Field)
     return to_arrow(arrays, f.type)
 
 
-def _samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """(key, {extension: bytes}) per sample, streaming the tar's members in order."""
+def _samples(url: str, head: Callable[[str], bool] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, {extension: bytes}) per sample, streaming the tar's members in order; with `head`, each
+    value is (size, first bytes of the members `head` accepts by extension, else b"") instead."""
     key, members = None, {}
-    for name, data in _members(url):
+    for name, data in _members(url, head):
         split = split_member_name(name)
         if split is None:
             raise UserError(f"{url}: member {name!r} has no extension, so it belongs to no sample field")
@@ -176,12 +204,19 @@ def _samples(url: str) -> Iterator[tuple[str, dict[str, bytes]]]:
         yield key, members
 
 
-def _members(url: str) -> Iterator[tuple[str, bytes]]:
+def _members(url: str, head: Callable[[str], bool] | None) -> Iterator[tuple[str, Any]]:
     with open_file(url) as f:
+        seek = head is not None and f.seekable()  # headers only: skip over member bodies
         try:
-            with tarfile.open(fileobj=f, mode="r|*") as tar:
-                for member in tar:
-                    if member.isfile():
+            with tarfile.open(fileobj=f, mode="r:*" if seek else "r|*") as tar:
+                while (member := tar.next()) is not None:
+                    tar.members = []  # tarfile lists every member it read: a tar may hold millions
+                    if not member.isfile():
+                        continue
+                    if head is None:
                         yield member.name, tar.extractfile(member).read()
+                    else:
+                        wanted = head(member.name)
+                        yield member.name, (tar.extractfile(member).read(HEADER_BYTES) if wanted else b"", member.size)
         except (tarfile.TarError, OSError, EOFError) as e:
             raise UserError(f"cannot read {url} as a tar file: {e}") from None
