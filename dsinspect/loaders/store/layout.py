@@ -6,7 +6,7 @@
     <root>/datasets/<name>/blobs/<sha256>.<ext>         content-addressed side files (tokenizers)
     <root>/datasets/<name>/tags.json                    tag -> version id
     <root>/datasets/<name>/ingest/<job-id>/             an unfinished ingest's staging (ingest.engine)
-    <root>/datasets/<name>/leases/                      writers in flight and gc (store.leases)
+    <root>/datasets/<name>/leases/, leases.lock         writers in flight and gc (store.leases)
     <root>/datasets/<name>/derived/<kind>/<sha256>.parquet  per-row values derived from one shard
                                                         (token counts, image sizes: dsinspect.inspect.derived)
 

@@ -4,7 +4,7 @@ A writer holds a *write lease* on its dataset from before its first shard until 
 written (or it gives up); gc removes anything only while it *collects* the dataset, which no lease
 may overlap. gc does not wait for writers: a dataset with a write in flight is skipped and reported.
 
-- Local disks: flock on `<dataset>/leases/flock`, shared by writers (waiting while a gc collects),
+- Local disks: flock on `<dataset>/leases.lock`, shared by writers (waiting while a gc collects),
   exclusive and without waiting for gc. The kernel drops a dead process's lock.
 - Other stores (S3, GCS, memory): small objects under `<dataset>/leases/`. A writer puts
   `w-<id>.json`, then waits while a gc marker `gc-<id>.json` is there; gc puts its marker, then
@@ -72,9 +72,9 @@ def collecting(fs: fsspec.AbstractFileSystem, layout: Layout, name: str) -> Iter
 
 
 def _flock(fs, directory: str, *, shared: bool, wait: bool) -> int | None:
-    path = join(directory, "flock")
+    path = directory.rstrip("/") + ".lock"  # beside the directory, as tags.json.lock beside tags.json
     with write_errors(fs, path):
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         return open_locked(path, shared=shared, wait=wait, mode=0o666)
 
 
