@@ -18,7 +18,7 @@ from dsinspect.errors import StorageError, UserError
 from dsinspect.loaders.store.locks import open_locked
 
 __all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
-           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many"]
+           "move_file", "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
@@ -174,6 +174,19 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
             else:
                 fs.put_file(local_path, path)
             return True
+    finally:
+        _unlink_quietly(local_path)
+
+
+def move_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> None:
+    """Move a finished local file (written under `spool_dir(fs, dirname(path))`) to `path`, replacing
+    what is there: a rename for local stores, one upload elsewhere. The local file is gone afterwards."""
+    try:
+        with write_errors(fs, path):
+            if _writes_locally(fs):
+                os.replace(local_path, path)
+            else:
+                fs.put_file(local_path, path)
     finally:
         _unlink_quietly(local_path)
 
