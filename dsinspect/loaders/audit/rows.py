@@ -105,15 +105,13 @@ class RowReader:
         """The plan's rows; `rehash` recomputes each row's hash from its bytes (needs every field);
         `bound` is charged with each row group as it is decoded (BatchTooLarge past it)."""
         n = len(plan.indices)
-        parts, order = [], []
         shards, shard_rows = np.empty(n, np.int64), np.empty(n, np.int64)
         rehashed: list[bytes | None] = [None] * n
+        parts, order = [], []
         try:
-            for k in np.unique(plan.sources):
-                k = int(k)
-                version = self.versions[k]
+            for k in np.unique(plan.sources).tolist():
                 sel = np.flatnonzero(plan.sources == k)
-                indices = plan.indices[sel]
+                version, indices = self.versions[k], plan.indices[sel]
                 table = self._take(k, indices, self._wanted(version, rehash), bound)
                 s = np.searchsorted(version.shard_starts, indices, side="right") - 1
                 shards[sel], shard_rows[sel] = s, indices - version.shard_starts[s]
@@ -124,11 +122,7 @@ class RowReader:
                         rehashed[where] = h
                 parts.append(table.select([*self.columns, HASH_COLUMN]))
                 order.append(sel)
-            table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-            if len(parts) > 1:  # back to plan order
-                inverse = np.empty(n, np.int64)
-                inverse[np.concatenate(order)] = np.arange(n)
-                table = table.take(int64_array(inverse))
+            table = _in_plan_order(parts, order, n)
         except NOT_CONVERTIBLE as e:
             if not past_offset_limit(e):
                 raise
@@ -213,6 +207,15 @@ def conformed(version: DatasetVersion, shard: int, table: pa.Table, columns: Seq
     except (*NOT_CONVERTIBLE, KeyError) as e:
         raise arrow_error(e, f"shard {shard} of {version.address} does not match its manifest's schema "
                              f"({version.shard_url(shard)})", IntegrityError) from None
+
+
+def _in_plan_order(parts: list[pa.Table], order: list[np.ndarray], n: int) -> pa.Table:
+    """Each source's rows (`parts`, at plan positions `order`) as one table in plan order."""
+    if len(parts) == 1:
+        return parts[0]
+    inverse = np.empty(n, np.int64)
+    inverse[np.concatenate(order)] = np.arange(n)
+    return pa.concat_tables(parts).take(int64_array(inverse))
 
 
 def offset_limit_error(plan: BatchPlan) -> OffsetLimitError:
