@@ -10,15 +10,16 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_web_browser import CHROMIUM, browser  # noqa: F401  (a fixture)
-from web_fixtures import plain, run
+from web_fixtures import codes, plain, run
 
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
 from dsinspect.web.web_model import STEP_CAP, TOKEN_CAP
-from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_SAMPLES, check_size
+from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_BYTES, MAX_REPLAY_SAMPLES, check_size, encode_spec
 
 BIG = 10_000_000
 LONG = 100_000  # steps of one episode
@@ -119,6 +120,26 @@ def test_replays_beyond_the_bound_are_refused_whole(big_catalog):
         check_size([RunSpec.create(Catalog(big_catalog), mix, mixture_block=MAX_MIXTURE_BLOCK + 1)], "0")
 
 
+def big_batch(catalog: str, copies: int) -> str:
+    """`?spec=` of a batch of `copies` copies of big@v1's one row (20 MB: text and name), padded."""
+    from dsinspect.loaders.order.spec import RunSpec
+
+    return encode_spec(RunSpec.create(Catalog(catalog), "big@v1", batch_size=copies, last_batch="pad"))
+
+
+def test_a_link_past_the_byte_bound_is_one_message(big_catalog, monkeypatch):
+    """256 copies of a 20 MB row are within the sample cap and 4.8 GiB: refused before a row is read."""
+    monkeypatch.setenv("DSINSPECT_CATALOG", big_catalog)
+    at = run(spec=big_batch(big_catalog, 256), step="0", rank="0")
+    assert [e.value for e in at.error] == ["That batch cannot be replayed."]
+    assert codes(at) == ("step 0, rank 0: the batch of 256 samples would hold ~4.8 GiB (4.8 GiB of rows read from "
+                         f"19.1 MiB of row groups), more than the bound of {MAX_REPLAY_BYTES >> 20}.0 MiB: a page "
+                         "replays at most this much: pick one rank, or use `dsinspect replay --spec RUN.json --step N "
+                         "--export DIR`, which writes any batch a part at a time")
+    at = run(spec=big_batch(big_catalog, 4), step="0", rank="0")  # 80 MB: shown, its Parquet made on demand
+    assert len(at.dataframe[0].value) == 4 and not at.error
+
+
 # -- in a real browser, the server's memory watched ------------------------------------------------
 
 def group_rss(pgid: int) -> int:
@@ -201,3 +222,37 @@ def test_an_oversized_link_is_refused_and_a_10mb_value_paged_in_chromium(big_ser
     for _ in range(8):
         assert group_rss(pgid) < SERVER_RSS
         time.sleep(0.25)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"), reason="needs Debian's chromium")
+def test_a_link_past_the_byte_bound_in_chromium_keeps_the_server_small(big_server, big_catalog, browser, tmp_path):
+    """The issue's link (256 copies of a 10 MB row: the server went to 2.4-2.7 GB, then a traceback) is
+    one message; a batch within the bound is shown and downloads whole, the server within SERVER_RSS."""
+    from test_web_browser import ARTIFACTS
+    from web_server import server_pid
+
+    pgid = server_pid(big_server)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    try:
+        page.goto(f"{big_server}/?spec={big_batch(big_catalog, 256)}&step=0&rank=0", wait_until="commit")
+        refusal = page.get_by_text(f"more than the bound of {MAX_REPLAY_BYTES >> 20}.0 MiB", exact=False)
+        peak = watch(page, pgid, lambda: refusal.count() > 0)
+        assert page.get_by_text("That batch cannot be replayed.").is_visible()
+        assert page.get_by_text("Traceback").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "web-bounds-replay-bytes.png"))
+
+        page.goto(f"{big_server}/?spec={big_batch(big_catalog, 4)}&step=0&rank=0", wait_until="commit")
+        button = page.get_by_role("button", name="Download the batch as Parquet")
+        peak = max(peak, watch(page, pgid, lambda: button.count() > 0))
+        with page.expect_download() as got:
+            button.click()
+        path = tmp_path / "batch.parquet"
+        got.value.save_as(path)
+        peak = max(peak, watch(page, pgid, lambda: path.exists()))
+        assert pq.read_table(path, columns=["id"]).num_rows == 4
+    finally:
+        context.close()
+    print(f"server peak RSS {peak >> 20} MB")

@@ -86,3 +86,12 @@ def main(argv: list[str] | None = None) -> None:
         fail(reason_of(e), StorageError.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as e:  # a store no layer put into words: no endpoint, no credentials (else a bug: its traceback)
+        from dsinspect.cli.output import opened_catalog
+        from dsinspect.loaders.store.access import access_error
+
+        catalog = opened_catalog()
+        refused = access_error(e, f"catalog {catalog.url}" if catalog else "storage", catalog.fs if catalog else None)
+        if refused is None:
+            raise
+        fail(str(refused), refused.exit_code)

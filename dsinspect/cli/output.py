@@ -54,12 +54,22 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
 
 
+_OPENED: list[Catalog] = []  # the catalog this command opened: `main` names it when its store cannot be reached
+
+
 def catalog_from(ctx: click.Context, url: str | None) -> Catalog:
     """The catalog named on this command, else on the group, else the default."""
     from dsinspect.defaults import open_catalog
 
     root = ctx.find_root().obj or {}
-    return open_catalog(url or root.get("catalog_url"))
+    catalog = open_catalog(url or root.get("catalog_url"))
+    _OPENED[:] = [catalog]
+    return catalog
+
+
+def opened_catalog() -> Catalog | None:
+    """The catalog `catalog_from` opened last in this process, if any."""
+    return _OPENED[-1] if _OPENED else None
 
 
 catalog_option = click.option("--catalog", "catalog_url", metavar="URL", default=None,

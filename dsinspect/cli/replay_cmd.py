@@ -13,9 +13,15 @@ from dsinspect.errors import UserError
 if TYPE_CHECKING:  # the engine and rich load when the command runs, not for `dsinspect --help`
     from rich.table import Table
 
+    from dsinspect.loaders.audit.export import Exported
     from dsinspect.loaders.audit.logcheck import Divergence, LogCheck
     from dsinspect.loaders.audit.replay import Replay, SpecSource
     from dsinspect.loaders.store.catalog import Catalog
+
+# What `dsinspect replay` holds of a batch to show it (row groups read and rows, as the shards' footers
+# count them, loaders/audit/bounds.py): a batch beyond it is refused in one line, or with --export
+# written a part at a time (64 MiB parts).
+SHOWN_BYTES = 512 << 20
 
 _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "last_batch", "epoch_size",
                "mixture_block")
@@ -57,6 +63,7 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     hash (the batch is still shown). With --check-log: exit 1 at a divergence, or at a gap unless
     --allow-gaps."""
     # Only what this run needs is imported: the CLI answers one step from the shell in well under a second.
+    from dsinspect.loaders.audit.bounds import BatchTooLarge
     from dsinspect.loaders.audit.replay import replay
     from dsinspect.loaders.records.transforms import guarded
 
@@ -76,7 +83,14 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     if allow_gaps:
         raise UserError("--allow-gaps goes with --check-log")
     rank = rank if rank is not None else "0"
-    result = guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked), transform)
+    try:
+        result = guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked, max_bytes=SHOWN_BYTES),
+                         transform)
+    except BatchTooLarge as e:
+        if export_dir and not fn:
+            return _export_streamed(catalog, specs, step, rank, picked, export_dir, as_json)
+        raise e.hinted("--transform needs the whole batch in memory: export it without --transform" if export_dir
+                       else "add --export DIR to write it as Parquet, a part at a time") from None
     receipt = _export(result, export_dir) if export_dir else None
     if as_json:
         emit_json({**result.to_json(), "fields": _field_previews(result),
@@ -87,6 +101,32 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
             out.print(f"exported to {receipt['directory']}: {receipt['parquet']['file']}, {receipt['receipt_file']}")
     if result.unverified:
         fail(_damaged(result), 1)
+
+
+def _export_streamed(catalog: Catalog, specs: SpecSource, step: int, rank: str, columns: list[str] | None,
+                     directory: str, as_json: bool) -> None:
+    """A batch beyond SHOWN_BYTES: written a part at a time, its provenance shown (not its fields)."""
+    from dsinspect.loaders.audit.export import export_step
+
+    done = export_step(specs, step, rank, catalog, directory, columns=columns)
+    if as_json:
+        emit_json({**done.to_json(), "fields": None, "transformed": None, "export": _export_json(done.receipt)})
+    else:
+        spec = done.spec
+        out.print(f"[bold]step {done.step}[/] (epoch {done.epoch}) · {_ranks_text(done.ranks)} of {spec.world_size} "
+                  f"· batch {spec.batch_size} · spec {spec.hash[:12]}")
+        out.print(_provenance_table(done, len(done.ranks) > 1))
+        out.print(f"fields: not shown, the batch is beyond the {SHOWN_BYTES >> 20} MiB `dsinspect replay` shows; "
+                  "they are in the export", markup=False)
+        for r, fp in done.fingerprints.items():
+            out.print(f"fingerprint (stored)       rank {r}: [bold]{fp}[/]")
+        out.print(f"exported to {directory}: {done.receipt['parquet']['file']}, {done.receipt['receipt_file']}")
+    if done.unverified:
+        fail(_damaged(done), 1)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return "all ranks" if len(ranks) > 1 else f"rank {ranks[0]}"
 
 
 def _job_transform(transform: str | None):
@@ -103,7 +143,7 @@ def _export(result: Replay, directory: str) -> dict:
     return export_replay(result, directory)
 
 
-def _damaged(result: Replay) -> str:
+def _damaged(result: Replay | Exported) -> str:
     """The one error line for a batch holding rows whose bytes no longer hash to their stored row hash."""
     bad = result.unverified
     first = bad[0]
@@ -280,7 +320,7 @@ def _export_json(receipt: dict | None) -> dict | None:
 
 def _print_replay(result: Replay, transformed: bool) -> None:
     spec = result.spec
-    ranks = "all ranks" if len(result.ranks) > 1 else f"rank {result.ranks[0]}"
+    ranks = _ranks_text(result.ranks)
     sources = ", ".join(f"{s.name}@{s.version[:12]}" + (f" ×{s.weight:g}" if spec.is_mixture else "")
                         for s in spec.sources)
     out.print(f"[bold]step {result.step}[/] (epoch {result.epoch}) · {ranks} of {spec.world_size} · "
@@ -302,7 +342,7 @@ def _print_replay(result: Replay, transformed: bool) -> None:
                   "this batch is its spec's, no logged line vouches for it")
 
 
-def _provenance_table(result: Replay, many: bool) -> Table:
+def _provenance_table(result: Replay | Exported, many: bool) -> Table:
     from rich.table import Table
 
     table = Table(title="samples", title_justify="left")

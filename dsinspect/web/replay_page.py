@@ -17,7 +17,7 @@ from dsinspect.errors import DsinspectError
 from dsinspect.web import settings, web_cache
 from dsinspect.web.web_nav import page_file
 from dsinspect.web.web_page import md, mono, or_stop, stop_with
-from dsinspect.web.web_replay import build_spec, decode_spec, encode_spec, marked_rows, verdict
+from dsinspect.web.web_replay import batch_parquet, build_spec, decode_spec, encode_spec, marked_rows, verdict
 
 url = web_cache.url()
 st.title("Replay")
@@ -156,8 +156,11 @@ if log_run or log_bytes:
         mono(str(e))
 
 st.dataframe(marked_rows(m["rows"], check), hide_index=True, width="stretch", key="rp_rows")
-st.download_button("Download the batch as Parquet", m["parquet"], file_name=f"batch-step{m['step']}-rank{rank}.parquet",
-                   mime="application/vnd.apache.parquet", key="rp_download", icon=":material/download:")
+replayed_from = web_cache.catalog(url)  # the Parquet is made when the button is pressed: no page holds a batch
+st.download_button("Download the batch as Parquet",
+                   lambda cat=replayed_from, spec=m["spec"], at=m["step"], who=rank: batch_parquet(cat, spec, at, who),
+                   file_name=f"batch-step{m['step']}-rank{rank}.parquet", mime="application/vnd.apache.parquet",
+                   key="rp_download", icon=":material/download:")
 if m["rows"]:
     addresses = [f"rank {r['rank']} · pos {r['position']} · {r['address']}" for r in m["rows"]]
     pick = st.selectbox("Sample", range(len(addresses)), format_func=addresses.__getitem__, key="rp_pick")

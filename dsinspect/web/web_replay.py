@@ -1,7 +1,9 @@
 """Replay for the web: run specs travel in the URL as base64url JSON (never as a path); a replayed
 batch becomes plain rows, each sample as stored and as fed to the model when a transform is given,
-a Parquet download, and the verdict of a fingerprint log on it. A link may name any batch size:
-more than MAX_REPLAY_SAMPLES samples per page are refused before a row is read (`check_size`).
+a Parquet download made when asked (`batch_parquet`), and the verdict of a fingerprint log on it. A
+link may name any batch: more than MAX_REPLAY_SAMPLES samples per page are refused before anything is
+read (`check_size`), and more than MAX_REPLAY_BYTES (row groups read and rows, as the shards' footers
+count them: loaders/audit/bounds.py) before a row is read.
 
 Transforms are code: `import_transform` imports what a person typed into the page (or what the
 operator passed to `dsinspect web --transform`), never a name taken from the URL (see replay_page)."""
@@ -17,6 +19,7 @@ import pyarrow.parquet as pq
 
 from dsinspect.errors import UserError
 from dsinspect.inspect.cells import cell, repr_line
+from dsinspect.loaders.audit.bounds import BatchTooLarge
 from dsinspect.loaders.audit.export import provenance_table
 from dsinspect.loaders.audit.logcheck import check_log, parse_steps
 from dsinspect.loaders.audit.replay import Replay, load_specs, parse_rank, replay
@@ -26,12 +29,17 @@ from dsinspect.loaders.records.runlog import spec_for_step
 from dsinspect.loaders.records.transforms import as_table, guarded, load_job_transform
 from dsinspect.loaders.store.catalog import Catalog
 
-__all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "import_transform", "parse_log",
-           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "MAX_MIXTURE_BLOCK"]
+__all__ = ["encode_spec", "decode_spec", "build_spec", "replay_model", "batch_parquet", "import_transform", "parse_log",
+           "log_check", "check_size", "MAX_SPEC_CHARS", "MAX_REPLAY_SAMPLES", "MAX_MIXTURE_BLOCK", "MAX_REPLAY_BYTES"]
 
 MAX_SPEC_CHARS = 64_000
 MAX_REPLAY_SAMPLES = 1024  # samples one page replays (batch size × ranks shown): 10^7 would exhaust the server
 MAX_MIXTURE_BLOCK = 1 << 20  # a mixture's schedule is built a block at a time: 2×10^8 took 4 GB and 12 s
+# bytes one page replays (256 copies of a 10 MB row are 2.5 GB within the sample cap; the server holds
+# about twice the bound while it reads and shows the batch)
+MAX_REPLAY_BYTES = 128 << 20
+TOO_LARGE_HINT = ("a page replays at most this much: pick one rank, or use `dsinspect replay --spec RUN.json "
+                  "--step N --export DIR`, which writes any batch a part at a time")
 
 
 def encode_spec(spec: RunSpec) -> str:
@@ -59,26 +67,46 @@ def build_spec(catalog: Catalog, address: str, seed: int, batch_size: int, world
 
 def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: str,
                  transform: str | None = None) -> dict[str, Any]:
-    """The batch of (step, rank or "all") as rows with provenance, fingerprints and Parquet bytes;
-    with `transform`, each sample's fields as stored and as the transform fed them to the model."""
+    """The batch of (step, rank or "all") as rows with provenance and fingerprints, and the spec in
+    force at the step (for `batch_parquet`); with `transform`, each sample's fields as stored and as
+    the transform fed them to the model."""
     fn = import_transform(transform) if transform else None
-    source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
-    check_size([spec_for_step(source, int(step))], rank)
-    result = guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn), transform)
+    result = _replayed(catalog, specs, step, rank, fn, transform)
     rows = [{"rank": s.rank, "position": s.position, "index": s.index,
              "address": f"{s.source}@{s.version[:12]}:{s.index}",
              "shard": s.shard, "shard_row": s.shard_row, "row_hash": s.row_hash.hex(), "padding": s.padding,
              "verified": s.verified, "seed": f"{s.seed:016x}"} for s in result.samples]  # hex, as the CLI
-    buf = io.BytesIO()
-    pq.write_table(provenance_table(result), buf)
-    return {"spec_hash": result.spec.hash, "epoch": result.epoch, "step": result.step, "ranks": result.ranks,
+    return {"spec_hash": result.spec.hash, "spec": result.spec.dumps(), "epoch": result.epoch, "step": result.step,
+            "ranks": result.ranks,
             "world_size": result.spec.world_size, "batch_size": result.spec.batch_size,
             "sources": [f"{s.name}@{s.version[:12]}" for s in result.spec.sources],
             "fingerprints": {str(r): fp for r, fp in result.fingerprints.items()}, "rows": rows,
-            "unverified": len(result.unverified), "parquet": buf.getvalue(), "stored": _stored_cells(result),
+            "unverified": len(result.unverified), "stored": _stored_cells(result),
             "transform": transform or None, "fed": _fed_cells(result) if fn else None,
             "transformed_fingerprints": {str(r): fp for r, fp in result.transformed_fingerprints.items()},
             "transform_error": result.transform_error}
+
+
+def batch_parquet(catalog: Catalog, spec_json: str, step: int, rank: str) -> bytes:
+    """The batch a `replay_model` shows (its "spec": the segment in force at `step`) as Parquet with
+    provenance, as `dsinspect replay --export` writes it: made when the page's download button is
+    pressed, so no page holds a batch's bytes."""
+    result = _replayed(catalog, [RunSpec.loads(spec_json, "run spec")], step, rank)
+    buf = io.BytesIO()
+    pq.write_table(provenance_table(result), buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _replayed(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: str,
+              fn: Callable[[Any], Any] | None = None, transform: str | None = None) -> Replay:
+    """The batch, within the page's bounds: samples (`check_size`) and bytes (MAX_REPLAY_BYTES)."""
+    source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
+    check_size([spec_for_step(source, int(step))], rank)
+    try:
+        return guarded(lambda: replay(source, int(step), rank, catalog=catalog, transform=fn,
+                                      max_bytes=MAX_REPLAY_BYTES), transform)
+    except BatchTooLarge as e:
+        raise e.hinted(TOO_LARGE_HINT) from None
 
 
 def _stored_cells(result: Replay) -> list[dict[str, str]]:

@@ -15,18 +15,20 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.audit.rows import PlanRows, RowReader
+from dsinspect.loaders.audit.bounds import ReadBound
+from dsinspect.loaders.audit.rows import PlanRows, RowReader, offset_limit_error
+from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, past_offset_limit
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.read.batch import Batch
-from dsinspect.loaders.records.run import is_run_dir, read_run
+from dsinspect.loaders.records.run import RunRecord, is_run_dir, read_run
 from dsinspect.loaders.records.runlog import batch_fingerprint, read_specs, spec_for_step
 from dsinspect.loaders.records.transforms import load_transform, transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.storage import url_to_fs
 
-__all__ = ["Replay", "Sample", "SpecSource", "load_specs", "replay", "replay_plans", "parse_rank"]
+__all__ = ["Replay", "Sample", "SpecSource", "load_specs", "replay", "replay_plans", "parse_rank", "resolve"]
 
 SpecSource = Union[RunSpec, Sequence[RunSpec], str, os.PathLike]
 Transform = Union[Callable[[Batch], Any], str, None]
@@ -143,14 +145,28 @@ def parse_rank(rank: int | str, spec: RunSpec | None = None) -> list[int]:
 
 
 def replay(spec: SpecSource, step: int, rank: int | str = 0, catalog: Catalog | None = None,
-           transform: Transform = None, *, columns: Sequence[str] | None = None, verify: bool = True) -> Replay:
+           transform: Transform = None, *, columns: Sequence[str] | None = None, verify: bool = True,
+           max_bytes: int | None = None) -> Replay:
     """The batch that `rank` (or "all") read at `step`, in O(1) of the step. `spec` may be a run
     record directory: the segment in force at `step` is used. `transform` (a callable or
     "package.module:function") is re-run on each rank's batch, seeded as in the job (batch.seeds).
     `columns` as the job's Loader had them (default: the fields all sources share); `verify`
-    re-hashes each row's bytes against its stored row hash (fingerprints never depend on columns)."""
+    re-hashes each row's bytes against its stored row hash (fingerprints never depend on columns).
+    `max_bytes` bounds what the replay holds (row groups read and rows, audit/bounds.py): a batch
+    beyond it is a BatchTooLarge, before a row is read when the shards' footers tell."""
     if catalog is None:
         raise UserError("replay needs a catalog: replay(spec, step, rank, catalog=Catalog(url))")
+    run, record = resolve(spec, step)
+    plans = [plan_batch(run, int(step), r) for r in parse_rank(rank, run)]
+    result = replay_plans(run, plans, RowReader(catalog, run, columns), transform, verify=verify,
+                          max_bytes=max_bytes)
+    if record is not None:
+        result.record_end = record.end
+    return result
+
+
+def resolve(spec: SpecSource, step: int) -> tuple[RunSpec, RunRecord | None]:
+    """The run spec in force at `step` (checked to be a step), and the run record it came from if any."""
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
         raise UserError(f"step must be an integer, not {step!r}")
     if step < 0:
@@ -158,24 +174,19 @@ def replay(spec: SpecSource, step: int, rank: int | str = 0, catalog: Catalog | 
     step = int(step)
     record = read_run(spec) if isinstance(spec, (str, os.PathLike)) and is_run_dir(spec) else None
     if record is not None and record.chain:  # the segment the job kept for this step
-        run = record.spec_at(step)
-    else:
-        run = spec_for_step(load_specs(spec), step)
-    plans = [plan_batch(run, step, r) for r in parse_rank(rank, run)]
-    result = replay_plans(run, plans, RowReader(catalog, run, columns), transform, verify=verify)
-    if record is not None:
-        result.record_end = record.end
-    return result
+        return record.spec_at(step), record
+    return spec_for_step(load_specs(spec), step), record
 
 
 def replay_plans(spec: RunSpec, plans: list[BatchPlan], reader: RowReader, transform: Transform = None,
-                 *, verify: bool = True) -> Replay:
+                 *, verify: bool = True, max_bytes: int | None = None) -> Replay:
     """`replay` for given plans of one step, through a reader that may be reused across steps."""
     fn = load_transform(transform) if isinstance(transform, str) else transform
     names = tuple(s.name for s in spec.sources)
+    bound = None if max_bytes is None else bounded(plans, reader, verify, max_bytes)
     batches, samples = [], []
     for plan in plans:
-        rows = reader.read(plan, rehash=verify)
+        rows = reader.read(plan, rehash=verify, bound=bound)
         batches.append(as_batch(plan, rows, names))
         samples += samples_of(spec, plan, rows)
     fields = tuple(f for f in reader.versions[0].fields if f.name in reader.columns)
@@ -185,22 +196,38 @@ def replay_plans(spec: RunSpec, plans: list[BatchPlan], reader: RowReader, trans
     return result
 
 
+def bounded(plans: list[BatchPlan], reader: RowReader, verify: bool, max_bytes: int) -> ReadBound:
+    """The bound of a replay of `plans`, checked against their footers' estimate (BatchTooLarge)."""
+    ranks = f"rank {plans[0].rank}" if len(plans) == 1 else f"{len(plans)} ranks"
+    samples = sum(len(p.indices) for p in plans)
+    bound = ReadBound(max_bytes, f"step {plans[0].step}, {ranks}: the batch of {samples:,} samples")
+    sizes = [reader.estimate(p, verify) for p in plans]
+    bound.check(sum(g for g, _ in sizes), sum(r for _, r in sizes))
+    return bound
+
+
 def as_batch(plan: BatchPlan, rows: PlanRows, source_names: tuple[str, ...]) -> Batch:
     """The rows in the Loader's own Batch type (a transform gets exactly what the job's got)."""
-    table = rows.table.combine_chunks()
+    try:
+        table = rows.table.combine_chunks()
+    except NOT_CONVERTIBLE as e:
+        if not past_offset_limit(e):
+            raise
+        raise offset_limit_error(plan) from None
     record = pa.RecordBatch.from_arrays([c.chunk(0) if c.num_chunks else pa.array([], c.type) for c in table.columns],
                                         schema=table.schema)
     return Batch(plan, record, rows.stored, source_names)
 
 
-def samples_of(spec: RunSpec, plan: BatchPlan, rows: PlanRows) -> list[Sample]:
+def samples_of(spec: RunSpec, plan: BatchPlan, rows: PlanRows, first: int = 0) -> list[Sample]:
+    """The provenance of `plan`'s rows; `first`: the batch position of its first row (a part of a batch)."""
     verified = rows.verified
     out = []
     for i in range(len(plan.indices)):
         source = spec.sources[int(plan.sources[i])]
-        out.append(Sample(plan.rank, i, int(plan.positions[i]), int(plan.indices[i]), source.name, source.version,
-                          int(rows.shards[i]), int(rows.shard_rows[i]), rows.stored[i], bool(plan.padding[i]),
-                          int(plan.seeds[i]), None if verified is None else bool(verified[i])))
+        out.append(Sample(plan.rank, first + i, int(plan.positions[i]), int(plan.indices[i]), source.name,
+                          source.version, int(rows.shards[i]), int(rows.shard_rows[i]), rows.stored[i],
+                          bool(plan.padding[i]), int(plan.seeds[i]), None if verified is None else bool(verified[i])))
     return out
 
 

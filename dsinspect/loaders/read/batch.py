@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.format.arrow_errors import OffsetLimitError
 from dsinspect.loaders.order.plan import BatchPlan
-from dsinspect.loaders.read.columns import dense_to_arrow, is_numeric_dense
+from dsinspect.loaders.read.columns import is_numeric_dense, to_arrow
 from dsinspect.loaders.records.runlog import batch_fingerprint
 
 __all__ = ["Batch"]
@@ -43,10 +44,16 @@ class Batch:
     def table(self) -> pa.RecordBatch:
         """The requested columns as Arrow, in batch order."""
         if self._table is None:
-            arrays = [dense_to_arrow(v, self._schema.field(name).type) if isinstance(v, np.ndarray) else v
-                      for name, v in self._columns.items()]
+            arrays = [self._arrow(name, v) for name, v in self._columns.items()]
             self._table = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
         return self._table
+
+    def _arrow(self, name: str, values: np.ndarray | pa.Array) -> pa.Array:
+        try:
+            return to_arrow(values, self._schema.field(name).type, name)
+        except OffsetLimitError as e:
+            raise OffsetLimitError(f"step {self.step}, rank {self.rank}: {e}: use a smaller batch_size "
+                                   f"(now {len(self)})", name) from None
 
     @table.setter
     def table(self, value: pa.RecordBatch) -> None:

@@ -39,7 +39,7 @@ from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.cache import ShardCache, holds_part, write_at
-from dsinspect.loaders.read.columns import View, column_view, dense_to_arrow, gather
+from dsinspect.loaders.read.columns import View, column_view, gather, to_arrow
 from dsinspect.loaders.read.fetch import fetch_parts, fetch_parts_together
 from dsinspect.loaders.store.storage import is_local
 from dsinspect.loaders.store.version import DatasetVersion
@@ -81,8 +81,8 @@ class RowsShard:
         schema = self.batch.schema
         arrays = []
         for field in schema:
-            got = gather([(self.view(field.name), rows, None)], len(rows))
-            arrays.append(dense_to_arrow(got, field.type) if isinstance(got, np.ndarray) else got)
+            got = gather([(self.view(field.name), rows, None)], len(rows), field.name)
+            arrays.append(to_arrow(got, field.type, field.name))
         return RowsShard(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 

@@ -17,12 +17,13 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from dsinspect.loaders.format import arrow_errors
 from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.arrow_kinds import is_fixed_width as _fixed
 from dsinspect.loaders.format.arrow_kinds import is_var_binary as _var_binary
 from dsinspect.loaders.read.touched import touched_ranges
 
-__all__ = ["column_view", "gather", "gather_column", "dense_to_arrow", "is_numeric_dense",
+__all__ = ["column_view", "gather", "gather_column", "dense_to_arrow", "to_arrow", "is_numeric_dense",
            "FixedView", "ListView", "FixedListView", "ArrowView"]
 
 # (view, rows in its shard, output positions; None: all, in order)
@@ -166,9 +167,36 @@ def column_view(arr: pa.Array, base: int) -> View:
     return ArrowView(arr, base)
 
 
-def gather(parts: Sequence[Part], n: int) -> np.ndarray | pa.Array:
-    """Rows of one column from several shards, in output order: a numpy array when every part is
-    dense with one row shape and type (see `dense_to_arrow`), else an Arrow array."""
+def gather(parts: Sequence[Part], n: int, name: str = "") -> np.ndarray | pa.Array:
+    """Rows of one column (`name`) from several shards, in output order: a numpy array when every
+    part is dense with one row shape and type (see `dense_to_arrow`), else an Arrow array. Rows past
+    what one Arrow array holds are an OffsetLimitError naming the column."""
+    try:
+        return _gather(parts, n)
+    except arrow_errors.NOT_CONVERTIBLE as e:
+        if not arrow_errors.past_offset_limit(e):
+            raise
+        raise _past_limit(name, parts[0][0].type) from None
+
+
+def to_arrow(values: np.ndarray | pa.Array, t: pa.DataType, name: str = "") -> pa.Array:
+    """A gathered column (`gather`'s numpy or Arrow) as Arrow of type `t`; rows past what one Arrow
+    array holds are an OffsetLimitError naming the column."""
+    if not isinstance(values, np.ndarray):
+        return values
+    try:
+        return dense_to_arrow(values, t)
+    except pa.ArrowCapacityError:
+        raise _past_limit(name, t) from None
+
+
+def _past_limit(name: str, t: pa.DataType) -> arrow_errors.OffsetLimitError:
+    kind = f"list of {t.value_type}" if pa.types.is_list(t) or pa.types.is_large_list(t) else str(t)  # no child name
+    return arrow_errors.OffsetLimitError(f"column {name!r} ({kind}) would pass what one Arrow array holds, "
+                                         f"{arrow_errors.OFFSET_LIMIT:,} bytes or list items (32-bit offsets)", name)
+
+
+def _gather(parts: Sequence[Part], n: int) -> np.ndarray | pa.Array:
     rows_of = [row_items(v) for v, _, _ in parts]
     first = rows_of[0]
     if first is not None and all(r is not None and r[1] == first[1] for r in rows_of):
@@ -221,6 +249,7 @@ def dense_to_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
         if pa.types.is_fixed_size_list(t):
             return pa.Array.from_buffers(t, n, [None], children=[child])
         width = values.shape[1] if values.ndim > 1 else 0
+        arrow_errors.offset_limit_check(n * width, t)  # an int32 arange would wrap past it
         offsets = np.arange(0, (n + 1) * width, width, dtype=np.int64 if pa.types.is_large_list(t) else np.int32) \
             if width else np.zeros(n + 1, np.int64 if pa.types.is_large_list(t) else np.int32)
         return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets)], children=[child])
@@ -243,6 +272,9 @@ def gather_column(parts: Sequence[Part], n: int) -> pa.Array:
         return _gather_fixed(parts, n)
     if kinds == {ListView} and len({v.type for v, _, _ in parts}) == 1:
         return _gather_lists(parts, n)
+    totals = [_offsets_total(v, rows) for v, rows, _ in parts]
+    if all(t is not None for t in totals):  # before Arrow copies up to 2 GiB and then refuses
+        arrow_errors.offset_limit_check(sum(totals), parts[0][0].type)  # type: ignore[arg-type]
     taken = [(v.arr if isinstance(v, ArrowView) else _as_arrow(v)).take(int64_array(rows)) for v, rows, _ in parts]
     combined = pa.concat_arrays(taken) if len(taken) > 1 else taken[0]
     where = np.concatenate([w for _, _, w in parts])
@@ -264,6 +296,7 @@ def _gather_lists(parts: Sequence[Part], n: int) -> pa.Array:
         lengths[where] = view.offsets[rows + 1] - view.offsets[rows]
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    arrow_errors.offset_limit_check(int(offsets[-1]), first.type)  # int32 offsets would wrap past it
     items = np.empty(int(offsets[-1]), first.items.dtype)
     equal = len(lengths) and (lengths == lengths[0]).all() and lengths[0] > 0
     for view, rows, where in parts:
@@ -288,6 +321,20 @@ def _place(out: np.ndarray, source: np.ndarray, rows: np.ndarray, where: np.ndar
         np.take(source, rows, axis=0, out=out)
     else:
         out[where] = source[rows]
+
+
+def _offsets_total(view: View, rows: np.ndarray) -> int | None:
+    """Bytes (or list items) rows `rows` of a view's binary, string or list column with 32-bit
+    offsets hold together; None for other columns."""
+    if isinstance(view, ListView) and not view.large:
+        offsets = view.offsets
+    elif isinstance(view, ArrowView) and (pa.types.is_binary(view.type) or pa.types.is_string(view.type)
+                                          or pa.types.is_list(view.type)):
+        arr = view.arr
+        offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    else:
+        return None
+    return int((offsets[rows + 1].astype(np.int64) - offsets[rows]).sum())
 
 
 def _as_arrow(view: FixedView | ListView | FixedListView) -> pa.Array:

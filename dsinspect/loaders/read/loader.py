@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.format.arrow_errors import OffsetLimitError
 from dsinspect.loaders.order.plan import BatchPlan, epoch_end, locate_step, plan_steps
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
 from dsinspect.loaders.order.state import LoaderState
@@ -175,10 +176,16 @@ class Loader:
         # the time since the last read ended is what the consumer spent on it: its patience for
         # cold reads while shards fill (BatchReader.read)
         patience = None if self._last_read is None else time.monotonic() - self._last_read
-        if len(planned) == 1:
-            columns, hashes = self._reader.read(*planned[0], patience)
-        else:
-            columns, hashes = self._reader.read_many([plan for plan, _ in planned], patience)
+        try:
+            if len(planned) == 1:
+                columns, hashes = self._reader.read(*planned[0], patience)
+            else:
+                columns, hashes = self._reader.read_many([plan for plan, _ in planned], patience)
+        except OffsetLimitError as e:
+            if len(planned) > 1:  # the run's rows in one column pass Arrow's limit, each batch's may not
+                return [b for one in planned for b in self._read_many([one])]
+            raise OffsetLimitError(f"step {planned[0][0].step}, rank {self.rank}: {e}: use a smaller batch_size "
+                                   f"(now {self.spec.batch_size:,})", e.column) from None
         for v in (hashes, *columns.values()):
             if isinstance(v, np.ndarray):
                 v.flags.writeable = False  # shared with the Arrow form, as Arrow's own buffers are

@@ -119,7 +119,7 @@ class BatchReader:
         if cold:
             self._read_cold(parts, cold)
         n = len(plan.indices)
-        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n) for c in read}
+        columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n, c) for c in read}
         hashes = columns.pop(HASH_COLUMN)
         if not self._reads:
             self._reads = 1

@@ -19,6 +19,7 @@ from dsinspect.errors import (
     reason_of,
 )
 from dsinspect.loaders.format.manifest import Field, Manifest, sha256_hex
+from dsinspect.loaders.store.access import access_error
 from dsinspect.loaders.store.address import HEX_PREFIX_MIN, Address, check_name, parse_address
 from dsinspect.loaders.store.layout import VERSIONS, Layout, display
 from dsinspect.loaders.store.leases import write_lease
@@ -87,8 +88,13 @@ class Catalog:
         try:
             if self.fs.isdir(self.root):
                 return
-        except OSError as e:  # a server that does not answer, refused permissions: say which catalog
-            raise StorageError(f"cannot read catalog {self.url}: {reason_of(e)}") from None
+        except Exception as e:  # noqa: BLE001 - a client's errors: no endpoint, no credentials, refused
+            refused = access_error(e, f"catalog {self.url}", self.fs)
+            if refused is not None:
+                raise refused from None
+            if isinstance(e, OSError):  # a server that does not answer, refused permissions: say which catalog
+                raise StorageError(f"cannot read catalog {self.url}: {reason_of(e)}") from None
+            raise
         if read_only(self.fs):
             raise NotFoundError(f"catalog {self.url} lists nothing: the server gives no index page for it "
                                 "(python -m http.server and nginx autoindex do), or it does not exist")
@@ -257,6 +263,9 @@ class Catalog:
             except (FileNotFoundError, PermissionError):
                 raise
             except Exception as e:  # noqa: BLE001 - a client's errors: only transient ones are tried again
+                refused = access_error(e, f"catalog {self.url}", self.fs)
+                if refused is not None:  # no endpoint, no credentials: the client tried the connection already
+                    raise refused from None
                 if not is_transient(e):
                     if isinstance(e, OSError):
                         raise StorageError(f"cannot read {self.display(path)}: {reason_of(e)}") from e

@@ -19,8 +19,8 @@ from dsinspect.errors import StorageError, UserError
 from dsinspect.loaders.store.locks import open_locked
 
 __all__ = ["url_to_fs", "join", "is_local", "read_only", "refuse_read_only", "write_atomic", "publish_file",
-           "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many", "writes_locally",
-           "modified_time"]
+           "move_file", "spool_dir", "cache_dir", "write_errors", "locked", "rewrite", "read_whole", "read_many",
+           "writes_locally", "modified_time"]
 
 CAS_TRIES = 20  # conditional puts on object stores: a lost race is re-read and retried this often
 
@@ -47,16 +47,22 @@ _READ_ONLY = ("http", "https")
 
 # botocore opens at most 10 connections per client: a cold first batch's ~30 ranged reads went out
 # in waves of 10, a round trip each (first batch at RTT 80 ms: 904 -> 735 ms with 64).
-_S3_CONNECTIONS = 64
+# Its default ("legacy") retries take 5 attempts with up to 15 s of backoff, each connect waiting up
+# to 60 s: `dsinspect ls` on an endpoint that refused connections took 8-11 s to fail. The standard
+# mode's 3 attempts (up to 3 s of backoff) and a 10 s connect timeout; dsinspect's own reads retry
+# transient errors on top (store/transient.py). FSSPEC_S3's config_kwargs override these.
+_S3_CONFIG = {"max_pool_connections": 64, "retries": {"total_max_attempts": 3, "mode": "standard"},
+              "connect_timeout": 10}
+
 
 
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem and root path of `url` (a plain path is a local directory)."""
     protocol = fsspec.core.split_protocol(str(url))[0]
     options: dict = {"use_listings_cache": False} if protocol in _NO_LISTINGS_CACHE + _READ_ONLY else {}
-    if protocol in ("s3", "s3a"):  # fsspec's configuration (FSSPEC_S3) kept; more connections unless set there
+    if protocol in ("s3", "s3a"):  # fsspec's configuration (FSSPEC_S3) kept; ours where it sets nothing
         configured = fsspec.config.conf.get(protocol, {}).get("config_kwargs", {})
-        options["config_kwargs"] = {"max_pool_connections": _S3_CONNECTIONS, **configured}
+        options["config_kwargs"] = {**_S3_CONFIG, **configured}
     try:
         fs, path = fsspec.core.url_to_fs(str(url), **options)
     except ImportError as e:  # a protocol fsspec knows whose client package is not installed
@@ -176,6 +182,19 @@ def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> b
             else:
                 fs.put_file(local_path, path)
             return True
+    finally:
+        _unlink_quietly(local_path)
+
+
+def move_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> None:
+    """Move a finished local file (written under `spool_dir(fs, dirname(path))`) to `path`, replacing
+    what is there: a rename for local stores, one upload elsewhere. The local file is gone afterwards."""
+    try:
+        with write_errors(fs, path):
+            if writes_locally(fs):
+                os.replace(local_path, path)
+            else:
+                fs.put_file(local_path, path)
     finally:
         _unlink_quietly(local_path)
 
