@@ -4,7 +4,9 @@ from click.testing import CliRunner
 
 from dsinspect.cli import cli
 from dsinspect.cli.web_cmd import APP, streamlit_command
-from dsinspect.web import settings, web_model, web_runs
+from dsinspect.web import settings
+from dsinspect.web.models import catalog as catalogs
+from dsinspect.web.models import runs_dir
 from dsinspect.web.settings import RUNS_ENV, TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, app_environment
 
 
@@ -37,7 +39,7 @@ def test_the_app_reads_back_what_the_cli_writes(monkeypatch):
     assert (settings.runs_url(), settings.preset_transform(), settings.typed_transforms_allowed()) == (None, "", False)
     for name, value in app_environment("/c", "/runs", "job.data:augment", typed_transforms=True).items():
         monkeypatch.setenv(name, value)
-    assert web_model.configured_url() == "/c" and web_runs.runs_url("/c") == "/runs"
+    assert catalogs.configured_url() == "/c" and runs_dir.runs_url("/c") == "/runs"
     assert settings.preset_transform() == "job.data:augment" and settings.typed_transforms_allowed()
 
 

@@ -17,7 +17,7 @@ from web_server import running_web
 def markup_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("markupcat")
     cat = write_markup_catalog(str(root / "cat"))
-    from dsinspect.web.web_replay import build_spec, encode_spec
+    from dsinspect.web.models.replay import build_spec, encode_spec
 
     spec = encode_spec(build_spec(cat, "mk@v2", 0, 3, 1, "none"))
     ARTIFACTS.mkdir(exist_ok=True)

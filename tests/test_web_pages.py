@@ -109,9 +109,9 @@ def test_payloads_render_literally(xss_env):
 
 
 def spec_text(**options):
-    from dsinspect.web import web_replay
+    from dsinspect.web.models import replay
     cat = dsinspect.open_catalog(DEMO)
-    return web_replay.encode_spec(web_replay.build_spec(cat, "demo-text@v1", 0, 8, 4, "global"))
+    return replay.encode_spec(replay.build_spec(cat, "demo-text@v1", 0, 8, 4, "global"))
 
 
 def test_replay_deep_link_shows_the_batch_and_all_ranks(demo_env):
@@ -126,7 +126,7 @@ def test_replay_deep_link_shows_the_batch_and_all_ranks(demo_env):
 
 def test_replay_from_fields_sets_the_url(demo_env):
     at = AppTest.from_file(str(APP), default_timeout=60).run()
-    at.switch_page("replay_page.py").run()
+    at.switch_page("app_pages/replay.py").run()
     assert at.info
     at.text_input(key="rp_address").input("demo-rl@v1")
     at.number_input(key="rp_batch").set_value(4)

@@ -92,7 +92,7 @@ def rotated_changed_rows() -> list[tuple[int, int, int, int]]:
 
 
 def test_diff_details_are_words_and_tokens_mark_the_changed_stretch(demo_env):
-    from dsinspect.web.web_diff import CHANGED_CLASS
+    from dsinspect.web.models.diff import CHANGED_CLASS
 
     at = run(a="demo-text@v1", b="demo-text@v2")
     shown = "\n".join(t.value for t in at.text) + codes(at)
@@ -164,7 +164,7 @@ def test_dataset_rows_show_thumbnails_and_sizes_for_people(demo_env):
     from PIL import Image
 
     from dsinspect.inspect.sizes import human_bytes
-    from dsinspect.web.web_model import THUMB_SIDE
+    from dsinspect.web.models.catalog import THUMB_SIDE
 
     for address, field in (("demo-images@v1", "image"), ("demo-video@v1", "video")):
         at = run(address=address)
@@ -243,7 +243,7 @@ def test_replayed_seeds_are_hex_as_on_the_command_line(demo_env):
 
     import dsinspect
     from dsinspect.loaders.audit.replay import replay
-    from dsinspect.web.web_replay import build_spec, encode_spec
+    from dsinspect.web.models.replay import build_spec, encode_spec
 
     cat = dsinspect.open_catalog(DEMO)
     spec = build_spec(cat, "demo-text@v1", 7, 4, 2, "global")

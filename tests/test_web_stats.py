@@ -28,7 +28,7 @@ def stats_page(**params: str) -> AppTest:
     """The Statistics page at `stats?k=v&…`, run once, with no exception raised."""
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
-    at.switch_page("stats_page.py")
+    at.switch_page("app_pages/stats.py")
     for k, v in params.items():
         at.query_params[k] = v
     at.run()

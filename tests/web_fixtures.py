@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from dsinspect.defaults import bundled_catalog_path
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.web.web_page import MONO_CLASS
+from dsinspect.web.ui.page import MONO_CLASS
 
 APP = Path(__file__).resolve().parent.parent / "dsinspect" / "web" / "app.py"
 DEMO = str(bundled_catalog_path())

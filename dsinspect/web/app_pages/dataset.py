@@ -8,21 +8,21 @@ import streamlit as st
 
 from dsinspect.errors import DsinspectError
 from dsinspect.inspect.sizes import human_bytes
-from dsinspect.web import web_cache
-from dsinspect.web.web_model import TABLE_PAGE, THUMB_SIDE
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import address_box, md, mono, or_stop
-from dsinspect.web.web_query import check_condition
+from dsinspect.web.models.catalog import TABLE_PAGE, THUMB_SIDE
+from dsinspect.web.models.query import check_condition
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import address_box, md, mono, or_stop
 
-url = web_cache.url()
+url = cache.url()
 params = st.query_params
-datasets = list(dict.fromkeys(r["dataset"] for r in web_cache.catalog_rows(url)))
+datasets = list(dict.fromkeys(r["dataset"] for r in cache.catalog_rows(url)))
 st.title("Dataset")
 address = address_box("Address (NAME[@REF])", "ds_address", "demo-text@v1", datasets[0] if datasets else "")
 if not address:
     st.info("This catalog holds no datasets yet.")
     st.stop()
-info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cannot be opened.")
+info = or_stop(lambda: cache.dataset_model(url, address), "That address cannot be opened.")
 
 st.subheader(md(info["address"]))
 c = st.columns(4)
@@ -91,7 +91,7 @@ if where:
     try:
         check_condition(where)  # before any query: a link's condition is bounded
         requested = int(st.session_state.get("ds_page", 1)) - 1
-        found = web_cache.query_page(url, version_address, where, requested, TABLE_PAGE)
+        found = cache.query_page(url, version_address, where, requested, TABLE_PAGE)
     except DsinspectError as e:
         st.error("That condition cannot be run.")
         mono(str(e))
@@ -99,7 +99,7 @@ if where:
     st.caption(f"{found['total']:,} of {info['rows']:,} rows match · click a row to open its sample")
     page = page_box(found["pages"])
     if page - 1 != found["page"]:
-        found = web_cache.query_page(url, version_address, where, page - 1, TABLE_PAGE)
+        found = cache.query_page(url, version_address, where, page - 1, TABLE_PAGE)
     if found["rows"]:
         rows_table(found)
     else:
@@ -108,7 +108,7 @@ else:
     pages = max(1, -(-info["rows"] // TABLE_PAGE))
     st.caption("click a row to open its sample")
     page = page_box(pages)
-    table = web_cache.sample_table(url, address, page - 1)
+    table = cache.sample_table(url, address, page - 1)
     rows_table(table)
 if info["rows"]:
     left, right = st.columns([1, 3])

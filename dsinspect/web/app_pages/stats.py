@@ -2,15 +2,15 @@
 side on the same bins with what moved marked (`stats?a=NAME@REF&b=NAME@REF`): per column its counts,
 nulls, distinct values, min/mean/max and a bar chart (Vega-Lite: the value counts when few, else the
 histogram of its numbers: token counts, text lengths, image sizes, episode returns). Stored text
-(values, field names) reaches the page only through web_page.md, dataframes and the charts' data."""
+(values, field names) reaches the page only through ui/page.py's md, dataframes and the charts' data."""
 
 import streamlit as st
 
-from dsinspect.web import web_cache
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, or_stop
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, or_stop
 
-url = web_cache.url()
+url = cache.url()
 params = st.query_params
 a = params.get("a") or params.get("address", "")
 b = params.get("b", "") if params.get("a") else ""
@@ -35,13 +35,13 @@ if not a:
 
 
 def full(address: str) -> str:
-    info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cannot be opened.")
+    info = or_stop(lambda: cache.dataset_model(url, address), "That address cannot be opened.")
     return f"{info['name']}@{info['id']}"
 
 
 full_a = full(a)
 full_b = full(b) if b else ""
-m = or_stop(lambda: web_cache.stats_model(url, full_a, full_b), "The statistics cannot be computed.")
+m = or_stop(lambda: cache.stats_model(url, full_a, full_b), "The statistics cannot be computed.")
 two = m["b"] is not None
 if two:
     st.subheader(md(f"A {m['a']['name']} → B {m['b']['name']}"))

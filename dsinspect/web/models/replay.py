@@ -4,7 +4,7 @@ a Parquet download, and the verdict of a fingerprint log on it. A link may name 
 more than MAX_REPLAY_SAMPLES samples per page are refused before a row is read (`check_size`).
 
 Transforms are code: `import_transform` imports what a person typed into the page (or what the
-operator passed to `dsinspect web --transform`), never a name taken from the URL (see replay_page)."""
+operator passed to `dsinspect web --transform`), never a name taken from the URL (see app_pages/replay.py)."""
 
 from __future__ import annotations
 

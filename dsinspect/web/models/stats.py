@@ -3,7 +3,7 @@ bins, with what moved between them named. No Streamlit here; values come back as
 
 Bounded whatever the link: a column lists at most FEW values (stats.FEW) and BINS histogram bins, so
 a chart holds at most that many bars; the statistics run on the version's shared query view
-(`web_query.SharedQuery`, its time limit and lock-down)."""
+(`query.SharedQuery`, its time limit and lock-down)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from dsinspect.inspect.stats import ColumnStats, VersionStats, compare_stats, version_stats
-from dsinspect.web.web_query import SharedQuery
+from dsinspect.web.models.query import SharedQuery
 
 __all__ = ["stats_model", "moved", "bin_labels", "number"]
 

@@ -1,6 +1,6 @@
 """How each kind of field view is laid out on the Sample page. Sample text never reaches Markdown
-unescaped: it goes through st.text / dataframes, html.escape (web_page.mono, token_html) before
-unsafe_allow_html, or web_page.md in captions and labels. A long value is shown a page at a time
+unescaped: it goes through st.text / dataframes, html.escape (ui/page.py: mono; token_html) before
+unsafe_allow_html, or ui/page.py's md in captions and labels. A long value is shown a page at a time
 (VALUE_PAGE characters): a 10 MB string must not go into one page whole."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 import streamlit as st
 
 from dsinspect.inspect.sizes import human_bytes
-from dsinspect.web import web_cache
-from dsinspect.web.web_model import FieldModel, hex_text, token_html
-from dsinspect.web.web_page import md, mono
+from dsinspect.web.models.sample import FieldModel, hex_text, token_html
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.page import md, mono
 
 __all__ = ["decoded", "raw", "findings", "paged_text", "VALUE_PAGE", "CHART_POINTS"]
 
@@ -110,7 +110,7 @@ def _video(f: FieldModel, address: str) -> None:
             col.image(png, caption=f"#{index}")
     if v["frame_count"] > 1:
         n = st.slider("Frame", 0, v["frame_count"] - 1, 0, key=f"frame_{f.name}")
-        png, label = web_cache.frame_png(web_cache.url(), address, f.name, int(n))
+        png, label = cache.frame_png(cache.url(), address, f.name, int(n))
         if png is None:
             mono(label)
         else:

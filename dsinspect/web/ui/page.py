@@ -46,7 +46,7 @@ def mono(text: str, where: Any = st, wrap: bool = True, marked: tuple[int, int] 
     where.markdown(f'{_MONO_STYLE}<div class="{MONO_CLASS}"{style}>{body}</div>', unsafe_allow_html=True)
 
 _NO_WRAP = "white-space:pre;overflow-wrap:normal;overflow-x:auto"
-CHANGED_MARK = "dsi-changed"  # the class of a diff's marked stretch (web_diff.CHANGED_CLASS)
+CHANGED_MARK = "dsi-changed"  # the class of a diff's marked stretch (models/diff.py: CHANGED_CLASS)
 
 
 def _escaped(text: str) -> str:
