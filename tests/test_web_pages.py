@@ -28,11 +28,11 @@ def test_catalog_page_lists_versions_and_links(demo_env):
 def test_dataset_deep_link_shows_schema_shards_versions_and_rows(demo_env):
     at = run(address="demo-text@v1")
     assert at.title[0].value == "Dataset"
-    schema, versions, shards, rows = (d.value for d in at.dataframe)
+    rows, schema, versions, shards = (d.value for d in at.dataframe)  # the rows first
     assert list(schema["name"]) == ["doc_id", "lang", "text", "tokens"]
     assert len(versions) == 2 and len(shards) == 4 and list(rows["index"]) == list(range(20))
     at.number_input(key="ds_page").set_value(3).run()
-    assert list(at.dataframe[3].value["index"]) == list(range(40, 60))
+    assert list(at.dataframe[0].value["index"]) == list(range(40, 60))
 
 
 def test_dataset_address_box_changes_the_query(demo_env):

@@ -205,14 +205,14 @@ def test_sample_and_catalog_pages_show_sizes_for_people(demo_env):
 
 @slow_browser[0]
 @slow_browser[1]
-def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(server, page):  # noqa: F811
+def test_dataset_table_draws_thumbnails_and_a_clicked_row_links_to_its_sample(server, page):  # noqa: F811
     import io
 
     import numpy as np
     from PIL import Image
 
     page.goto(f"{server}/?address=pics@v1")
-    grid = page.locator('[data-testid="stDataFrame"]').last
+    grid = page.locator(".st-key-ds_rows")  # the rows table (schema, versions and shards come after it)
     grid.wait_for()
     wait_ready(page)
     grid.scroll_into_view_if_needed()
@@ -226,6 +226,7 @@ def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(serve
     rows = grid.evaluate("el => el.getBoundingClientRect().height")
     row = (rows - 35) / 2  # header, then two rows
     page.mouse.click(box["x"] + 12, box["y"] + 35 + row * 1.5)  # the second row's selection cell
+    page.get_by_role("link", name="Open sample 1 (", exact=False).click()  # a row clicked links to its sample
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
     # the Dataset page again (the sidebar): the click that opened the sample does not open it a second time

@@ -109,22 +109,23 @@ def test_the_query_view_is_cached_per_version(demo_env):
         cache.version_query(configured_url(), f"demo-text@{vid}")
 
 
-# -- in Chromium: a result row, clicked, opens its sample ------------------------------------------
+# -- in Chromium: a result row, clicked, links to its sample ---------------------------------------
 
 @browser_marks[0]
 @browser_marks[1]
-def test_a_filtered_row_clicked_opens_its_sample_in_chromium(server, page):  # noqa: F811
+def test_a_filtered_row_clicked_links_to_its_sample_in_chromium(server, page):  # noqa: F811
     from test_web_browser import ARTIFACTS, wait_ready
 
     page.goto(f"{server}/?address=pics@v1&where=image_width%20%3C%2050")
     page.get_by_text("1 of 2 rows match", exact=False).wait_for()
-    grid = page.locator('[data-testid="stDataFrame"]').last
+    grid = page.locator(".st-key-ds_rows")
     grid.wait_for()
     wait_ready(page)
     grid.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "web-query.png"))
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first data row's selection cell
+    page.get_by_role("link", name="Open sample 1 (", exact=False).click()
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
     assert "address=pics%40" in page.url or "address=pics@" in page.url

@@ -191,8 +191,11 @@ def test_a_job_module_named_like_a_web_folder_is_the_jobs(job, tmp_path, monkeyp
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "__init__.py").write_text("")
     (tmp_path / "models" / "augment.py").write_text(TRANSFORM)
-    for name in ("models", "models.augment"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setenv("DSINSPECT_WEB_TRANSFORM", "models.augment:scale")
-    at = run(run="job1", step="1", rank="0")
+    try:
+        at = run(run="job1", step="1", rank="0")
+    finally:  # the job's `models` out of this process's modules again
+        for name in ("models", "models.augment"):
+            sys.modules.pop(name, None)
+    assert len(at.table) == 2, [e.value for e in at.error]  # as stored, and as fed to the model
     assert table_dict(at.table[1])["model_id"] == str(int(seen[(1, 0)].indices[0]) * 1000)

@@ -8,14 +8,17 @@ from dsinspect.web.models.diff import CHANGED_PAGE
 from dsinspect.web.ui import cache
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop
+from dsinspect.web.ui.url import follow_url
 
 url = cache.url()
 params = st.query_params
 a, b = params.get("a", ""), params.get("b", "")
 st.title("Diff")
 left, right = st.columns(2)
-typed_a = left.text_input("Before (NAME@REF)", value=a, key="diff_a", placeholder="demo-images@v1").strip()
-typed_b = right.text_input("After (NAME@REF)", value=b, key="diff_b", placeholder="demo-images@v2").strip()
+follow_url("diff_a", a)
+follow_url("diff_b", b)
+typed_a = left.text_input("Before (NAME@REF)", key="diff_a", placeholder="demo-images@v1").strip()
+typed_b = right.text_input("After (NAME@REF)", key="diff_b", placeholder="demo-images@v2").strip()
 if (typed_a, typed_b) != (a, b):
     for name, value in (("a", typed_a), ("b", typed_b)):
         if value:

@@ -19,6 +19,7 @@ from dsinspect.web.models.replay import build_spec, decode_spec, encode_spec, ma
 from dsinspect.web.ui import cache
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop, stop_with
+from dsinspect.web.ui.url import follow_url
 
 url = cache.url()
 st.title("Replay")
@@ -107,9 +108,10 @@ if not (spec_text or run):
 left, right = st.columns(2)
 given = params.get("step", "0")
 # ASCII digits only (str.isdigit takes '²', which int() refuses), and no more than a number box holds
-step = left.number_input("Step", min_value=0, value=int(given) if re.fullmatch(r"[0-9]{1,15}", given) else 0,
-                         key="rp_step")
-rank = right.text_input("Rank (a number, or all)", value=params.get("rank", "0"), key="rp_rank").strip() or "0"
+follow_url("rp_step", int(given) if re.fullmatch(r"[0-9]{1,15}", given) else 0)
+follow_url("rp_rank", params.get("rank", "0"))
+step = left.number_input("Step", min_value=0, key="rp_step")
+rank = right.text_input("Rank (a number, or all)", key="rp_rank").strip() or "0"
 if str(int(step)) != params.get("step") or rank != params.get("rank"):
     params["step"], params["rank"] = str(int(step)), rank
 m = or_stop(lambda: cache.replay_model(url, spec_text, int(step), rank, transform, run),

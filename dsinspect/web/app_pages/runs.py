@@ -15,6 +15,7 @@ from dsinspect.web.models import run, runs_dir
 from dsinspect.web.ui import cache
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop
+from dsinspect.web.ui.url import follow_url
 
 url = cache.url()
 st.title("Run")
@@ -44,8 +45,8 @@ summary_area, grid_area, check_area = st.container(), st.container(), st.contain
 with grid_area:
     st.markdown("#### Steps × ranks")
     left, right = st.columns([3, 1])
-    steps = left.text_input("Steps (A:B, B excluded; blank: the whole run)", value=params.get("steps", ""),
-                            key="rn_steps").strip() or None
+    follow_url("rn_steps", params.get("steps", ""))
+    steps = left.text_input("Steps (A:B, B excluded; blank: the whole run)", key="rn_steps").strip() or None
     pages = run.rank_pages(view)
     page = int(right.number_input(f"Ranks page ({MAX_ROWS} ranks each, of {pages})", min_value=1, max_value=pages,
                                   value=1, key="rn_page")) - 1 if pages > 1 else 0

@@ -5,8 +5,8 @@ import streamlit as st
 
 from dsinspect.inspect.sizes import human_bytes
 from dsinspect.web.ui import cache, fields
-from dsinspect.web.ui.nav import page_file
-from dsinspect.web.ui.page import address_box, md, or_stop
+from dsinspect.web.ui.page import md, or_stop
+from dsinspect.web.ui.url import address_box, remember_dataset, set_param
 
 url = cache.url()
 st.title("Sample")
@@ -19,12 +19,12 @@ sample = or_stop(lambda: cache.sample_model(url, address), "That address cannot 
 st.subheader(md(sample.address))
 prev_col, next_col, info_col = st.columns([1, 1, 6])
 name = f"{sample.dataset}@{sample.version_id[:12]}"
-if sample.index > 0:
-    prev_col.page_link(page_file("sample"), label="previous", icon=":material/arrow_back:",
-                       query_params={"address": f"{name}:{sample.index - 1}"})
-if sample.index + 1 < sample.num_rows:
-    next_col.page_link(page_file("sample"), label="next", icon=":material/arrow_forward:",
-                       query_params={"address": f"{name}:{sample.index + 1}"})
+remember_dataset(name)
+prev_col.button("previous", icon=":material/arrow_back:", key="sample_prev", disabled=sample.index == 0,
+                on_click=set_param, args=("address", f"{name}:{sample.index - 1}"))
+next_col.button("next", icon=":material/arrow_forward:", key="sample_next",
+                disabled=sample.index + 1 >= sample.num_rows,
+                on_click=set_param, args=("address", f"{name}:{sample.index + 1}"))
 info_col.caption(md(f"sample {sample.index} of {sample.num_rows:,} · version {sample.version_id}"))
 if sample.row_hash_ok:
     st.success(md(f"row hash {sample.row_hash_recomputed} matches the stored one"), icon=":material/verified:")

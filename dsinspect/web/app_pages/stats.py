@@ -9,6 +9,7 @@ import streamlit as st
 from dsinspect.web.ui import cache
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, or_stop
+from dsinspect.web.ui.url import follow_url
 
 url = cache.url()
 params = st.query_params
@@ -16,9 +17,10 @@ a = params.get("a") or params.get("address", "")
 b = params.get("b", "") if params.get("a") else ""
 st.title("Statistics")
 left, right = st.columns(2)
-typed_a = left.text_input("Version (NAME[@REF])", value=a, key="stats_a", placeholder="demo-text@v1").strip()
-typed_b = right.text_input("Compare with (NAME[@REF], optional)", value=b, key="stats_b",
-                           placeholder="demo-text@v2").strip()
+follow_url("stats_a", a)
+follow_url("stats_b", b)
+typed_a = left.text_input("Version (NAME[@REF])", key="stats_a", placeholder="demo-text@v1").strip()
+typed_b = right.text_input("Compare with (NAME[@REF], optional)", key="stats_b", placeholder="demo-text@v2").strip()
 if (typed_a, typed_b) != (a, b):
     for name in ("a", "b", "address"):
         if name in params:

@@ -1,5 +1,5 @@
-"""What several pages lay out the same way: the address box that names the page's view in the URL,
-the one clear error a bad input gets instead of the page, and text made inert for Streamlit's Markdown.
+"""What several pages lay out the same way: the one clear error a bad input gets instead of the page,
+and text made inert for Streamlit's Markdown.
 
 Almost every Streamlit element renders its text as Markdown: titles, captions, alerts, metric values,
 image captions, st.table cells and every widget label. Any text there that comes from stored data
@@ -17,7 +17,7 @@ import streamlit as st
 
 from dsinspect.errors import DsinspectError
 
-__all__ = ["address_box", "stop_with", "or_stop", "mono", "md", "MONO_CLASS"]
+__all__ = ["stop_with", "or_stop", "mono", "md", "MONO_CLASS"]
 
 T = TypeVar("T")
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character: CommonMark escapes each
@@ -59,16 +59,6 @@ def md(text: Any) -> str:
     and line breaks as spaces (no block can start)."""
     one_line = " ".join(str(text).splitlines())
     return _PUNCTUATION.sub(r"\\\1", one_line)
-
-
-def address_box(label: str, key: str, placeholder: str, default: str = "") -> str:
-    """The page's `?address=` (or `default`), in a box; editing the box rewrites the URL and reruns."""
-    address = st.query_params.get("address") or default
-    typed = st.text_input(label, value=address, key=key, placeholder=placeholder).strip()
-    if typed != address:
-        st.query_params["address"] = typed
-        st.rerun()
-    return address
 
 
 def stop_with(headline: str, error: Exception) -> NoReturn:
