@@ -123,3 +123,38 @@ def test_the_samples_table_is_near_the_top_of_the_dataset_page(demo_server, page
     # it was below schema, versions and shards (~1,300 px down); now rows show in the first screen
     assert top < 700 < page.viewport_size["height"] and top < schema, (top, schema)
     page.screenshot(path=str(ARTIFACTS / "web-dataset-top.png"))
+
+
+# each hex line measured: the range of its characters lies inside the block, the block does not scroll
+HEX_LINES = """(el) => {
+  const text = el.firstChild; const s = text.textContent; const out = []; let start = 0;
+  const block = el.getBoundingClientRect();
+  while (start < s.length) {
+    let end = s.indexOf('\\n', start); if (end < 0) end = s.length;
+    const r = document.createRange(); r.setStart(text, start); r.setEnd(text, end);
+    const box = r.getBoundingClientRect();
+    out.push({line: s.slice(start, end), right: box.right, left: box.left});
+    start = end + 1;
+  }
+  return {lines: out, right: block.right, left: block.left, scroll: el.scrollWidth, client: el.clientWidth};
+}"""
+
+
+def test_side_by_side_at_1400_px_shows_every_hex_column_and_every_step_column(demo_server, wide):
+    wide.goto(f"{demo_server}/?address=demo-rl@v1:2")  # a trajectory: its fields' hex and its steps
+    blocks = wide.locator("div.dsi-pre", has_text="00000000  ")
+    blocks.first.wait_for()
+    steps = wide.locator('[data-testid="stDataFrame"]')  # the page's one table: the episode's steps
+    steps.wait_for()
+    wait_ready(wide)
+    assert blocks.count() >= 4
+    for i in range(blocks.count()):
+        m = blocks.nth(i).evaluate(HEX_LINES)
+        assert m["scroll"] <= m["client"], m  # nothing hidden to the right
+        for line in m["lines"]:
+            assert line["line"].endswith("|") and len(line["line"].split("|")[0].split()) <= 17, line
+            assert line["right"] <= m["right"] + 0.5, (line, m["right"])  # the ASCII column in view
+    scroller = steps.locator(".dvn-scroller").first
+    assert scroller.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), \
+        scroller.evaluate("el => [el.scrollWidth, el.clientWidth]")  # terminated and truncated in view
+    wide.screenshot(path=str(ARTIFACTS / "web-sample-1400.png"), full_page=True)

@@ -40,12 +40,13 @@ file_stem = f"{sample.dataset}-{sample.index}"
 for f in sample.fields:
     st.markdown("#### " + md(f.name))
     st.caption(md(f"{f.role} · {f.type} · {human_bytes(f.size)}" + (" · null" if f.null else "")))
-    if mode == "Side by side":
-        left, right = st.columns(2)
+    if mode == "Side by side":  # the raw side wider: a hex line is 79 characters, at a readable size
+        left, right = st.columns([2, 3])
         with left:
-            fields.decoded(f, address)
+            fields.decoded(f, address, steps=False)
         with right:
             fields.raw(f, file_stem)
+        fields.step_table(f)
     elif mode == "Raw":
         fields.raw(f, file_stem)
     else:

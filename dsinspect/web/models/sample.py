@@ -18,8 +18,8 @@ from dsinspect.inspect.views import ErrorView, View
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.loaders.store.catalog import Catalog
 
-__all__ = ["FieldModel", "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "TOKEN_CAP",
-           "STEP_CAP"]
+__all__ = ["FieldModel", "SampleModel", "sample_model", "frame_png", "token_html", "hex_text", "HEX_LINE",
+           "TOKEN_CAP", "STEP_CAP"]
 
 TOKEN_CAP = 4096        # token pieces prepared per field; the page shows them 256 at a time
 STEP_CAP = 1000         # trajectory steps listed per field (a page gets no 10^6-row table)
@@ -155,6 +155,9 @@ def token_html(pieces: list[tuple], start: int = 0, stop: int | None = None) -> 
         spans.append(f'<span class="dsi-tok" title="{html.escape(title, quote=True)}" data-k="{kind}">'
                      f'{html.escape(text, quote=True)}</span>')
     return _TOKEN_CSS + '<div class="dsi-tokens">' + "".join(spans) + "</div>"
+
+
+HEX_LINE = 79  # characters of a full hex_text line: offset, 16 bytes, their characters
 
 
 def hex_text(raw: bytes, page: int = 0, page_size: int = 512) -> tuple[str, int, int]:

@@ -27,11 +27,13 @@ _MONO_STYLE = (f"<style>.{MONO_CLASS}{{font-family:'Source Code Pro',monospace;f
                "overflow-wrap:anywhere}</style>")
 
 
-def mono(text: str, where: Any = st, wrap: bool = True, marked: tuple[int, int] | None = None) -> None:
+def mono(text: str, where: Any = st, wrap: bool = True, marked: tuple[int, int] | None = None,
+         columns: int = 0) -> None:
     """Text as a monospace block, every character escaped (html.escape: no tag or attribute survives).
     Not st.code: its syntax highlighter costs the browser ~0.8 s per page load here (bench_web.py),
     even for a single block of plain text. `where` is st or a column/container. `wrap=False` (hex
-    dumps): no line ever wraps, the block scrolls sideways instead. `marked`: characters [start, end)
+    dumps): no line ever wraps; the font shrinks (to 0.6rem at least) until `columns` characters (or the
+    longest line) fit the block's width, and only a narrower block scrolls sideways. `marked`: characters [start, end)
     inside <mark class="dsi-changed"> (a diff's changed stretch; an empty one marks where text went)."""
     # one line of raw HTML: newlines as &#10;, so no blank line ends the HTML block and lets Markdown in
     # (and a div, since Streamlit swaps <pre> for its own element and drops the class)
@@ -42,10 +44,19 @@ def mono(text: str, where: Any = st, wrap: bool = True, marked: tuple[int, int] 
         start, end = marked
         body = (_escaped(text[:start]) + f'<mark class="{CHANGED_MARK}">{_escaped(text[start:end]) or "∅"}</mark>'
                 + _escaped(text[end:]))
-    style = "" if wrap else f' style="{_NO_WRAP}"'
-    where.markdown(f'{_MONO_STYLE}<div class="{MONO_CLASS}"{style}>{body}</div>', unsafe_allow_html=True)
+    block = f'<div class="{MONO_CLASS}"{"" if wrap else _fitted(text, columns)}>{body}</div>'
+    if not wrap:  # the block's own width, for the font size to refer to (container query units)
+        block = f'<div style="container-type:inline-size">{block}</div>'
+    where.markdown(_MONO_STYLE + block, unsafe_allow_html=True)
 
-_NO_WRAP = "white-space:pre;overflow-wrap:normal;overflow-x:auto"
+
+def _fitted(text: str, columns: int) -> str:
+    """The style of an unwrapped block whose font shrinks until its longest line fits: a character of a
+    monospace font is 0.6em wide (a little more, for other fonts than Source Code Pro), plus the padding."""
+    longest = max([columns, 1, *(len(line) for line in text.splitlines())])
+    size = f"clamp(0.6rem,calc((100cqi - 1rem - 2px) / {0.61 * longest:.2f}),0.85rem)"
+    return f' style="white-space:pre;overflow-wrap:normal;overflow-x:auto;padding:0.75rem 0.5rem;font-size:{size}"'
+
 CHANGED_MARK = "dsi-changed"  # the class of a diff's marked stretch (models/diff.py: CHANGED_CLASS)
 
 
