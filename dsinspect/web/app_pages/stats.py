@@ -64,9 +64,16 @@ else:
 
 for i, col in enumerate(m["columns"]):
     with st.container(border=True):
-        mark = " · ⟳ moved" if col["moved"] else (" · unchanged" if two else "")
+        if not two:
+            mark = ""
+        elif col["moved"]:
+            mark = " · ⟳ moved"
+        else:  # a field kept in the shards: equal counts say nothing of its values
+            mark = " · unchanged" if col["compared"] else " · not compared"
         st.markdown("#### " + md(col["name"]) + mark)
-        st.caption(md(f"{col['type']} · {col['source']}"))
+        st.caption(md(f"{col['type']} · {col['source']}" + ("" if col["compared"] or not two else
+                                                            " (its values are not compared here: see its derived "
+                                                            "columns, or the row by row diff)")))
         if col["moved"]:
             st.text("moved: " + "; ".join(col["moved"]))
         table_col, chart_col = st.columns([2, 3])
@@ -74,7 +81,7 @@ for i, col in enumerate(m["columns"]):
         chart = col["chart"]
         if chart is None:
             chart_col.caption("no chart: a value kept in the shards is described by its derived columns"
-                              if col["source"] == "in the shards" else "no chart: too many distinct values")
+                              if not col["compared"] else "no chart: too many distinct values")
             continue
         series = ["A", "B"] if two else ["A"]
         data = {"x": chart["x"], **{s: chart[s] for s in series if s in chart}}
