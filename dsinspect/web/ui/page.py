@@ -21,6 +21,8 @@ __all__ = ["stop_with", "or_stop", "mono", "md", "MONO_CLASS"]
 
 T = TypeVar("T")
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character: CommonMark escapes each
+# what GFM's autolink literals start at: a protocol, www., or an e-mail address's local part
+_LINKISH = re.compile(r"(?i)(?<![\w.+-])(?:https?://|www\.|[\w.+-]+@[\w-]+(?:\.[\w-]+)+)")
 MONO_CLASS = "dsi-pre"
 _MONO_STYLE = (f"<style>.{MONO_CLASS}{{font-family:'Source Code Pro',monospace;font-size:0.85rem;margin:0 0 1rem;"
                "padding:0.75rem 1rem;border-radius:0.5rem;background:rgba(128,128,144,0.1);white-space:pre-wrap;"
@@ -67,9 +69,11 @@ def _escaped(text: str) -> str:
 def md(text: Any) -> str:
     """`text` as Markdown that shows exactly these characters on one line: every ASCII punctuation
     character backslash-escaped (no link, image, emphasis, HTML, math, directive or :icon: survives)
-    and line breaks as spaces (no block can start)."""
+    and line breaks as spaces (no block can start). A bare URL or e-mail address (`http://…`,
+    `www.…`, `a@b.c`) gets an invisible word joiner (U+2060) before it: Streamlit's Markdown links
+    those by the text itself, escaped or not, unless a letter-like character precedes them."""
     one_line = " ".join(str(text).splitlines())
-    return _PUNCTUATION.sub(r"\\\1", one_line)
+    return _PUNCTUATION.sub(r"\\\1", _LINKISH.sub("\u2060\\g<0>", one_line))
 
 
 def stop_with(headline: str, error: Exception) -> NoReturn:
