@@ -9,6 +9,7 @@ import re
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
 from web_fixtures import DEMO
 from web_server import running_web
@@ -79,10 +80,16 @@ def test_back_from_a_sample_opened_in_a_filtered_dataset_returns_there_then_to_t
     wait_ready(page)
     grid = page.locator(".st-key-ds_rows")
     grid.scroll_into_view_if_needed()
-    box = grid.bounding_box()
-    page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first row's selection cell
     link = page.get_by_role("link", name=re.compile(r"^Open sample \d+ \("))
     sample = page.get_by_role("heading", name="Sample", exact=True)
+    for _ in range(5):  # a click before the grid has drawn its rows selects nothing: click again
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first row's selection cell
+        try:
+            link.or_(sample).first.wait_for(timeout=6_000)
+            break
+        except PlaywrightTimeout:
+            pass
     link.or_(sample).first.wait_for()
     if link.is_visible():  # a row clicked offers its sample
         link.click()
