@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from web_server import running_script, running_web  # noqa: E402
 
 import dsinspect.defaults  # noqa: E402
-from dsinspect.web.web_replay import build_spec, encode_spec  # noqa: E402
+from dsinspect.web.models.replay import build_spec, encode_spec  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

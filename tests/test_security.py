@@ -427,7 +427,7 @@ def test_ingest_staging_names_from_a_task_payload_stay_in_the_staging_folder(tmp
 def test_run_record_names_from_a_link_are_looked_up_never_joined(tmp_path, name):
     """The web app's `?run=NAME` (and its `log=`) names a folder of the runs directory's listing."""
     from dsinspect.loaders.records.recorder import RunRecorder
-    from dsinspect.web.web_runs import run_path
+    from dsinspect.web.models.runs_dir import run_path
 
     (tmp_path / "runs" / "ok" / "specs").mkdir(parents=True)
     with pytest.raises(UserError):

@@ -17,9 +17,9 @@ from web_fixtures import codes, plain, run
 
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.web.web_fields import CHART_POINTS, VALUE_PAGE
-from dsinspect.web.web_model import STEP_CAP, TOKEN_CAP
-from dsinspect.web.web_replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_BYTES, MAX_REPLAY_SAMPLES, check_size, encode_spec
+from dsinspect.web.models.replay import MAX_MIXTURE_BLOCK, MAX_REPLAY_BYTES, MAX_REPLAY_SAMPLES, check_size, encode_spec
+from dsinspect.web.models.sample import STEP_CAP, TOKEN_CAP
+from dsinspect.web.ui.fields import CHART_POINTS, VALUE_PAGE
 
 BIG = 10_000_000
 LONG = 100_000  # steps of one episode
@@ -189,7 +189,7 @@ def test_an_oversized_link_is_refused_and_a_10mb_value_paged_in_chromium(big_ser
     from web_server import server_pid
 
     import dsinspect
-    from dsinspect.web.web_replay import encode_spec
+    from dsinspect.web.models.replay import encode_spec
 
     pgid = server_pid(big_server)
     cat = dsinspect.open_catalog(big_catalog)

@@ -114,7 +114,7 @@ def test_payload_sample_runs_no_script(server, page, index, payload):
 
 def test_replay_link_shows_the_batch_table(server, page, tmp_path):
     import dsinspect
-    from dsinspect.web.web_replay import build_spec, encode_spec
+    from dsinspect.web.models.replay import build_spec, encode_spec
     cat = dsinspect.open_catalog(server_catalog(server))
     spec = encode_spec(build_spec(cat, "xss@v1", 0, 1, 2, "none"))
     page.goto(f"{server}/?spec={spec}&step=0&rank=all")

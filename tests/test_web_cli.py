@@ -4,7 +4,9 @@ from click.testing import CliRunner
 
 from dsinspect.cli import cli
 from dsinspect.cli.web_cmd import APP, streamlit_command
-from dsinspect.web import settings, web_model, web_runs
+from dsinspect.web import settings
+from dsinspect.web.models import catalog as catalogs
+from dsinspect.web.models import runs_dir
 from dsinspect.web.settings import RUNS_ENV, TRANSFORM_ENV, TYPED_TRANSFORMS_ENV, app_environment
 
 
@@ -37,7 +39,7 @@ def test_the_app_reads_back_what_the_cli_writes(monkeypatch):
     assert (settings.runs_url(), settings.preset_transform(), settings.typed_transforms_allowed()) == (None, "", False)
     for name, value in app_environment("/c", "/runs", "job.data:augment", typed_transforms=True).items():
         monkeypatch.setenv(name, value)
-    assert web_model.configured_url() == "/c" and web_runs.runs_url("/c") == "/runs"
+    assert catalogs.configured_url() == "/c" and runs_dir.runs_url("/c") == "/runs"
     assert settings.preset_transform() == "job.data:augment" and settings.typed_transforms_allowed()
 
 
@@ -48,3 +50,22 @@ def test_the_cli_imports_the_contract_without_streamlit():
     code = "import sys, dsinspect.cli, dsinspect.web.settings; print('streamlit' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_busy_port_is_one_line_and_exit_2_before_anything_claims_to_serve(tmp_path):
+    """Before: "dsinspect web: http://127.0.0.1:P/ …; Ctrl-C stops it", then Streamlit's banner and its
+    error, exit 1. Now one line naming the port, exit 2, and no Streamlit started."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "dsinspect", "web", "--port", str(port)],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in done.stderr and "--port" in done.stderr
+    assert "http://" not in done.stderr and "Streamlit" not in done.stderr

@@ -1,5 +1,5 @@
 """The Diff page through streamlit.testing.v1.AppTest (deep link, the two inputs, errors, escaping),
-and its logic (dsinspect.web.web_diff) against the sample catalog's recorded changes."""
+and its logic (dsinspect.web.models.diff) against the sample catalog's recorded changes."""
 
 import io
 import json
@@ -14,8 +14,8 @@ from web_fixtures import APP, DEMO, IMG_PAYLOAD, SCRIPT_PAYLOAD, codes, param, p
 import dsinspect
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.web import web_diff
-from dsinspect.web.web_nav import PAGES, page_for
+from dsinspect.web.models import diff
+from dsinspect.web.ui.nav import PAGES, page_for
 
 SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data" / "sample-data.json"
 
@@ -30,14 +30,14 @@ def demo_env(monkeypatch):
 
 
 def test_diff_is_routed():
-    assert "diff" in PAGES and PAGES["diff"][0] == "diff_page.py"
+    assert "diff" in PAGES and PAGES["diff"][0] == "app_pages/diff.py"
     assert page_for({"a": "x@v1", "b": "x@v2"}) == "diff"
     assert page_for({"a": "x@v1"}) == "catalog"
 
 
 def test_model_matches_the_recorded_demo_images_changes():
     want = recorded("demo-images")
-    m = web_diff.diff_model(dsinspect.open_catalog(DEMO), "demo-images@v1", "demo-images@v2")
+    m = diff.diff_model(dsinspect.open_catalog(DEMO), "demo-images@v1", "demo-images@v2")
     assert m["a"]["id"] == want["v1"] and m["b"]["id"] == want["v2"]
     assert m["matched_by"] == "key" and m["key"] == want["key"] == m["ident"]
     assert {str(r["image_id"]): sorted(r["fields"]) for r in m["changed"]} == \
@@ -51,8 +51,8 @@ def test_model_matches_the_recorded_demo_images_changes():
 
 def test_changed_rows_hold_before_and_after_values():
     cat = dsinspect.open_catalog(DEMO)
-    m = web_diff.diff_model(cat, "demo-images@v1", "demo-images@v2")
-    rows = web_diff.changed_rows(cat, "demo-images@v1", "demo-images@v2", m["changed"])
+    m = diff.diff_model(cat, "demo-images@v1", "demo-images@v2")
+    rows = diff.changed_rows(cat, "demo-images@v1", "demo-images@v2", m["changed"])
     va, vb = cat.resolve("demo-images@v1"), cat.resolve("demo-images@v2")
     for r in rows:
         by_name = {f["name"]: f for f in r["field_values"]}
@@ -97,7 +97,7 @@ def test_deep_link_shows_summary_changed_pairs_and_added_removed(demo_env):
 
 def test_inputs_set_the_url(demo_env):
     at = AppTest.from_file(str(APP), default_timeout=60).run()
-    at.switch_page("diff_page.py").run()
+    at.switch_page("app_pages/diff.py").run()
     assert not at.exception and at.info
     at.text_input(key="diff_a").input("demo-text@v1").run()
     assert at.info and param(at, "a") == "demo-text@v1"
@@ -108,7 +108,7 @@ def test_inputs_set_the_url(demo_env):
 
 def test_changed_rows_page(demo_env, monkeypatch):
     import streamlit as st
-    monkeypatch.setattr(web_diff, "CHANGED_PAGE", 1)
+    monkeypatch.setattr(diff, "CHANGED_PAGE", 1)
     st.cache_data.clear()
     try:
         at = run(a="demo-images@v1", b="demo-images@v2")
@@ -210,5 +210,5 @@ def test_difference_figure_of_16_bit_images_uses_their_stored_values():
     b = a.copy()
     b[2:4, 5:7] += 300
     assert Image.open(io.BytesIO(_png16(a))).mode in ("I;16", "I")
-    figure = np.asarray(Image.open(io.BytesIO(web_diff.difference_png(_png16(a), _png16(b)))))
+    figure = np.asarray(Image.open(io.BytesIO(diff.difference_png(_png16(a), _png16(b)))))
     assert figure[2:4, 5:7].min() == 255 and np.count_nonzero(figure) == 4

@@ -1,10 +1,13 @@
 """Sample text is data, never markup, on every page: in a real Chromium, a catalog whose rows, field
 names (the key's too), messages, tags, image captions, JSON and run record names hold Markdown
 images and links and HTML (`![x](http://198.51.100.1/x.png)`, `<img src=http://…>`,
-`[link](javascript:…)`) is shown as literal text on every page kind, and the browser asks no host
-but the app on 127.0.0.1 (the `page` fixture of test_web_browser listens to every request)."""
+`[link](javascript:…)`) and bare URLs (`http://…`, `www.…`, an e-mail address) is shown as literal
+text on every page kind, linking nowhere, and the browser asks no host but the app on 127.0.0.1 (the
+`page` fixture of test_web_browser listens to every request)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -17,7 +20,7 @@ from web_server import running_web
 def markup_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("markupcat")
     cat = write_markup_catalog(str(root / "cat"))
-    from dsinspect.web.web_replay import build_spec, encode_spec
+    from dsinspect.web.models.replay import build_spec, encode_spec
 
     spec = encode_spec(build_spec(cat, "mk@v2", 0, 3, 1, "none"))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -25,14 +28,23 @@ def markup_server(tmp_path_factory):
         yield base, spec
 
 
+def shown_as(text: str) -> re.Pattern:
+    """`text` as a page shows it: where it reaches Markdown (a label, a heading), a URL in it has an
+    invisible word joiner (U+2060) before it, so that Streamlit does not make it a link."""
+    return re.compile("\u2060?".join(map(re.escape, text)))
+
+
 def literal_everywhere(page, texts) -> None:
     """Each text shown as itself, and nothing that markup would have made of it."""
     for text in texts:  # visible only: a data grid also keeps its cells' text in hidden elements
-        page.get_by_text(text, exact=False).filter(visible=True).first.wait_for()
+        page.get_by_text(shown_as(text)).filter(visible=True).first.wait_for()
     wait_ready(page)
     page.wait_for_timeout(300)  # give a rendered image the chance to be requested
     assert page.locator("img[src*='198.51.100']").count() == 0
     assert page.locator("a[href^='javascript']").count() == 0
+    # no link anywhere but to the app itself: a bare URL or address in stored text stays text
+    elsewhere = page.locator("a[href^='http']:not([href^='http://127.0.0.1']), a[href^='mailto:'], a[href^='//']")
+    assert elsewhere.count() == 0, elsewhere.evaluate_all("els => els.map(e => e.outerHTML)")
 
 
 VIEWS = {

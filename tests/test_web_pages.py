@@ -28,11 +28,11 @@ def test_catalog_page_lists_versions_and_links(demo_env):
 def test_dataset_deep_link_shows_schema_shards_versions_and_rows(demo_env):
     at = run(address="demo-text@v1")
     assert at.title[0].value == "Dataset"
-    schema, versions, shards, rows = (d.value for d in at.dataframe)
+    rows, schema, versions, shards = (d.value for d in at.dataframe)  # the rows first
     assert list(schema["name"]) == ["doc_id", "lang", "text", "tokens"]
     assert len(versions) == 2 and len(shards) == 4 and list(rows["index"]) == list(range(20))
     at.number_input(key="ds_page").set_value(3).run()
-    assert list(at.dataframe[3].value["index"]) == list(range(40, 60))
+    assert list(at.dataframe[0].value["index"]) == list(range(40, 60))
 
 
 def test_dataset_address_box_changes_the_query(demo_env):
@@ -109,9 +109,9 @@ def test_payloads_render_literally(xss_env):
 
 
 def spec_text(**options):
-    from dsinspect.web import web_replay
+    from dsinspect.web.models import replay
     cat = dsinspect.open_catalog(DEMO)
-    return web_replay.encode_spec(web_replay.build_spec(cat, "demo-text@v1", 0, 8, 4, "global"))
+    return replay.encode_spec(replay.build_spec(cat, "demo-text@v1", 0, 8, 4, "global"))
 
 
 def test_replay_deep_link_shows_the_batch_and_all_ranks(demo_env):
@@ -126,7 +126,7 @@ def test_replay_deep_link_shows_the_batch_and_all_ranks(demo_env):
 
 def test_replay_from_fields_sets_the_url(demo_env):
     at = AppTest.from_file(str(APP), default_timeout=60).run()
-    at.switch_page("replay_page.py").run()
+    at.switch_page("app_pages/replay.py").run()
     assert at.info
     at.text_input(key="rp_address").input("demo-rl@v1")
     at.number_input(key="rp_batch").set_value(4)

@@ -92,7 +92,7 @@ def rotated_changed_rows() -> list[tuple[int, int, int, int]]:
 
 
 def test_diff_details_are_words_and_tokens_mark_the_changed_stretch(demo_env):
-    from dsinspect.web.web_diff import CHANGED_CLASS
+    from dsinspect.web.models.diff import CHANGED_CLASS
 
     at = run(a="demo-text@v1", b="demo-text@v2")
     shown = "\n".join(t.value for t in at.text) + codes(at)
@@ -164,7 +164,7 @@ def test_dataset_rows_show_thumbnails_and_sizes_for_people(demo_env):
     from PIL import Image
 
     from dsinspect.inspect.sizes import human_bytes
-    from dsinspect.web.web_model import THUMB_SIDE
+    from dsinspect.web.models.catalog import THUMB_SIDE
 
     for address, field in (("demo-images@v1", "image"), ("demo-video@v1", "video")):
         at = run(address=address)
@@ -205,14 +205,14 @@ def test_sample_and_catalog_pages_show_sizes_for_people(demo_env):
 
 @slow_browser[0]
 @slow_browser[1]
-def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(server, page):  # noqa: F811
+def test_dataset_table_draws_thumbnails_and_a_clicked_row_links_to_its_sample(server, page):  # noqa: F811
     import io
 
     import numpy as np
     from PIL import Image
 
     page.goto(f"{server}/?address=pics@v1")
-    grid = page.locator('[data-testid="stDataFrame"]').last
+    grid = page.locator(".st-key-ds_rows")  # the rows table (schema, versions and shards come after it)
     grid.wait_for()
     wait_ready(page)
     grid.scroll_into_view_if_needed()
@@ -226,6 +226,7 @@ def test_dataset_table_draws_thumbnails_and_a_clicked_row_opens_its_sample(serve
     rows = grid.evaluate("el => el.getBoundingClientRect().height")
     row = (rows - 35) / 2  # header, then two rows
     page.mouse.click(box["x"] + 12, box["y"] + 35 + row * 1.5)  # the second row's selection cell
+    page.get_by_role("link", name="Open sample 1 (", exact=False).click()  # a row clicked links to its sample
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
     # the Dataset page again (the sidebar): the click that opened the sample does not open it a second time
@@ -243,7 +244,7 @@ def test_replayed_seeds_are_hex_as_on_the_command_line(demo_env):
 
     import dsinspect
     from dsinspect.loaders.audit.replay import replay
-    from dsinspect.web.web_replay import build_spec, encode_spec
+    from dsinspect.web.models.replay import build_spec, encode_spec
 
     cat = dsinspect.open_catalog(DEMO)
     spec = build_spec(cat, "demo-text@v1", 7, 4, 2, "global")

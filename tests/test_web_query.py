@@ -8,7 +8,7 @@ from test_web_browser import browser, page, server  # noqa: F401  (fixtures)
 from test_web_browser import pytestmark as browser_marks
 from web_fixtures import DEMO, codes, param, plain, run
 
-MAX_WHERE = 2_000  # web_query.MAX_WHERE, checked below
+MAX_WHERE = 2_000  # query.MAX_WHERE, checked below
 
 
 @pytest.fixture
@@ -64,9 +64,9 @@ def test_derived_values_filter_and_no_match_says_so(demo_env):
     ("x" * (MAX_WHERE + 1), f"a page takes at most {MAX_WHERE:,}"),
 ])
 def test_a_bad_condition_is_one_line_not_a_traceback(demo_env, condition, line):
-    from dsinspect.web import web_query
+    from dsinspect.web.models import query
 
-    assert web_query.MAX_WHERE == MAX_WHERE
+    assert query.MAX_WHERE == MAX_WHERE
     at = run(address="demo-text@v1", where=condition)
     assert [e.value for e in at.error] == ["That condition cannot be run."]
     shown = codes(at)
@@ -77,10 +77,11 @@ def test_a_bad_condition_is_one_line_not_a_traceback(demo_env, condition, line):
 def test_a_slow_condition_is_stopped_at_the_web_time_limit(demo_env, monkeypatch):
     import time
 
-    from dsinspect.web import web_cache, web_query
+    from dsinspect.web.models import query
+    from dsinspect.web.ui import cache
 
-    monkeypatch.setattr(web_query, "WEB_TIMEOUT", 1.0)  # 10 s on a real server
-    web_cache.version_query.clear()
+    monkeypatch.setattr(query, "WEB_TIMEOUT", 1.0)  # 10 s on a real server
+    cache.version_query.clear()
     try:
         start = time.monotonic()
         at = run(address="demo-rl@v1", where="(SELECT count(*) FROM range(100000000000) t(i) WHERE i % 7 = 3) > 0")
@@ -88,13 +89,13 @@ def test_a_slow_condition_is_stopped_at_the_web_time_limit(demo_env, monkeypatch
         assert [e.value for e in at.error] == ["That condition cannot be run."]
         assert "the query ran longer than 1 s and was stopped" in codes(at)
     finally:
-        web_cache.version_query.clear()
+        cache.version_query.clear()
 
 
 def test_the_query_view_is_cached_per_version(demo_env):
-    from dsinspect.web import web_cache
+    from dsinspect.web.ui import cache
 
-    web_cache.version_query.clear()
+    cache.version_query.clear()
     at = run(address="demo-text@v1", where="_index < 30")
     at.number_input(key="ds_page").set_value(2).run()
     assert list(rows_frame(at)["index"]) == list(range(20, 30))
@@ -102,28 +103,29 @@ def test_the_query_view_is_cached_per_version(demo_env):
     assert list(rows_frame(at)["index"]) == list(range(230, 240))
     # one SharedQuery for the version: the resource cache was filled once
     import dsinspect
-    from dsinspect.web.web_model import configured_url
+    from dsinspect.web.models.catalog import configured_url
     vid = dsinspect.open_catalog(DEMO).resolve("demo-text@v1").id
-    assert web_cache.version_query(configured_url(), f"demo-text@{vid}") is \
-        web_cache.version_query(configured_url(), f"demo-text@{vid}")
+    assert cache.version_query(configured_url(), f"demo-text@{vid}") is \
+        cache.version_query(configured_url(), f"demo-text@{vid}")
 
 
-# -- in Chromium: a result row, clicked, opens its sample ------------------------------------------
+# -- in Chromium: a result row, clicked, links to its sample ---------------------------------------
 
 @browser_marks[0]
 @browser_marks[1]
-def test_a_filtered_row_clicked_opens_its_sample_in_chromium(server, page):  # noqa: F811
+def test_a_filtered_row_clicked_links_to_its_sample_in_chromium(server, page):  # noqa: F811
     from test_web_browser import ARTIFACTS, wait_ready
 
     page.goto(f"{server}/?address=pics@v1&where=image_width%20%3C%2050")
     page.get_by_text("1 of 2 rows match", exact=False).wait_for()
-    grid = page.locator('[data-testid="stDataFrame"]').last
+    grid = page.locator(".st-key-ds_rows")
     grid.wait_for()
     wait_ready(page)
     grid.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "web-query.png"))
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first data row's selection cell
+    page.get_by_role("link", name="Open sample 1 (", exact=False).click()
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
     page.get_by_text("sample 1 of 2", exact=False).wait_for()
     assert "address=pics%40" in page.url or "address=pics@" in page.url

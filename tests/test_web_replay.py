@@ -13,7 +13,7 @@ from web_fixtures import codes, param, plain, run
 
 import dsinspect
 from dsinspect.errors import UserError
-from dsinspect.web import web_replay
+from dsinspect.web.models import replay
 
 TRANSFORM = textwrap.dedent('''
     import pyarrow as pa
@@ -55,7 +55,7 @@ def table_dict(table) -> dict[str, str]:
 
 def test_transform_typed_in_the_page_shows_each_sample_as_stored_and_as_fed(job):
     cat, spec, seen = job
-    at = run(spec=web_replay.encode_spec(spec), step="2", rank="all")
+    at = run(spec=replay.encode_spec(spec), step="2", rank="all")
     assert len(at.table) == 1 and not any("as fed" in m.value for m in at.markdown)  # no transform: as stored only
     at.text_input(key="rp_transform").input("webjob_xform:scale").run()
     assert not at.exception
@@ -74,7 +74,7 @@ def test_transform_typed_in_the_page_shows_each_sample_as_stored_and_as_fed(job)
 def test_typing_a_transform_needs_the_operators_consent(job, monkeypatch):
     cat, spec, seen = job
     monkeypatch.setenv("DSINSPECT_WEB_TYPED_TRANSFORMS", "0")  # the default of `dsinspect web`
-    at = run(spec=web_replay.encode_spec(spec), step="2", rank="all")
+    at = run(spec=replay.encode_spec(spec), step="2", rank="all")
     box = at.text_input(key="rp_transform")
     assert box.disabled and box.value == ""
     assert any("--allow-typed-transforms" in c.value for c in at.caption)
@@ -86,7 +86,7 @@ def test_a_transform_named_by_a_link_is_never_run(job):
 
     cat, spec, _ = job
     webjob_xform.CALLS.clear()
-    at = run(spec=web_replay.encode_spec(spec), step="0", rank="0", transform="webjob_xform:scale")
+    at = run(spec=replay.encode_spec(spec), step="0", rank="0", transform="webjob_xform:scale")
     assert webjob_xform.CALLS == [] and len(at.table) == 1
     assert "links never run code" in at.warning[0].value
     assert "webjob_xform:scale" in codes(at)
@@ -94,7 +94,7 @@ def test_a_transform_named_by_a_link_is_never_run(job):
 
 def test_a_raising_transform_is_one_clear_error(job):
     cat, spec, _ = job
-    at = run(spec=web_replay.encode_spec(spec), step="0", rank="0")
+    at = run(spec=replay.encode_spec(spec), step="0", rank="0")
     at.text_input(key="rp_transform").input("webjob_xform:explode").run()
     assert at.error[0].value == "That batch cannot be replayed."
     assert "transform webjob_xform:explode raised ValueError: boom" in codes(at)
@@ -132,7 +132,7 @@ def test_uploaded_log_and_the_log_picker(job):
     log = (cat.url.rstrip("/") + "/runs/job1/fingerprints/rank-00000.jsonl")
     with open(log, "rb") as f:
         data = f.read()
-    at = run(spec=web_replay.encode_spec(spec), step="1", rank="0")
+    at = run(spec=replay.encode_spec(spec), step="1", rank="0")
     assert not at.success and not at.error
     at.selectbox(key="rp_log").select("upload a file").run()
     at.file_uploader(key="rp_log_upload").upload("rank-00000.jsonl", data, "application/json").run()
@@ -149,34 +149,53 @@ def test_only_listed_run_records_open(job, name):
     at = run(run=name, step="0", rank="0")
     assert at.error[0].value == "That batch cannot be replayed."
     assert "no run record" in codes(at)
-    at = run(spec=web_replay.encode_spec(job[1]), step="0", rank="0", log=name)
+    at = run(spec=replay.encode_spec(job[1]), step="0", rank="0", log=name)
     assert not at.success and not at.error  # an unlisted log name is ignored, never opened
 
 
 def test_parse_log_and_verdicts():
     line = {"step": 1, "rank": 0, "fingerprint": "ab", "of": "stored"}
-    assert web_replay.parse_log((json.dumps(line) + "\n\n").encode(), "x") == [line]
+    assert replay.parse_log((json.dumps(line) + "\n\n").encode(), "x") == [line]
     header = {"segment": "ab12", "parent": None, "start": 0, "world_size": 2, "batch_size": 4, "rank": 0}
-    assert web_replay.parse_log(f"{json.dumps(header)}\n{json.dumps(line)}\n".encode(), "x") == [header, line]
+    assert replay.parse_log(f"{json.dumps(header)}\n{json.dumps(line)}\n".encode(), "x") == [header, line]
     with pytest.raises(UserError, match="x:1: not a fingerprint log line"):  # a header needs its start
-        web_replay.parse_log(json.dumps({"segment": "ab12", "world_size": 2}).encode(), "x")
+        replay.parse_log(json.dumps({"segment": "ab12", "world_size": 2}).encode(), "x")
     with pytest.raises(UserError, match="no fingerprint log lines"):  # headers alone are no log
-        web_replay.parse_log(json.dumps(header).encode(), "x")
+        replay.parse_log(json.dumps(header).encode(), "x")
     for bad in (b"", b"not json\n", b'{"step": "x", "rank": 0, "fingerprint": "a"}\n'):
         with pytest.raises(UserError):
-            web_replay.parse_log(bad, "x")
-    assert web_replay.verdict({"checked": 0, "divergence": None, "sides": {}, "steps": None}, "step 9")[0] == "warning"
+            replay.parse_log(bad, "x")
+    assert replay.verdict({"checked": 0, "divergence": None, "sides": {}, "steps": None}, "step 9")[0] == "warning"
     d = {"step": 4, "rank": 1, "of": "transformed", "positions": []}
-    assert web_replay.verdict({"checked": 3, "divergence": d, "sides": {}, "steps": [4, 4]}, "s") == \
+    assert replay.verdict({"checked": 3, "divergence": d, "sides": {}, "steps": [4, 4]}, "s") == \
         ("error", "s: ✗ first divergence at step 4, rank 1 (transformed; no position attributable)")
 
 
 def test_the_operators_preset_transform_and_run_routing(job, monkeypatch):
-    from dsinspect.web.web_nav import page_for
+    from dsinspect.web.ui.nav import page_for
 
     assert page_for({"run": "job1"}) == "replay"
     cat, spec, seen = job
     monkeypatch.setenv("DSINSPECT_WEB_TRANSFORM", "webjob_xform:scale")  # `dsinspect web --transform`
     at = run(run="job1", step="1", rank="0")
     assert at.text_input(key="rp_transform").value == "webjob_xform:scale"
+    assert table_dict(at.table[1])["model_id"] == str(int(seen[(1, 0)].indices[0]) * 1000)
+
+
+def test_a_job_module_named_like_a_web_folder_is_the_jobs(job, tmp_path, monkeypatch):
+    """`streamlit run` puts dsinspect/web first on sys.path; its folders (models, ui, …) must not hide a
+    job's own package of that name from the transform (the router takes the folder off again)."""
+    import sys
+
+    cat, spec, seen = job
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "augment.py").write_text(TRANSFORM)
+    monkeypatch.setenv("DSINSPECT_WEB_TRANSFORM", "models.augment:scale")
+    try:
+        at = run(run="job1", step="1", rank="0")
+    finally:  # the job's `models` out of this process's modules again
+        for name in ("models", "models.augment"):
+            sys.modules.pop(name, None)
+    assert len(at.table) == 2, [e.value for e in at.error]  # as stored, and as fed to the model
     assert table_dict(at.table[1])["model_id"] == str(int(seen[(1, 0)].indices[0]) * 1000)

@@ -19,9 +19,9 @@ import dsinspect
 from dsinspect.inspect.runs import GLYPHS, open_run
 from dsinspect.loaders.records.recorder import RunRecorder
 from dsinspect.loaders.records.run import read_run
-from dsinspect.web import web_run
-from dsinspect.web.web_nav import page_for
-from dsinspect.web.web_page import md
+from dsinspect.web.models import run as run_model
+from dsinspect.web.ui.nav import page_for
+from dsinspect.web.ui.page import md
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def runs_page(**params: str) -> AppTest:
     """The Run page at `runs?k=v&…`, run once, with no exception raised."""
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
-    at.switch_page("runs_page.py")
+    at.switch_page("app_pages/runs.py")
     for k, v in params.items():
         at.query_params[k] = v
     at.run()
@@ -49,7 +49,7 @@ def runs_page(**params: str) -> AppTest:
 
 
 def grid_of(at: AppTest) -> str:
-    tables = [m.value for m in at.markdown if web_run.GRID_CLASS in m.value]
+    tables = [m.value for m in at.markdown if run_model.GRID_CLASS in m.value]
     assert len(tables) == 1
     return tables[0]
 
@@ -150,7 +150,7 @@ def test_names_and_record_text_are_data_never_markup(job, tmp_path):
     cat, spec, record = job
     name = '<img src=x onerror=alert(1)>"x'
     view = open_run(record, name)
-    table = web_run.grid_html(view.grid(), name)
+    table = run_model.grid_html(view.grid(), name)
     assert "<img" not in table and "onerror=alert(1)>" not in table and GLYPHS["gap"] in table
     assert "run=%3Cimg+src%3Dx+onerror%3Dalert%281%29%3E%22x" in table
     assert all(href.startswith(("replay?", "?")) for href in re.findall(r'href="([^"]*)"', table))

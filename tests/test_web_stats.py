@@ -28,7 +28,7 @@ def stats_page(**params: str) -> AppTest:
     """The Statistics page at `stats?k=v&…`, run once, with no exception raised."""
     at = AppTest.from_file(str(APP), default_timeout=60)
     at.run()
-    at.switch_page("stats_page.py")
+    at.switch_page("app_pages/stats.py")
     for k, v in params.items():
         at.query_params[k] = v
     at.run()
@@ -98,10 +98,36 @@ def test_two_versions_side_by_side_on_the_same_bins_what_moved_marked(demo_env):
     assert series(drawn["label"], "B")["checkerboard"] == 7 and series(drawn["label"], "A")["checkerboard"] == 5
     marks = dict(h.split(" · ", 1) for h in headings(at))
     assert marks["label"] == "⟳ moved" and marks["image_orientation"] == "⟳ moved"
-    assert marks["image"] == "unchanged"  # kept in the shards: no nulls in either
+    assert marks["image"] == "⟳ moved"  # kept in the shards: 48 → 50 rows, no nulls in either
     moved_lines = [t.value for t in at.text if t.value.startswith("moved: ")]
-    assert "moved: nulls 42 → 44" in moved_lines
+    assert "moved: rows 48 → 50; nulls 42 → 44" in moved_lines
     assert any("checkerboard: 5 → 7" in line for line in moved_lines)
+
+
+def test_a_field_kept_in_the_shards_is_never_called_unchanged_and_shows_its_nulls(demo_env, tmp_path,
+                                                                                monkeypatch):
+    """demo-text v1 -> v2: 240 -> 242 rows, two texts changed. `text` and `tokens` are kept in the shards
+    (only their rows and nulls are counted): they moved by their rows; at equal counts they are "not
+    compared", never "unchanged"; a list's nulls, which the shards' statistics do not give, are "unknown"."""
+    at = stats_page(a="demo-text@v1", b="demo-text@v2")
+    marks = dict(h.split(" · ", 1) for h in headings(at))
+    assert marks["text"] == marks["tokens"] == "⟳ moved", marks
+    assert [t.value for t in at.text].count("moved: rows 240 → 242") == 2  # text and tokens: rows alone
+    tables = {h: d.value for h, d in zip(headings(at), at.dataframe)}
+    tokens = tables["tokens · ⟳ moved"].set_index("statistic")
+    assert list(tokens.index) == ["rows", "nulls"] and list(tokens.loc["nulls"]) == ["unknown", "unknown"]
+    assert list(tables["text · ⟳ moved"].set_index("statistic").loc["nulls"]) == ["0", "0"]
+
+    from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.catalog import Catalog
+
+    cat = Catalog(str(tmp_path / "cat"))  # equal row counts, one text changed
+    fields = [Field("id", pa.int64(), "scalar", nullable=False), Field("text", pa.string(), "text")]
+    cat.write_version("t", [{"id": 0, "text": "a"}, {"id": 1, "text": "b"}], fields, key="id", tags=["v1"])
+    cat.write_version("t", [{"id": 0, "text": "a"}, {"id": 1, "text": "c"}], fields, key="id", tags=["v2"])
+    monkeypatch.setenv("DSINSPECT_CATALOG", str(tmp_path / "cat"))
+    marks = dict(h.split(" · ", 1) for h in headings(stats_page(a="t@v1", b="t@v2")))
+    assert marks["text"] == "not compared" and marks["text_chars"] == "unchanged", marks
 
 
 def test_the_dataset_page_links_to_the_statistics(demo_env):

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from dsinspect.defaults import bundled_catalog_path
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.web.web_page import MONO_CLASS
+from dsinspect.web.ui.page import MONO_CLASS
 
 APP = Path(__file__).resolve().parent.parent / "dsinspect" / "web" / "app.py"
 DEMO = str(bundled_catalog_path())
@@ -27,7 +27,9 @@ MD_IMG = "![mdimg](http://198.51.100.1/x.png)"
 HTML_IMG = "<img src=http://198.51.100.2/y.png>"
 JS_LINK = "[jslink](javascript:alert(1))"
 UNC_IMG = "![unc](\\\\198.51.100.3\\u.png)"  # a browser reads \\host\\path as //host/path: no slash needed
-MARKUP = (MD_IMG, HTML_IMG, JS_LINK, UNC_IMG)
+# bare URLs and an e-mail address: GFM makes each a link (off-site, or mailto:) by its text alone
+BARE_URL, BARE_WWW, BARE_MAIL = "http://198.51.100.4/bare", "www.example.org/w", "someone@example.org"
+MARKUP = (MD_IMG, HTML_IMG, JS_LINK, UNC_IMG, BARE_URL, BARE_WWW, BARE_MAIL)
 
 
 def png(width: int = 64, height: int = 48, colour: tuple[int, int, int] = (200, 30, 30)) -> bytes:
@@ -54,7 +56,7 @@ def write_web_catalog(root: str) -> Catalog:
 
 def write_markup_catalog(root: str) -> Catalog:
     """`mk`, two versions whose rows, field names (the key field's too), messages, tags, image
-    captions and JSON hold MARKUP; v2 changes row 0 and adds row 2; and a run record over mk@v2
+    captions and JSON hold MARKUP (bare URLs too); v2 changes row 0 and adds row 2; and a run record over mk@v2
     named UNC_IMG (a name can hold no slash, but a browser reads backslashes as slashes)."""
     import json
 
@@ -65,12 +67,14 @@ def write_markup_catalog(root: str) -> Catalog:
     key, text = f"key {MD_IMG}", f"text {HTML_IMG}"
     fields = [Field(key, pa.int64(), "scalar", nullable=False), Field(text, pa.string(), "text"),
               Field(f"label {JS_LINK}", pa.string(), "scalar"), Field(f"meta {UNC_IMG}", pa.string(), "json"),
-              Field("image", pa.binary(), "image"), Field(f"caption {MD_IMG}", pa.string(), "text")]
+              Field("image", pa.binary(), "image"), Field(f"caption {MD_IMG}", pa.string(), "text"),
+              Field(f"site {BARE_URL}", pa.string(), "scalar")]
     body = " · ".join(MARKUP)
 
     def row(i: int, note: str) -> dict:
         return {key: i, text: f"{note}\n\n{MD_IMG}\n{body}", f"label {JS_LINK}": body,
-                f"meta {UNC_IMG}": json.dumps({"note": body}), "image": png(), f"caption {MD_IMG}": body}
+                f"meta {UNC_IMG}": json.dumps({"note": body}), "image": png(), f"caption {MD_IMG}": body,
+                f"site {BARE_URL}": f"{BARE_WWW} {BARE_MAIL}"}
 
     cat.write_version("mk", [row(0, "first"), row(1, "second")], fields, key=key, message=f"v1 {body}",
                       tags=["v1"], created_at="2026-01-01T00:00:00Z")

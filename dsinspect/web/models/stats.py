@@ -3,7 +3,7 @@ bins, with what moved between them named. No Streamlit here; values come back as
 
 Bounded whatever the link: a column lists at most FEW values (stats.FEW) and BINS histogram bins, so
 a chart holds at most that many bars; the statistics run on the version's shared query view
-(`web_query.SharedQuery`, its time limit and lock-down)."""
+(`query.SharedQuery`, its time limit and lock-down)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from contextlib import ExitStack
 from typing import Any
 
 from dsinspect.inspect.stats import ColumnStats, VersionStats, compare_stats, version_stats
-from dsinspect.web.web_query import SharedQuery
+from dsinspect.web.models.query import SharedQuery
 
-__all__ = ["stats_model", "moved", "bin_labels", "number"]
+__all__ = ["stats_model", "moved", "bin_labels", "number", "IN_SHARDS", "UNKNOWN"]
+
+IN_SHARDS = "in the shards"  # a field kept in the shards (text, tokens, media): only its rows and nulls are counted
+UNKNOWN = "unknown"
 
 
 def stats_model(a: SharedQuery, b: SharedQuery | None = None) -> dict[str, Any]:
@@ -34,7 +37,7 @@ def stats_model(a: SharedQuery, b: SharedQuery | None = None) -> dict[str, Any]:
         columns.append({"name": name, "type": some.type, "source": some.source,
                         "a": ca.to_json() if ca else None, "b": cb.to_json() if cb else None,
                         "table": _table(ca, cb, sb is not None), "chart": _chart(ca, cb),
-                        "moved": moved(ca, cb) if sb else []})
+                        "moved": moved(ca, cb) if sb else [], "compared": some.source != IN_SHARDS})
     return {"a": _version(a, sa), "b": _version(b, sb) if b and sb else None, "columns": columns}
 
 
@@ -55,18 +58,19 @@ def number(value: float | None) -> str:
 
 
 def _table(a: ColumnStats | None, b: ColumnStats | None, two: bool) -> list[dict[str, str]]:
-    """Rows, nulls, distinct, min, mean, max: one column per version."""
+    """Rows, nulls, distinct, min, mean, max: one column per version. Rows and nulls always; nulls the
+    shards' statistics do not give (a list's count its elements') are "unknown", not left out."""
     rows = []
     for stat in ("rows", "nulls", "distinct", "min", "mean", "max"):
         values = [getattr(c, stat) if c else None for c in ((a, b) if two else (a,))]
-        if all(v is None for v in values):
+        if all(v is None for v in values) and stat not in ("rows", "nulls"):
             continue
+        shown = [UNKNOWN if v is None and stat == "nulls" else number(v) for v in values]
         row = {"statistic": stat}
         if two:
-            row.update({"A": number(values[0]) if a else "(no such column)",
-                        "B": number(values[1]) if b else "(no such column)"})
+            row.update({"A": shown[0] if a else "(no such column)", "B": shown[1] if b else "(no such column)"})
         else:
-            row["value"] = number(values[0])
+            row["value"] = shown[0]
         rows.append(row)
     return rows
 
@@ -102,13 +106,14 @@ def _chart(a: ColumnStats | None, b: ColumnStats | None) -> dict[str, Any] | Non
 
 
 def moved(a: ColumnStats | None, b: ColumnStats | None) -> list[str]:
-    """What differs between a column's statistics in two versions, in words."""
+    """What differs between a column's statistics in two versions, in words; its row count too (a
+    column kept in the shards has no other statistic that could tell)."""
     if a is None:
         return ["only in B"]
     if b is None:
         return ["only in A"]
     out = []
-    for stat in ("nulls", "distinct", "min", "mean", "max"):  # rows: the version's, said once above
+    for stat in ("rows", "nulls", "distinct", "min", "mean", "max"):
         x, y = getattr(a, stat), getattr(b, stat)
         if x != y and not (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=1e-9)):
             out.append(f"{stat} {number(x)} → {number(y)}")

@@ -2,22 +2,25 @@
 segments, gaps, time spent waiting for data, and a grid of steps × ranks whose cells link to that
 batch's replay (checked against the record). The check of the whole record runs only when asked.
 
-Deep link: `runs?run=NAME[&steps=A:B]`; a name not in the listing opens nothing (see web_runs).
-Bounds (web_run): at most 60 step buckets × 64 ranks drawn, and a check of at most
+Deep link: `runs?run=NAME[&steps=A:B]`; a name not in the listing opens nothing (see models/runs_dir.py).
+Bounds (models/run.py): at most 60 step buckets × 64 ranks drawn, and a check of at most
 MAX_CHECK_SAMPLES samples; more is refused with the command line to use instead.
 """
 
 import streamlit as st
 
 from dsinspect.inspect.runs import MAX_ROWS
-from dsinspect.web import settings, web_cache, web_run, web_runs
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, mono, or_stop
+from dsinspect.web import settings
+from dsinspect.web.models import run, runs_dir
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, mono, or_stop
+from dsinspect.web.ui.url import follow_url
 
-url = web_cache.url()
+url = cache.url()
 st.title("Run")
 params = st.query_params
-names = web_cache.run_names(url)
+names = cache.run_names(url)
 given = params.get("run", "")
 
 
@@ -28,7 +31,7 @@ def set_run() -> None:
 
 
 if not names:
-    st.info(md(f"No run records in {web_runs.runs_url(url)} (a job's record_dir: folders holding specs/ and "
+    st.info(md(f"No run records in {runs_dir.runs_url(url)} (a job's record_dir: folders holding specs/ and "
                "fingerprints/). `dsinspect web --runs DIR` names another folder."))
     st.stop()
 st.selectbox("Run record", ["", *names], index=([""] + names).index(given) if given in names else 0, key="rn_run",
@@ -36,15 +39,15 @@ st.selectbox("Run record", ["", *names], index=([""] + names).index(given) if gi
 if not given:
     st.info("Pick a run record; the page's URL then names it.")
     st.stop()
-view = or_stop(lambda: web_cache.run_view(url, given), "That run record cannot be opened.")
+view = or_stop(lambda: cache.run_view(url, given), "That run record cannot be opened.")
 summary_area, grid_area, check_area = st.container(), st.container(), st.container()  # drawn in this order
 
 with grid_area:
     st.markdown("#### Steps × ranks")
     left, right = st.columns([3, 1])
-    steps = left.text_input("Steps (A:B, B excluded; blank: the whole run)", value=params.get("steps", ""),
-                            key="rn_steps").strip() or None
-    pages = web_run.rank_pages(view)
+    follow_url("rn_steps", params.get("steps", ""))
+    steps = left.text_input("Steps (A:B, B excluded; blank: the whole run)", key="rn_steps").strip() or None
+    pages = run.rank_pages(view)
     page = int(right.number_input(f"Ranks page ({MAX_ROWS} ranks each, of {pages})", min_value=1, max_value=pages,
                                   value=1, key="rn_page")) - 1 if pages > 1 else 0
 if (steps or "") != params.get("steps", ""):
@@ -58,12 +61,12 @@ checked_key = (given, steps, transform)
 with check_area:
     if st.button("Check these steps against the catalog", key="rn_check", icon=":material/fact_check:"):
         st.session_state["rn_checked"] = checked_key
-    st.caption(f"Never on page load: a check reads every kept line's rows (at most {web_run.MAX_CHECK_SAMPLES:,} "
+    st.caption(f"Never on page load: a check reads every kept line's rows (at most {run.MAX_CHECK_SAMPLES:,} "
                "samples per page; the command line checks any run). A transformed log is checked with the "
                "operator's transform (`dsinspect web --transform`).")
     check = None
     if st.session_state.get("rn_checked") == checked_key:
-        check = or_stop(lambda: web_cache.run_check(url, given, steps, transform),
+        check = or_stop(lambda: cache.run_check(url, given, steps, transform),
                         "The run record cannot be checked.")
     if check is not None:
         d = check["divergence"]
@@ -83,7 +86,7 @@ with check_area:
             st.success(md(f"✓ {check['checked']:,} kept line(s) match the catalog ({span}); the record's "
                           f"{check['superseded']:,} superseded line(s) are not evidence."))
 
-model = or_stop(lambda: web_run.run_model(view, steps, page, check), "That run record cannot be opened.")
+model = or_stop(lambda: run.run_model(view, steps, page, check), "That run record cannot be opened.")
 s, grid = model["summary"], model["grid"]
 
 with summary_area:
@@ -108,7 +111,7 @@ with grid_area:
         st.caption(md(f"steps {grid.columns[0][0]:,}..{grid.columns[-1][1]:,}, {per}; ranks {grid.ranks[0]}.."
                       f"{grid.ranks[-1]} of {grid.all_ranks} · █ kept · ✗ gap · ░ only superseded lines · "
                       "! first divergence · a cell opens its batch's replay"))
-        st.markdown(web_run.grid_html(grid, given), unsafe_allow_html=True)
+        st.markdown(run.grid_html(grid, given), unsafe_allow_html=True)
     else:
         st.info("No step of this run in these steps.")
 

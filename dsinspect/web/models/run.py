@@ -1,4 +1,4 @@
-"""The Run page's data: a run record of the runs directory (by name only, see `web_runs`) as a summary
+"""The Run page's data: a run record of the runs directory (by name only, see `runs_dir`) as a summary
 and a steps × ranks grid rendered as an HTML table whose cells link to that batch's replay, and the
 record checked against the catalog when the person asks. No Streamlit here.
 

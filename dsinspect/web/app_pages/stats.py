@@ -2,23 +2,25 @@
 side on the same bins with what moved marked (`stats?a=NAME@REF&b=NAME@REF`): per column its counts,
 nulls, distinct values, min/mean/max and a bar chart (Vega-Lite: the value counts when few, else the
 histogram of its numbers: token counts, text lengths, image sizes, episode returns). Stored text
-(values, field names) reaches the page only through web_page.md, dataframes and the charts' data."""
+(values, field names) reaches the page only through ui/page.py's md, dataframes and the charts' data."""
 
 import streamlit as st
 
-from dsinspect.web import web_cache
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, or_stop
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, or_stop
+from dsinspect.web.ui.url import follow_url
 
-url = web_cache.url()
+url = cache.url()
 params = st.query_params
 a = params.get("a") or params.get("address", "")
 b = params.get("b", "") if params.get("a") else ""
 st.title("Statistics")
 left, right = st.columns(2)
-typed_a = left.text_input("Version (NAME[@REF])", value=a, key="stats_a", placeholder="demo-text@v1").strip()
-typed_b = right.text_input("Compare with (NAME[@REF], optional)", value=b, key="stats_b",
-                           placeholder="demo-text@v2").strip()
+follow_url("stats_a", a)
+follow_url("stats_b", b)
+typed_a = left.text_input("Version (NAME[@REF])", key="stats_a", placeholder="demo-text@v1").strip()
+typed_b = right.text_input("Compare with (NAME[@REF], optional)", key="stats_b", placeholder="demo-text@v2").strip()
 if (typed_a, typed_b) != (a, b):
     for name in ("a", "b", "address"):
         if name in params:
@@ -35,13 +37,13 @@ if not a:
 
 
 def full(address: str) -> str:
-    info = or_stop(lambda: web_cache.dataset_model(url, address), "That address cannot be opened.")
+    info = or_stop(lambda: cache.dataset_model(url, address), "That address cannot be opened.")
     return f"{info['name']}@{info['id']}"
 
 
 full_a = full(a)
 full_b = full(b) if b else ""
-m = or_stop(lambda: web_cache.stats_model(url, full_a, full_b), "The statistics cannot be computed.")
+m = or_stop(lambda: cache.stats_model(url, full_a, full_b), "The statistics cannot be computed.")
 two = m["b"] is not None
 if two:
     st.subheader(md(f"A {m['a']['name']} → B {m['b']['name']}"))
@@ -62,9 +64,16 @@ else:
 
 for i, col in enumerate(m["columns"]):
     with st.container(border=True):
-        mark = " · ⟳ moved" if col["moved"] else (" · unchanged" if two else "")
+        if not two:
+            mark = ""
+        elif col["moved"]:
+            mark = " · ⟳ moved"
+        else:  # a field kept in the shards: equal counts say nothing of its values
+            mark = " · unchanged" if col["compared"] else " · not compared"
         st.markdown("#### " + md(col["name"]) + mark)
-        st.caption(md(f"{col['type']} · {col['source']}"))
+        st.caption(md(f"{col['type']} · {col['source']}" + ("" if col["compared"] or not two else
+                                                            " (its values are not compared here: see its derived "
+                                                            "columns, or the row by row diff)")))
         if col["moved"]:
             st.text("moved: " + "; ".join(col["moved"]))
         table_col, chart_col = st.columns([2, 3])
@@ -72,7 +81,7 @@ for i, col in enumerate(m["columns"]):
         chart = col["chart"]
         if chart is None:
             chart_col.caption("no chart: a value kept in the shards is described by its derived columns"
-                              if col["source"] == "in the shards" else "no chart: too many distinct values")
+                              if not col["compared"] else "no chart: too many distinct values")
             continue
         series = ["A", "B"] if two else ["A"]
         data = {"x": chart["x"], **{s: chart[s] for s in series if s in chart}}

@@ -10,16 +10,16 @@ from PIL import Image, ImageDraw
 
 __all__ = ["PAGES", "page_file", "page_for", "favicon"]
 
-HERE = Path(__file__).resolve().parent
-# key -> (script, title, icon); the script names start with their key so none shadows a module
+HERE = Path(__file__).resolve().parent.parent  # the router's folder: page paths are relative to it
+# key -> (script, title, icon)
 PAGES = {
-    "catalog": ("catalog_page.py", "Catalog", ":material/folder:"),
-    "dataset": ("dataset_page.py", "Dataset", ":material/table:"),
-    "sample": ("sample_page.py", "Sample", ":material/search:"),
-    "replay": ("replay_page.py", "Replay", ":material/replay:"),
-    "runs": ("runs_page.py", "Runs", ":material/timeline:"),
-    "diff": ("diff_page.py", "Diff", ":material/compare_arrows:"),
-    "stats": ("stats_page.py", "Statistics", ":material/bar_chart:"),
+    "catalog": ("app_pages/catalog.py", "Catalog", ":material/folder:"),
+    "dataset": ("app_pages/dataset.py", "Dataset", ":material/table:"),
+    "sample": ("app_pages/sample.py", "Sample", ":material/search:"),
+    "replay": ("app_pages/replay.py", "Replay", ":material/replay:"),
+    "runs": ("app_pages/runs.py", "Runs", ":material/timeline:"),
+    "diff": ("app_pages/diff.py", "Diff", ":material/compare_arrows:"),
+    "stats": ("app_pages/stats.py", "Statistics", ":material/bar_chart:"),
 }
 
 

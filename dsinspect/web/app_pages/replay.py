@@ -14,15 +14,17 @@ import re
 import streamlit as st
 
 from dsinspect.errors import DsinspectError
-from dsinspect.web import settings, web_cache
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, mono, or_stop, stop_with
-from dsinspect.web.web_replay import batch_parquet, build_spec, decode_spec, encode_spec, marked_rows, verdict
+from dsinspect.web import settings
+from dsinspect.web.models.replay import batch_parquet, build_spec, decode_spec, encode_spec, marked_rows, verdict
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, mono, or_stop, stop_with
+from dsinspect.web.ui.url import follow_url
 
-url = web_cache.url()
+url = cache.url()
 st.title("Replay")
 params = st.query_params
-runs = web_cache.run_names(url)
+runs = cache.run_names(url)
 
 
 def md_table(cells: dict[str, str]) -> dict[str, list[str]]:
@@ -64,7 +66,7 @@ try:
         set_spec(spec=encode_spec(decode_spec(upload.getvalue().decode("utf-8", "replace"))))
     if built:
         with st.spinner("Resolving the dataset…"):  # reads its manifest: remote catalogs can be slow
-            set_spec(spec=encode_spec(build_spec(web_cache.catalog(url), address, int(seed), int(batch), int(world),
+            set_spec(spec=encode_spec(build_spec(cache.catalog(url), address, int(seed), int(batch), int(world),
                                                  shuffle)))
 except (DsinspectError, ValueError) as e:
     stop_with("That run spec cannot be used.", e)
@@ -106,12 +108,13 @@ if not (spec_text or run):
 left, right = st.columns(2)
 given = params.get("step", "0")
 # ASCII digits only (str.isdigit takes '²', which int() refuses), and no more than a number box holds
-step = left.number_input("Step", min_value=0, value=int(given) if re.fullmatch(r"[0-9]{1,15}", given) else 0,
-                         key="rp_step")
-rank = right.text_input("Rank (a number, or all)", value=params.get("rank", "0"), key="rp_rank").strip() or "0"
+follow_url("rp_step", int(given) if re.fullmatch(r"[0-9]{1,15}", given) else 0)
+follow_url("rp_rank", params.get("rank", "0"))
+step = left.number_input("Step", min_value=0, key="rp_step")
+rank = right.text_input("Rank (a number, or all)", key="rp_rank").strip() or "0"
 if str(int(step)) != params.get("step") or rank != params.get("rank"):
     params["step"], params["rank"] = str(int(step)), rank
-m = or_stop(lambda: web_cache.replay_model(url, spec_text, int(step), rank, transform, run),
+m = or_stop(lambda: cache.replay_model(url, spec_text, int(step), rank, transform, run),
             "That batch cannot be replayed.")
 
 st.subheader(md(f"step {m['step']} · epoch {m['epoch']} · rank{'s' if len(m['ranks']) > 1 else ''} "
@@ -135,13 +138,13 @@ log_bytes = log_upload.getvalue() if log_upload is not None else None
 if log_run or log_bytes:
     log_args = (url, spec_text, run, log_run, log_bytes, log_upload.name if log_upload else "")
     try:
-        check = web_cache.log_check(*log_args, str(m["step"]), rank, transform)
+        check = cache.log_check(*log_args, str(m["step"]), rank, transform)
         kind, line = verdict(check, f"step {m['step']}")
         getattr(st, kind)(md(line))
         if check["divergence"]:
             mono(check["divergence"]["reason"])
         if st.button("Find the first divergence in the whole log", key="rp_whole_log"):
-            whole = web_cache.log_check(*log_args, None, rank, transform)
+            whole = cache.log_check(*log_args, None, rank, transform)
             kind, line = verdict(whole, "the whole log")
             getattr(st, kind)(md(line))
             d = whole["divergence"]
@@ -156,7 +159,7 @@ if log_run or log_bytes:
         mono(str(e))
 
 st.dataframe(marked_rows(m["rows"], check), hide_index=True, width="stretch", key="rp_rows")
-replayed_from = web_cache.catalog(url)  # the Parquet is made when the button is pressed: no page holds a batch
+replayed_from = cache.catalog(url)  # the Parquet is made when the button is pressed: no page holds a batch
 st.download_button("Download the batch as Parquet",
                    lambda cat=replayed_from, spec=m["spec"], at=m["step"], who=rank: batch_parquet(cat, spec, at, who),
                    file_name=f"batch-step{m['step']}-rank{rank}.parquet", mime="application/vnd.apache.parquet",

@@ -5,22 +5,23 @@ from typing import Any
 
 import streamlit as st
 
-from dsinspect.web import web_cache, web_model
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, or_stop
+from dsinspect.web.models import catalog as catalogs
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, or_stop
 
 BROKEN_SHOWN = 20  # one alert each; a catalog with more needs the CLI anyway
 
 
 @st.cache_data(show_spinner=False, ttl=30)
 def _broken(catalog_url: str) -> list[dict[str, Any]]:
-    return web_model.catalog_broken(web_cache.catalog(catalog_url))
+    return catalogs.catalog_broken(cache.catalog(catalog_url))
 
 
 st.title("Catalog")
-url = web_cache.url()
+url = cache.url()
 st.caption(md(f"Catalog: {url}"))
-rows = or_stop(lambda: web_cache.catalog_rows(url), "Cannot list this catalog")
+rows = or_stop(lambda: cache.catalog_rows(url), "Cannot list this catalog")
 broken = _broken(url)
 if broken:
     lines = [f"{b['dataset']} {b['version']}" + (f" ({b['tags']})" if b["tags"] else "")

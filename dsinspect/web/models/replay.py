@@ -6,7 +6,7 @@ read (`check_size`), and more than MAX_REPLAY_BYTES (row groups read and rows, a
 count them: loaders/audit/bounds.py) before a row is read.
 
 Transforms are code: `import_transform` imports what a person typed into the page (or what the
-operator passed to `dsinspect web --transform`), never a name taken from the URL (see replay_page)."""
+operator passed to `dsinspect web --transform`), never a name taken from the URL (see app_pages/replay.py)."""
 
 from __future__ import annotations
 

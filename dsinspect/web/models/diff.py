@@ -2,7 +2,7 @@
 
 No Streamlit here. The addresses come from the URL (`?a=NAME@REF&b=NAME@REF`) and are only ever
 resolved through the configured catalog (`Catalog.resolve` parses them); none is used as a path.
-Values are returned as plain text or PNG bytes; the page shows text only escaped (web_page.mono),
+Values are returned as plain text or PNG bytes; the page shows text only escaped (ui/page.py: mono),
 through st.text and dataframes, so sample text is never interpreted as Markdown or HTML.
 """
 

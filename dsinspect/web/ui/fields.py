@@ -1,6 +1,6 @@
 """How each kind of field view is laid out on the Sample page. Sample text never reaches Markdown
-unescaped: it goes through st.text / dataframes, html.escape (web_page.mono, token_html) before
-unsafe_allow_html, or web_page.md in captions and labels. A long value is shown a page at a time
+unescaped: it goes through st.text / dataframes, html.escape (ui/page.py: mono; token_html) before
+unsafe_allow_html, or ui/page.py's md in captions and labels. A long value is shown a page at a time
 (VALUE_PAGE characters): a 10 MB string must not go into one page whole."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import streamlit as st
 
 from dsinspect.inspect.sizes import human_bytes
-from dsinspect.web import web_cache
-from dsinspect.web.web_model import FieldModel, hex_text, token_html
-from dsinspect.web.web_page import md, mono
+from dsinspect.web.models.sample import HEX_LINE, FieldModel, hex_text, token_html
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.page import md, mono
 
-__all__ = ["decoded", "raw", "findings", "paged_text", "VALUE_PAGE", "CHART_POINTS"]
+__all__ = ["decoded", "raw", "step_table", "findings", "paged_text", "VALUE_PAGE", "CHART_POINTS"]
 
 TOKEN_PAGE = 256
 VALUE_PAGE = 50_000     # characters of one value per page
@@ -27,13 +27,16 @@ def findings(items: list[tuple[str, str]]) -> None:
         mono("\n".join(f"{_ICON.get(sev, '•')} {sev}: {msg}" for sev, msg in items))
 
 
-def decoded(f: FieldModel, address: str) -> None:
-    """The decoded view of one field."""
+def decoded(f: FieldModel, address: str, steps: bool = True) -> None:
+    """The decoded view of one field; `steps=False` leaves a trajectory's step table out (the page draws
+    it across the whole width with `step_table`: its columns do not fit half of it)."""
     if f.null:
         st.caption("null")
         return
     draw = _DRAW.get(f.kind)
-    if draw is None:
+    if f.kind == "trajectory":
+        _trajectory(f, steps)
+    elif draw is None:
         st.caption(md(f"no web view for {f.kind!r}: see the raw bytes"))
     else:
         draw(f, address)
@@ -49,7 +52,7 @@ def raw(f: FieldModel, sample_name: str) -> None:
     if pages > 1:
         page = st.number_input(f"Hex page (of {pages})", 1, pages, 1, key=f"hex_page_{f.name}")
     text, _, _ = hex_text(f.raw, int(page) - 1)
-    mono(text, wrap=False)  # 16 bytes a line, always one line: the block scrolls sideways
+    mono(text, wrap=False, columns=HEX_LINE)  # 16 bytes a line, never wrapped; every field's at one size
     st.download_button(md(f"Download {f.name} ({human_bytes(len(f.raw))})"), f.raw,
                        file_name=f"{sample_name}-{f.name}.bin", mime="application/octet-stream",
                        key=f"download_{f.name}", icon=":material/download:")
@@ -110,14 +113,14 @@ def _video(f: FieldModel, address: str) -> None:
             col.image(png, caption=f"#{index}")
     if v["frame_count"] > 1:
         n = st.slider("Frame", 0, v["frame_count"] - 1, 0, key=f"frame_{f.name}")
-        png, label = web_cache.frame_png(web_cache.url(), address, f.name, int(n))
+        png, label = cache.frame_png(cache.url(), address, f.name, int(n))
         if png is None:
             mono(label)
         else:
             st.image(png, caption=md(label), width="content")
 
 
-def _trajectory(f: FieldModel, address: str) -> None:
+def _trajectory(f: FieldModel, steps: bool) -> None:
     v = f.view
     ret = v["episode_return"]
     st.caption(f"{v['length']:,} steps · return {ret:.6g}" if ret is not None else f"{v['length']:,} steps")
@@ -126,11 +129,20 @@ def _trajectory(f: FieldModel, address: str) -> None:
         st.caption(f"charts: every {every:,}th step")
     st.line_chart({"step": list(range(0, len(v["rewards"]), every)), "reward": v["rewards"][::every],
                    "return": v["returns"][::every]}, x="step", x_label="step")
+    if steps:
+        step_table(f)
+
+
+def step_table(f: FieldModel) -> None:
+    """A trajectory's steps as a table, the first STEP_CAP of them (models/sample.py)."""
+    v = f.view
+    if f.null or f.kind != "trajectory":
+        return
     if len(v["rows"]) < v["length"]:
         st.caption(f"the first {len(v['rows']):,} of {v['length']:,} steps are listed; "
                    "the whole episode is in the Raw view's download")
     rows = [{k: (str(val) if isinstance(val, (dict, list)) else val) for k, val in r.items()} for r in v["rows"]]
-    st.dataframe(rows, hide_index=True, key=f"traj_{f.name}")
+    st.dataframe(rows, hide_index=True, width="stretch", key=f"traj_{f.name}")
 
 
 def _json(f: FieldModel, address: str) -> None:
@@ -157,5 +169,5 @@ def _error(f: FieldModel, address: str) -> None:
 
 
 _DRAW: dict[str, Any] = {"text": _text, "tokens": _tokens, "image": _image, "video": _video,
-                         "trajectory": _trajectory, "json": _json, "scalar": _scalar, "bytes": _bytes,
+                         "json": _json, "scalar": _scalar, "bytes": _bytes,
                          "error": _error}

@@ -1,21 +1,24 @@
 """Diff page: two version addresses -> summary, schema changes, shard changes, and the rows that
-changed (side by side), were added or were removed. Sample text goes through web_page.mono (escaped),
-st.text and dataframes; names and captions through web_page.md."""
+changed (side by side), were added or were removed. Sample text goes through ui/page.py's mono (escaped),
+st.text and dataframes; names and captions through md."""
 
 import streamlit as st
 
-from dsinspect.web import web_cache
-from dsinspect.web.web_diff import CHANGED_PAGE
-from dsinspect.web.web_nav import page_file
-from dsinspect.web.web_page import md, mono, or_stop
+from dsinspect.web.models.diff import CHANGED_PAGE
+from dsinspect.web.ui import cache
+from dsinspect.web.ui.nav import page_file
+from dsinspect.web.ui.page import md, mono, or_stop
+from dsinspect.web.ui.url import follow_url
 
-url = web_cache.url()
+url = cache.url()
 params = st.query_params
 a, b = params.get("a", ""), params.get("b", "")
 st.title("Diff")
 left, right = st.columns(2)
-typed_a = left.text_input("Before (NAME@REF)", value=a, key="diff_a", placeholder="demo-images@v1").strip()
-typed_b = right.text_input("After (NAME@REF)", value=b, key="diff_b", placeholder="demo-images@v2").strip()
+follow_url("diff_a", a)
+follow_url("diff_b", b)
+typed_a = left.text_input("Before (NAME@REF)", key="diff_a", placeholder="demo-images@v1").strip()
+typed_b = right.text_input("After (NAME@REF)", key="diff_b", placeholder="demo-images@v2").strip()
 if (typed_a, typed_b) != (a, b):
     for name, value in (("a", typed_a), ("b", typed_b)):
         if value:
@@ -27,7 +30,7 @@ if not (a and b):
     st.info("Enter two versions to compare, e.g. demo-images@v1 and demo-images@v2; "
             "the page's URL then names the diff.")
     st.stop()
-m = or_stop(lambda: web_cache.diff_model(url, a, b), "Those versions cannot be compared.")
+m = or_stop(lambda: cache.diff_model(url, a, b), "Those versions cannot be compared.")
 
 
 st.subheader(md(f"{m['a']['name']} → {m['b']['name']}"))
@@ -72,7 +75,7 @@ if listed:
     if pages > 1:
         page = st.number_input(f"Changed rows page (of {pages})", 1, pages, 1, key="diff_page")
     ident = m["ident"]
-    for r in web_cache.diff_changed_rows(url, a, b, int(page) - 1):
+    for r in cache.diff_changed_rows(url, a, b, int(page) - 1):
         with st.container(border=True):
             st.text(f"{ident} {r[ident]} · index {r['index_a']} → {r['index_b']} · changed: {', '.join(r['fields'])}")
             links = st.columns([1, 1, 4])
@@ -99,7 +102,7 @@ if listed:
                     st.text(f["first_token"])
                     before, after = st.columns(2)
                     before.caption("before")
-                    before.markdown(f["before_html"], unsafe_allow_html=True)  # every piece escaped (web_diff)
+                    before.markdown(f["before_html"], unsafe_allow_html=True)  # every piece escaped (models/diff.py)
                     after.caption("after")
                     after.markdown(f["after_html"], unsafe_allow_html=True)
                 elif f["kind"] == "table":

@@ -4,33 +4,34 @@ or `?view=Raw` for one of them)."""
 import streamlit as st
 
 from dsinspect.inspect.sizes import human_bytes
-from dsinspect.web import web_cache, web_fields
-from dsinspect.web.web_page import address_box, md, or_stop
+from dsinspect.web.ui import cache, fields
+from dsinspect.web.ui.page import md, or_stop
+from dsinspect.web.ui.url import address_box, remember_dataset, set_param
 
-url = web_cache.url()
+url = cache.url()
 st.title("Sample")
 address = address_box("Address (NAME[@REF]:INDEX)", "sample_address", "demo-text@v1:17")
 if not address:
     st.info("Enter a sample address, e.g. demo-text@v1:17.")
     st.stop()
-sample = or_stop(lambda: web_cache.sample_model(url, address), "That address cannot be opened.")
+sample = or_stop(lambda: cache.sample_model(url, address), "That address cannot be opened.")
 
 st.subheader(md(sample.address))
 prev_col, next_col, info_col = st.columns([1, 1, 6])
 name = f"{sample.dataset}@{sample.version_id[:12]}"
-if sample.index > 0:
-    prev_col.page_link("sample_page.py", label="previous", icon=":material/arrow_back:",
-                       query_params={"address": f"{name}:{sample.index - 1}"})
-if sample.index + 1 < sample.num_rows:
-    next_col.page_link("sample_page.py", label="next", icon=":material/arrow_forward:",
-                       query_params={"address": f"{name}:{sample.index + 1}"})
+remember_dataset(name)
+prev_col.button("previous", icon=":material/arrow_back:", key="sample_prev", disabled=sample.index == 0,
+                on_click=set_param, args=("address", f"{name}:{sample.index - 1}"))
+next_col.button("next", icon=":material/arrow_forward:", key="sample_next",
+                disabled=sample.index + 1 >= sample.num_rows,
+                on_click=set_param, args=("address", f"{name}:{sample.index + 1}"))
 info_col.caption(md(f"sample {sample.index} of {sample.num_rows:,} · version {sample.version_id}"))
 if sample.row_hash_ok:
     st.success(md(f"row hash {sample.row_hash_recomputed} matches the stored one"), icon=":material/verified:")
 else:
     st.error(md(f"row hash recomputed {sample.row_hash_recomputed}, stored {sample.row_hash_stored}"),
              icon=":material/error:")
-web_fields.findings(sample.findings)
+fields.findings(sample.findings)
 
 # the default shows what the product promises: decoded beside the raw bytes and the field hashes
 mode = st.segmented_control("View", ["Side by side", "Decoded", "Raw"], default="Side by side", required=True,
@@ -39,13 +40,14 @@ file_stem = f"{sample.dataset}-{sample.index}"
 for f in sample.fields:
     st.markdown("#### " + md(f.name))
     st.caption(md(f"{f.role} · {f.type} · {human_bytes(f.size)}" + (" · null" if f.null else "")))
-    if mode == "Side by side":
-        left, right = st.columns(2)
+    if mode == "Side by side":  # the raw side wider: a hex line is 79 characters, at a readable size
+        left, right = st.columns([2, 3])
         with left:
-            web_fields.decoded(f, address)
+            fields.decoded(f, address, steps=False)
         with right:
-            web_fields.raw(f, file_stem)
+            fields.raw(f, file_stem)
+        fields.step_table(f)
     elif mode == "Raw":
-        web_fields.raw(f, file_stem)
+        fields.raw(f, file_stem)
     else:
-        web_fields.decoded(f, address)
+        fields.decoded(f, address)

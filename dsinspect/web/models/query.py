@@ -1,5 +1,5 @@
 """The Dataset page's filter: `dsinspect query --where` over one version, a page of matching rows at a time.
-No Streamlit here (web_cache holds one SharedQuery per version id).
+No Streamlit here (ui/cache.py holds one SharedQuery per version id).
 
 A condition comes from the URL (`?address=NAME@REF&where=SQL`), so what it can make the server do is
 bounded: its length (MAX_WHERE characters), its time (WEB_TIMEOUT seconds, then DuckDB is interrupted),
@@ -15,7 +15,7 @@ from dsinspect.errors import UserError
 from dsinspect.inspect.cells import cell
 from dsinspect.inspect.query import VersionQuery
 from dsinspect.loaders.store.version import DatasetVersion
-from dsinspect.web.web_model import thumbnails
+from dsinspect.web.models.catalog import thumbnails
 
 __all__ = ["MAX_WHERE", "WEB_TIMEOUT", "SharedQuery", "check_condition"]
 
