@@ -24,6 +24,7 @@ from dsinspect.loaders.store.writer import WriteOptions
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),
           Field("blob", pa.binary(), "bytes")]
 ROWS = [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)} for i in range(256)]
+MAX_ROUNDS = 250  # rounds of test_loader_epochs_survive...: ~200 survived faults each at these rates
 SURVIVED_GOAL = 10_000  # the figure: injected storage faults survived with exact output in CI
 
 
@@ -149,7 +150,8 @@ def test_loader_epochs_survive_ten_thousand_faults_with_exact_output(catalog_dir
     survived = dict.fromkeys(KINDS, 0)
     refusals, rounds, started = 0, 0, time.monotonic()
     while sum(survived.values()) < SURVIVED_GOAL:
-        assert time.monotonic() - started < 120, f"too slow: {survived} after {rounds} rounds"
+        # a bound on work, not on time (a loaded machine is slower, never wrong): ~50 rounds reach the goal
+        assert rounds < MAX_ROUNDS, f"the faults of {rounds} rounds did not reach the goal: {survived}"
         before = dict(stats.faults)
         rounds += 1
         try:
