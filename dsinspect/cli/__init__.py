@@ -27,7 +27,8 @@ __all__ = ["main", "cli"]
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--catalog", "catalog_url", metavar="URL", envvar=CATALOG_ENV,
-              help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
+              help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the sample catalog "
+                   "(a copy in the cache directory; ingest and tag need a catalog named).")
 @click.option("--inject-faults", "inject_faults", metavar="SPEC", default=None,
               help="Debug: inject storage read faults, e.g. 'seed=7,error=0.05,truncate=0.02,flip=0.02,slow=0.01' "
                    "(grammar in dsinspect/loaders/store/faults.py); a count of injected faults goes to stderr at exit.")

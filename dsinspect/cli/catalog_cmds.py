@@ -104,8 +104,8 @@ def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: boo
 @json_option
 @click.pass_context
 def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_json: bool) -> None:
-    """Point TAG at the version ADDRESS names."""
-    catalog = catalog_from(ctx, catalog_url)
+    """Point TAG at the version ADDRESS names (in a named catalog: the sample catalog is for reading)."""
+    catalog = catalog_from(ctx, catalog_url, writing=True)
     version = catalog.resolve(address)
     catalog.set_tag(version.name, tag, version.id)
     if as_json:

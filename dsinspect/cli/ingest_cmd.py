@@ -79,7 +79,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.ingest import run_ingest
 
-    catalog = catalog_from(ctx, catalog_url)
+    catalog = catalog_from(ctx, catalog_url, writing=True)
     with ingest_progress(f"ingest {name}") as update:
         result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
                             tokenizer=tokenizer,
