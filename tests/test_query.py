@@ -108,6 +108,35 @@ def test_bad_sql_is_one_line_and_exit_2(sample_copy, cli):
         assert code == 2 and out == "" and err.count("\n") == 1, (args, err)
 
 
+@pytest.mark.parametrize("args, line", [
+    (("--where", "tokenz_len > 5"), "bad query: no column 'tokenz_len' in demo-text@{id} (closest: tokens_len"),
+    (("--order-by", "lang, tokn_len DESC"), "no column 'tokn_len'"),
+    (("--columns", "langg"), "no column 'langg' in demo-text@{id} (closest: lang)"),
+])
+def test_an_unknown_column_is_named_with_close_ones_and_the_schema_hint(sample_copy, cli, args, line):
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert line.format(id=sample_copy.resolve("demo-text").id[:12]) in err
+    assert err.rstrip().endswith("`dsinspect query demo-text --schema` lists the columns") and "Binder" not in err
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--where", "lang = = 'en'"), """where "lang = = 'en'": syntax error at or near "=" (character 8)"""),
+    (("--where", "tokens_len >"), "where 'tokens_len >': incomplete at its end"),
+    (("--where", "tokens_len > 5 AND (lang = 'en'"),
+     """where "tokens_len > 5 AND (lang = 'en'": incomplete at its end (1 '(' not closed)"""),
+    (("--order-by", "tokens_len DESC DESC"), "order by 'tokens_len DESC DESC': syntax error at or near \"DESC\" "
+                                             "(character 17)"),
+    (("--sql", "SELECT _index FROM v WHERE"),
+     "sql 'SELECT _index FROM v WHERE': syntax error at or near \"WHERE\" (character 22)"),
+])
+def test_a_syntax_error_quotes_the_text_typed_not_the_wrapping(sample_copy, cli, args, line):
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err == f"dsinspect: error: bad SQL: {line}\n"
+    assert "LIMIT" not in err and "ORDER BY _index" not in err and "SELECT _index," not in err
+
+
 def test_derived_values_are_made_once_per_shard_and_kept_in_the_catalog(tmp_path):
     catalog = Catalog(str(tmp_path / "c"))
     rows = 300

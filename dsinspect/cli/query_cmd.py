@@ -39,6 +39,7 @@ def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by:
     frames/seconds, trajectory steps/return). Reads nothing but the version; writes nothing but the
     derived values' sidecars."""
     from dsinspect.inspect.query import VersionQuery
+    from dsinspect.inspect.query_errors import UnknownColumnError
 
     if sql is not None and (condition or order_by or columns or offset):
         raise UserError("--sql is a whole query: it takes no --where, --order-by, --columns or --offset")
@@ -55,8 +56,12 @@ def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by:
             names = query.columns()
             return emit_json([{"name": n, "type": t} for n, t in names]) if as_json else _print_schema(names, query)
         wanted = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-        result = (query.sql(sql, limit) if sql is not None else
-                  query.where(condition, order_by=order_by, limit=limit, offset=offset, columns=wanted, count=True))
+        try:
+            result = (query.sql(sql, limit) if sql is not None else
+                      query.where(condition, order_by=order_by, limit=limit, offset=offset, columns=wanted,
+                                  count=True))
+        except UnknownColumnError as e:
+            raise UserError(f"{e}; `dsinspect query {address} --schema` lists the columns") from None
     if as_json:
         return emit_json(_json(result))
     _print(result)
