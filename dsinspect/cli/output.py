@@ -6,10 +6,12 @@ Imports only click: rich and the catalog load when a command first prints or ope
 from __future__ import annotations
 
 import json
+import os
+import select
 import sys
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 import click
 
@@ -33,6 +35,7 @@ class LazyConsole:
 
             options = {k: v() if callable(v) else v for k, v in self._options.items()}
             self._console = Console(**options)
+            self._console.on_broken_pipe = pipe_closed  # rich's own ends in exit 1, a failed check's code
         return self._console
 
     def __getattr__(self, name: str) -> Any:
@@ -42,6 +45,27 @@ class LazyConsole:
 # Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
 out = LazyConsole(highlight=False, width=lambda: None if sys.stdout.isatty() else 132)
 err = LazyConsole(stderr=True, highlight=False)
+
+
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a program a closed pipe stopped
+
+
+def pipe_closed() -> NoReturn:
+    """Stdout's reader went away (`dsinspect replay ... | head`): stop quietly with PIPE_CLOSED, stdout
+    pointed at /dev/null so the interpreter's last flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(PIPE_CLOSED)
+
+
+def stdout_closed() -> bool:
+    """Stdout is a pipe nobody reads any more (a BrokenPipeError may also come from a socket)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor
+        return False
 
 
 def fail(message: str, code: int) -> None:
