@@ -6,6 +6,9 @@ beyond the version's shards); bad SQL is one line and exit 2; derived values mad
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -227,3 +230,24 @@ def test_queries_on_the_in_memory_columns_answer_as_the_whole_view_does(sample_c
         assert fast == whole and fast
         every = q.sql("SELECT * FROM v ORDER BY _index").rows
         assert [r[0] for r in every] == list(range(len(every)))
+
+
+def piped_query(*args, columns=None):
+    """`dsinspect query ARGS` into a pipe, as `... > file` has it: its stdout lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "DSINSPECT_CATALOG")}
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "query", *args], capture_output=True, text=True,
+                          timeout=300, env={**env, **({"COLUMNS": str(columns)} if columns else {})})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_piped_table_is_whole_and_columns_is_honoured():
+    names = {c["name"] for c in json.loads("\n".join(piped_query("demo-video@v1", "--schema", "--json")))}
+    lines = piped_query("demo-video@v1", "--limit", "1")
+    assert len(lines) == 6, lines  # top rule, one header line, rule, the row, bottom rule, the count: none folded
+    shown = [h.strip() for h in lines[1].split("┃") if h.strip()]
+    assert shown[0] == "sample" and len(shown) > 8 and set(shown[1:]) <= names  # whole names, not pieces
+    assert max(map(len, lines)) > 132  # wider than the old cut: the table needs it
+    narrow = piped_query("demo-video@v1", "--limit", "1", columns=100)
+    assert max(map(len, narrow)) <= 100 < max(map(len, lines))  # COLUMNS says how wide
+    assert piped_query("demo-video@v1", "--limit", "1", columns=300) == lines  # room enough: the same table

@@ -42,8 +42,31 @@ class LazyConsole:
         return getattr(self.console, name)
 
 
-# Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
-out = LazyConsole(highlight=False, width=lambda: None if sys.stdout.isatty() else 132)
+PIPED_WIDTH = 132  # columns of piped output when COLUMNS does not say
+
+
+def piped_width() -> int | None:
+    """Columns for output that is not a terminal and has no COLUMNS: PIPED_WIDTH (read by people too,
+    in logs and bug reports: tables get room instead of rich's 80). None: the terminal's or COLUMNS'."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else PIPED_WIDTH
+
+
+def print_whole(renderable: Any, **options: Any) -> None:
+    """Print `renderable`; piped with no COLUMNS, at the width it needs whole (a wide table is better
+    wide than folded into pieces of its headers)."""
+    if piped_width() is None:
+        return out.print(renderable, **options)
+    console = out.console
+    needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(renderable, **options)
+    finally:
+        console.width = width
+
+
+out = LazyConsole(highlight=False, width=piped_width)
 err = LazyConsole(stderr=True, highlight=False)
 
 

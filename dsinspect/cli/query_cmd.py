@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
+from dsinspect.cli.output import (
+    catalog_from,
+    catalog_option,
+    emit_json,
+    json_option,
+    out,
+    print_whole,
+    progress,
+)
 from dsinspect.errors import UserError
 
 if TYPE_CHECKING:
@@ -121,7 +129,7 @@ def _print(result: QueryResult) -> None:
     for k, row in enumerate(result.rows):
         cells = [_cell(v) for i, v in enumerate(row) if i != skip]
         table.add_row(*([addresses[k]] if addresses is not None else []), *cells)
-    out.print(table, markup=False)
+    print_whole(table, markup=False)
     shown = f"{len(result.rows):,} row{'s' if len(result.rows) != 1 else ''}"
     if result.total is not None:
         shown += f" of {result.total:,} matching"
