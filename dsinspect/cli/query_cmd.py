@@ -100,9 +100,13 @@ def _plain(value: Any) -> Any:
     return jsonable(value)  # NaN and infinities as strings (json.dumps would write bare NaN), dates...
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, kind: Any = None) -> str:
+    """A value in a table cell; `kind` (its Arrow type) lets float32 numbers show their own digits."""
+    from dsinspect.inspect.floats import narrow
     from dsinspect.inspect.sizes import human_bytes
 
+    if kind is not None:
+        value = narrow(value[:8], kind) + value[8:] if isinstance(value, list) else narrow(value, kind)
     if value is None:
         return "∅"
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -127,7 +131,8 @@ def _print(result: QueryResult) -> None:
             table.add_column(name, overflow="fold", style="cyan" if name in result.derived else None)
     skip = result.columns.index("_index") if addresses is not None else -1
     for k, row in enumerate(result.rows):
-        cells = [_cell(v) for i, v in enumerate(row) if i != skip]
+        cells = [_cell(v, kind) for i, (v, kind) in enumerate(zip(row, result.types or [None] * len(row)))
+                 if i != skip]
         table.add_row(*([addresses[k]] if addresses is not None else []), *cells)
     print_whole(table, markup=False)
     shown = f"{len(result.rows):,} row{'s' if len(result.rows) != 1 else ''}"

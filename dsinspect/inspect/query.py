@@ -29,6 +29,7 @@ import pyarrow as pa
 from dsinspect.errors import UserError
 from dsinspect.extras import require
 from dsinspect.inspect.derived import Derived, derivations
+from dsinspect.inspect.floats import from_duckdb
 from dsinspect.inspect.query_errors import Part, syntax_error, unknown_column
 from dsinspect.inspect.sidecars import derived_tables
 from dsinspect.loaders.store.version import DatasetVersion
@@ -49,6 +50,7 @@ class QueryResult:
     truncated: bool = False          # more rows matched than were returned
     total: int | None = None         # rows matching, when counted
     derived: list[str] = field(default_factory=list)
+    types: list[pa.DataType] = field(default_factory=list)  # per column, as far as its float widths go
 
     def addresses(self) -> list[str] | None:
         """Each row's sample address, when the result has `_index`."""
@@ -182,6 +184,7 @@ class VersionQuery:
             cursor = con.execute(sql)
             rows = cursor.fetchmany(limit + 1)
             names = [d[0] for d in cursor.description]
+            types = [from_duckdb(d[1]) for d in cursor.description]
         except duckdb.InterruptException:
             raise UserError(f"the query ran longer than {self.timeout:g} s and was stopped") from None
         except duckdb.PermissionException:
@@ -194,7 +197,7 @@ class VersionQuery:
         finally:
             timer.cancel()
         return QueryResult(names, rows[:limit], sql, self.version.address, truncated=len(rows) > limit,
-                           derived=[d.name for d in self.derived])
+                           derived=[d.name for d in self.derived], types=types)
 
     def close(self) -> None:
         self.con.close()
