@@ -76,6 +76,6 @@ def test_reading_for_training_runs_as_written(tmp_path, monkeypatch):
     assert "shard:row" in done.stdout and "tokens [" in done.stdout  # provenance and the fields' previews
     assert f"fingerprint (stored)       rank 3: {logged[(3, 3)]}" in done.stdout  # the batch the loader read
 
-    from dsinspect.web.web_model import configured_url
-    from dsinspect.web.web_runs import run_names, runs_url
-    assert run_names(runs_url(configured_url())) == ["exp1"]  # the web app's Run page lists it
+    from dsinspect.inspect.runs import default_runs_dir, run_names
+    # what the web app's Run page lists: run_names of <catalog>/runs, its catalog the default one
+    assert run_names(default_runs_dir(str(bundled_catalog_path()))) == ["exp1"]

@@ -8,7 +8,16 @@ from typing import Callable, Iterator
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, json_option, out, progress
+from dsinspect.cli.output import (
+    catalog_from,
+    catalog_option,
+    catalog_to_write,
+    emit_json,
+    err,
+    json_option,
+    out,
+    progress,
+)
 from dsinspect.errors import UserError
 
 __all__ = ["COMMANDS", "parse_roles", "ENGINE_CHOICES"]
@@ -81,7 +90,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.ingest import run_ingest
 
-    catalog = catalog_from(ctx, catalog_url, writing=True)
+    catalog = catalog_to_write(ctx, catalog_url)
     with ingest_progress(f"ingest {name}") as update:
         result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
                             tokenizer=tokenizer,

@@ -101,18 +101,25 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
 
 
-def catalog_from(ctx: click.Context, url: str | None, *, writing: bool = False) -> Catalog:
-    """The catalog named on this command, else on the group (or $DSINSPECT_CATALOG), else the sample
-    catalog; `writing`: a command that adds user data refuses the sample catalog (a copy in a cache)."""
-    from dsinspect.defaults import named_catalog_url, open_catalog
+def catalog_from(ctx: click.Context, url: str | None) -> Catalog:
+    """The catalog named on this command, else on the group, else the default."""
+    from dsinspect.defaults import open_catalog
+
+    root = ctx.find_root().obj or {}
+    return open_catalog(url or root.get("catalog_url"))
+
+
+def catalog_to_write(ctx: click.Context, url: str | None) -> Catalog:
+    """`catalog_from` for a command that adds user data: one named here, on the group or by
+    $DSINSPECT_CATALOG, never the default sample catalog (a copy in a cache, which may be cleared)."""
+    from dsinspect.defaults import named_catalog_url
     from dsinspect.errors import UserError
 
     root = ctx.find_root().obj or {}
-    named = named_catalog_url(url or root.get("catalog_url"))
-    if writing and named is None:
+    if named_catalog_url(url or root.get("catalog_url")) is None:
         raise UserError(f"{ctx.info_name}: name the catalog to write to: --catalog URL or DSINSPECT_CATALOG=URL "
                         "(the default, the sample catalog, is for reading)")
-    return open_catalog(named)
+    return catalog_from(ctx, url)
 
 
 catalog_option = click.option("--catalog", "catalog_url", metavar="URL", default=None,

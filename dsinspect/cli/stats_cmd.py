@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from dsinspect.inspect.stats import ColumnStats, VersionStats
 
 BARS = " ▁▂▃▄▅▆▇█"
-UNCOUNTED = "–"  # nulls of a list or struct field kept in the shards: its footers count elements, not rows
-UNCOUNTED_NOTE = (f"nulls {UNCOUNTED}: not counted (a list or struct field kept in the shards: its Parquet "
+UNCOUNTED = "?"  # nulls of a list or struct field kept in the shards (as the web page shows them)
+UNCOUNTED_NOTE = (f"nulls {UNCOUNTED}: unknown for a list or struct field kept in the shards (its Parquet "
                   "statistics count elements, not rows)")
 
 
