@@ -1,37 +1,60 @@
-"""Which catalog to open when none is named: DSINSPECT_CATALOG, else the bundled sample catalog."""
+"""Which catalog to open when none is named: DSINSPECT_CATALOG, else the sample catalog.
+
+The sample catalog is used from a copy in the user's cache directory, never from the install tree:
+what reading it leaves behind (derived values, run records under `<catalog>/runs`) stays out of the
+clone or the site-packages folder. Writing user data into it is refused by the CLI (`ingest`, `tag`
+need a named catalog): a cache directory may be cleared at any time."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.storage import cache_dir
 
-__all__ = ["open_catalog", "bundled_catalog_path", "cache_dir"]
+__all__ = ["open_catalog", "bundled_catalog_path", "cache_dir", "named_catalog_url", "BUNDLED"]
 
-BUNDLED = Path(__file__).resolve().parent.parent / "sample_data"
+BUNDLED = Path(__file__).resolve().parent.parent / "sample_data"  # the source tree's copy (read, never written)
+_LEFTOVERS = ("derived", "runs")  # what reading a catalog adds: not part of the sample data
+
+
+def named_catalog_url(url: str | None = None) -> str | None:
+    """`url`, else $DSINSPECT_CATALOG, else None (no catalog named: the sample catalog is meant)."""
+    return url or os.environ.get("DSINSPECT_CATALOG") or None
 
 
 def open_catalog(url: str | None = None) -> Catalog:
-    """The catalog at `url`; None means $DSINSPECT_CATALOG, else the bundled sample catalog."""
-    url = url or os.environ.get("DSINSPECT_CATALOG") or str(bundled_catalog_path())
-    return Catalog(url)
+    """The catalog at `url`; None means $DSINSPECT_CATALOG, else the sample catalog."""
+    return Catalog(named_catalog_url(url) or str(bundled_catalog_path()))
 
 
 def bundled_catalog_path() -> Path:
-    """The sample catalog shipped in the source tree; an installed wheel (which has no such folder)
-    generates the same deterministic catalog into the cache once instead."""
-    if (BUNDLED / "datasets").is_dir():
-        return BUNDLED
+    """The sample catalog, in the user's cache directory: copied once from the source tree's
+    `sample_data/` (named by the hash of its record, so a regenerated sample gets a fresh copy), or,
+    in an installed wheel (which has no such folder), generated there once."""
+    record = BUNDLED / "sample-data.json"
+    if (BUNDLED / "datasets").is_dir() and record.is_file():
+        digest = hashlib.sha256(record.read_bytes()).hexdigest()[:16]
+        return _once(cache_dir() / f"sample-catalog-{digest}", _copy_bundled)
     from dsinspect.demo.build import GENERATOR_VERSION, write_sample_catalog
 
-    target = cache_dir() / f"sample-catalog-{GENERATOR_VERSION}"
+    return _once(cache_dir() / f"sample-catalog-{GENERATOR_VERSION}", lambda into: write_sample_catalog(str(into)))
+
+
+def _copy_bundled(staging: Path) -> None:
+    shutil.copytree(BUNDLED, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*_LEFTOVERS))
+
+
+def _once(target: Path, fill: Callable[[Path], None]) -> Path:
+    """`target`, filled by `fill` into a staging folder and renamed into place on first use."""
     if not (target / "datasets").is_dir():
         staging = Path(tempfile.mkdtemp(prefix=".sample-catalog-", dir=_made(target.parent)))
-        write_sample_catalog(str(staging))
+        fill(staging)
         try:
             staging.rename(target)  # atomic: a concurrent first run sees all of it or none
         except OSError:

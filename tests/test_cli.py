@@ -110,10 +110,13 @@ def test_tag_moves_and_resolves(catalog_copy):
     (("info", "no-such-set"), ("no dataset 'no-such-set'",)),
     (("info", "../../etc/passwd"), ("bad dataset name",)),
     (("verify", "demo@x@y"), ("bad address",)),
-    (("tag", "demo-text@v1", "bad/tag"), ("bad tag",)),
 ])
 def test_user_mistakes_are_one_line_exit_2(args, fragments):
     assert_one_line_error(run(*args), 2, *fragments)
+
+
+def test_a_bad_tag_is_one_line_exit_2(catalog_copy):
+    assert_one_line_error(run("tag", "demo-text@v1", "bad/tag", catalog=catalog_copy), 2, "bad tag")
 
 
 def test_malformed_manifest_is_one_line_naming_the_file(catalog_copy):

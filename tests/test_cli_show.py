@@ -184,8 +184,15 @@ def test_frame_past_the_end_is_one_line_naming_the_field_and_its_frames(clips):
     # listed in the cut file's index, but its bytes are gone: how many decode, not a traceback
     done = show("clips:1", "--frame", str(listed - 1), catalog=catalog)
     assert_one_line_error(done, 2, ":1 field 'clip'", f"frame {listed - 1} does not decode",
-                          f"of its {listed} frames do")
+                          f"of its {listed} frames do (--frame 0 to ")
     assert done.stdout == ""
+    decodable = int(done.stderr.split(" does not decode: ")[1].split(" of its")[0])
+    assert 0 < decodable < listed
+    assert f"frame {decodable - 1} ·" in ok("clips:1", "--frame", str(decodable - 1), catalog=catalog)
+    # past the end: the same account, never a range that names frames which do not decode
+    past = show("clips:1", "--frame", str(listed + 9), catalog=catalog)
+    assert_one_line_error(past, 2, f"no frame {listed + 9}: {decodable} of its {listed} frames do "
+                                   f"(--frame 0 to {decodable - 1}; the file is damaged or truncated)")
 
 
 def test_data_cannot_drive_the_terminal(tmp_path):

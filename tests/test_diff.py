@@ -1,7 +1,15 @@
 """Diff reports exactly what changed between versions, reading only the shards they do not share."""
 
+import fcntl
 import io
 import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
 
 import numpy as np
 import pyarrow as pa
@@ -390,11 +398,33 @@ def test_moved_items_keep_the_heaviest_order():
     assert moved_items(np.array([5]), np.array([0]), np.array([1])).tolist() == [False]
 
 
-def test_the_cli_draws_changed_images_upright_with_their_difference(capsys):
+def on_a_terminal(*argv: str) -> str:
+    """What `python -m dsinspect ARGV` prints with stdout on a pseudo-terminal 160 columns wide, its
+    colours taken out."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 160, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "NO_COLOR")}
+    proc = subprocess.Popen([sys.executable, "-m", "dsinspect", *argv], stdout=terminal, stderr=subprocess.PIPE,
+                            env=env)
+    os.close(terminal)
+    seen = b""
+    while True:  # read until the child's side closes (EIO on Linux): no timing involved
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    os.close(controller)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode()).replace("\r\n", "\n")
+
+
+def test_the_cli_draws_changed_images_upright_with_their_difference():
     """demo-images row 14 is stored 64×48 with EXIF orientation 8: drawn upright (taller than wide)
     before, after and where they differ, as the viewers draw it; row 13 (128×96, no EXIF) wide."""
-    main(["--catalog", str(BUNDLED), "diff", "demo-images@v1", "demo-images@v2"])
-    text = capsys.readouterr().out
+    text = on_a_terminal("--catalog", str(BUNDLED), "diff", "demo-images@v1", "demo-images@v2")
     assert "difference (white: largest)" in text
 
     def picture_rows(key: str) -> int:  # half-block rows of the first picture under "image of KEY"
@@ -403,3 +433,12 @@ def test_the_cli_draws_changed_images_upright_with_their_difference(capsys):
 
     assert picture_rows("14") == 22  # 48×64 upright, fitted to 32 cells: 32×43 pixels, 22 rows of ▀
     assert picture_rows("13") == 12  # 128×96: 32×24 pixels
+
+
+def test_the_cli_off_a_terminal_says_in_words_that_images_differ(capsys):
+    """Into a file or a pipe, no half-block art (lines of bare ▀): the sizes and pixels that differ."""
+    main(["--catalog", str(BUNDLED), "diff", "demo-images@v1", "demo-images@v2"])
+    text = capsys.readouterr().out
+    assert "▀" not in text and "▄" not in text and "difference (white: largest)" not in text
+    assert "image of 13: the images differ (drawn only on a terminal): 128×96, 12,288 of 12,288 pixels differ" in text
+    assert "image of 14: the images differ (drawn only on a terminal): 64×48, 3,072 of 3,072 pixels differ" in text

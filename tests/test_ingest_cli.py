@@ -106,3 +106,18 @@ def test_a_failing_part_names_its_file_and_line_and_publishes_nothing(tmp_path):
     one_line_error(run("ingest", str(src), "x", "--engine", "inline", catalog=catalog), 2,
                    "part 1", "part-001.jsonl:1101")
     assert not (catalog / "datasets" / "x" / "versions").exists()
+
+
+def test_help_names_every_source_kind_and_the_key_rule(tmp_path):
+    from dsinspect.loaders.ingest.sources import KINDS
+
+    listing = run("--help", catalog=tmp_path).stdout
+    lines = listing.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.strip().startswith("ingest "))
+    line = " ".join(lines[at:at + 2])  # the command list's entry (it may wrap once)
+    text = " ".join(run("ingest", "--help", catalog=tmp_path).stdout.split())
+    summary = text.split("Options:")[0]
+    assert all(kind in line for kind in KINDS), line
+    assert "WebDataset" in summary and "MDS" in summary and "files" in summary, summary
+    assert "Default: the key of NAME's latest version; else a files folder's name, an `id` field, or the one " \
+           "`*_id` field, if no value repeats; else none." in text

@@ -6,6 +6,9 @@ beyond the version's shards); bad SQL is one line and exit 2; derived values mad
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -108,6 +111,35 @@ def test_bad_sql_is_one_line_and_exit_2(sample_copy, cli):
         assert code == 2 and out == "" and err.count("\n") == 1, (args, err)
 
 
+@pytest.mark.parametrize("args, line", [
+    (("--where", "tokenz_len > 5"), "bad query: no column 'tokenz_len' in demo-text@{id} (closest: tokens_len"),
+    (("--order-by", "lang, tokn_len DESC"), "no column 'tokn_len'"),
+    (("--columns", "langg"), "no column 'langg' in demo-text@{id} (closest: lang)"),
+])
+def test_an_unknown_column_is_named_with_close_ones_and_the_schema_hint(sample_copy, cli, args, line):
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert line.format(id=sample_copy.resolve("demo-text").id[:12]) in err
+    assert err.rstrip().endswith("`dsinspect query demo-text --schema` lists the columns") and "Binder" not in err
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--where", "lang = = 'en'"), """where "lang = = 'en'": syntax error at or near "=" (character 8)"""),
+    (("--where", "tokens_len >"), "where 'tokens_len >': incomplete at its end"),
+    (("--where", "tokens_len > 5 AND (lang = 'en'"),
+     """where "tokens_len > 5 AND (lang = 'en'": incomplete at its end (1 '(' not closed)"""),
+    (("--order-by", "tokens_len DESC DESC"), "order by 'tokens_len DESC DESC': syntax error at or near \"DESC\" "
+                                             "(character 17)"),
+    (("--sql", "SELECT _index FROM v WHERE"),
+     "sql 'SELECT _index FROM v WHERE': syntax error at or near \"WHERE\" (character 22)"),
+])
+def test_a_syntax_error_quotes_the_text_typed_not_the_wrapping(sample_copy, cli, args, line):
+    code, out, err = cli("--catalog", sample_copy.url, "query", "demo-text", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err == f"dsinspect: error: bad SQL: {line}\n"
+    assert "LIMIT" not in err and "ORDER BY _index" not in err and "SELECT _index," not in err
+
+
 def test_derived_values_are_made_once_per_shard_and_kept_in_the_catalog(tmp_path):
     catalog = Catalog(str(tmp_path / "c"))
     rows = 300
@@ -198,3 +230,24 @@ def test_queries_on_the_in_memory_columns_answer_as_the_whole_view_does(sample_c
         assert fast == whole and fast
         every = q.sql("SELECT * FROM v ORDER BY _index").rows
         assert [r[0] for r in every] == list(range(len(every)))
+
+
+def piped_query(*args, columns=None):
+    """`dsinspect query ARGS` into a pipe, as `... > file` has it: its stdout lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "DSINSPECT_CATALOG")}
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "query", *args], capture_output=True, text=True,
+                          timeout=300, env={**env, **({"COLUMNS": str(columns)} if columns else {})})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_piped_table_is_whole_and_columns_is_honoured():
+    names = {c["name"] for c in json.loads("\n".join(piped_query("demo-video@v1", "--schema", "--json")))}
+    lines = piped_query("demo-video@v1", "--limit", "1")
+    assert len(lines) == 6, lines  # top rule, one header line, rule, the row, bottom rule, the count: none folded
+    shown = [h.strip() for h in lines[1].split("┃") if h.strip()]
+    assert shown[0] == "sample" and len(shown) > 8 and set(shown[1:]) <= names  # whole names, not pieces
+    assert max(map(len, lines)) > 132  # wider than the old cut: the table needs it
+    narrow = piped_query("demo-video@v1", "--limit", "1", columns=100)
+    assert max(map(len, narrow)) <= 100 < max(map(len, lines))  # COLUMNS says how wide
+    assert piped_query("demo-video@v1", "--limit", "1", columns=300) == lines  # room enough: the same table

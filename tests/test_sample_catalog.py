@@ -27,9 +27,11 @@ def regenerated(tmp_path_factory):
     return Catalog(url), write_sample_catalog(url)
 
 
-def test_default_catalog_is_the_bundled_one(monkeypatch):
+def test_default_catalog_is_a_copy_of_the_bundled_one(monkeypatch, bundled):
     monkeypatch.delenv("DSINSPECT_CATALOG", raising=False)
-    assert Path(open_catalog().root) == BUNDLED
+    default = open_catalog()
+    assert Path(default.root) != BUNDLED  # a copy in the user's cache (tests/test_cli_defaults.py)
+    assert {n: default.version_ids(n) for n in DATASETS} == {n: bundled.version_ids(n) for n in DATASETS}
     monkeypatch.setenv("DSINSPECT_CATALOG", "memory://elsewhere")
     assert open_catalog().url == "memory://elsewhere"
 

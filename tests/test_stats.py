@@ -50,3 +50,19 @@ def test_bad_bins_or_address_is_one_line_and_exit_2(sample_copy, cli):
     for args in [("demo-text", "--bins", 0), ("no-such",), ("demo-text@nope",)]:
         code, out, err = cli("--catalog", sample_copy.url, "stats", *args)
         assert code == 2 and out == "" and err.count("\n") == 1, (args, err)
+
+
+def test_the_table_separates_values_from_counts_and_explains_unknown_nulls(sample_copy, cli):
+    code, out, err = cli("--catalog", sample_copy.url, "stats", "demo-text@v1")
+    assert code == 0, err
+    found = json.loads(cli("--catalog", sample_copy.url, "stats", "demo-text@v1", "--json")[1])
+    lang = next(c for c in found["columns"] if c["name"] == "lang")
+    (value, count), *_ = lang["values"]
+    assert f"'{value}' ×{count:,}," in out  # each value with its count, never "en 84, mixed 54"
+    tokens = next(line for line in out.splitlines() if line.startswith("│ tokens "))
+    assert next(c for c in found["columns"] if c["name"] == "tokens")["nulls"] is None
+    assert tokens.split("│")[3].strip() == "?"
+    assert "nulls ?: unknown for a list or struct field kept in the shards" in " ".join(out.split())
+    code, out, _ = cli("--catalog", sample_copy.url, "stats", "demo-rl@v1", "demo-rl@v2")
+    trajectory = next(line for line in out.splitlines() if line.startswith("│   trajectory "))
+    assert code == 0 and trajectory.split("│")[2].strip() == "? -> ?" and "nulls ?: unknown" in out

@@ -18,16 +18,30 @@ from dsinspect.cli import (
     tui_cmd,
     web_cmd,
 )
-from dsinspect.cli.output import fail
+from dsinspect.cli.output import fail, pipe_closed, stdout_closed
 from dsinspect.errors import DsinspectError, StorageError, reason_of
 from dsinspect.web.settings import CATALOG_ENV
 
 __all__ = ["main", "cli"]
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group; a closed stdout ends a command quietly with its own code (click's handling
+    would exit 1, a failed check's code)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as e:
+            if stdout_closed():
+                pipe_closed()
+            raise StorageError(reason_of(e)) from None  # a socket's, not stdout's
+
+
+@click.group(cls=_Commands, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--catalog", "catalog_url", metavar="URL", envvar=CATALOG_ENV,
-              help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the bundled sample catalog.")
+              help="Catalog URL (any fsspec URL); default $DSINSPECT_CATALOG, else the sample catalog "
+                   "(a copy in the cache directory; ingest and tag need a catalog named).")
 @click.option("--inject-faults", "inject_faults", metavar="SPEC", default=None,
               help="Debug: inject storage read faults, e.g. 'seed=7,error=0.05,truncate=0.02,flip=0.02,slow=0.01' "
                    "(grammar in dsinspect/loaders/store/faults.py); a count of injected faults goes to stderr at exit.")
@@ -70,7 +84,8 @@ for command in ingest_cmd.COMMANDS:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every error ends in one line on stderr and its `exit_code` (dsinspect.errors): 2 for a
-    user mistake or a storage refusal, 1 for a failed check or a read that failed on every try."""
+    user mistake or a storage refusal, 1 for a failed check or a read that failed on every try; output
+    whose reader went away (`| head`) stops quietly with 141, as SIGPIPE's default would."""
     try:
         cli.main(args=argv, prog_name="dsinspect", standalone_mode=False)
     except click.exceptions.Exit as e:

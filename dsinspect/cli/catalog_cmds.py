@@ -6,7 +6,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, fail, json_option, out, progress
+from dsinspect.cli.output import (
+    catalog_from,
+    catalog_option,
+    catalog_to_write,
+    emit_json,
+    err,
+    fail,
+    json_option,
+    out,
+    progress,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -104,8 +114,8 @@ def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: boo
 @json_option
 @click.pass_context
 def tag(ctx: click.Context, address: str, tag: str, catalog_url: str | None, as_json: bool) -> None:
-    """Point TAG at the version ADDRESS names."""
-    catalog = catalog_from(ctx, catalog_url)
+    """Point TAG at the version ADDRESS names (in a named catalog: the sample catalog is for reading)."""
+    catalog = catalog_to_write(ctx, catalog_url)
     version = catalog.resolve(address)
     catalog.set_tag(version.name, tag, version.id)
     if as_json:

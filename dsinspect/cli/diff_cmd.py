@@ -50,20 +50,26 @@ PICTURE_SIDE = 32   # cells: a picture's width at most, and twice its height in 
 
 def _print_pictures(va: Any, vb: Any, changed: list[dict]) -> None:
     """The first changed rows' images as the viewers draw them: before, after and where they differ
-    (upright by their EXIF orientation, half-block cells), under the table."""
-    from rich.columns import Columns
-    from rich.panel import Panel
-
-    from dsinspect.inspect.image_diff import difference_image, open_image, upright
-    from dsinspect.inspect.images import fit_pixels
+    (upright by their EXIF orientation, half-block cells), under the table; off a terminal, in words."""
     from dsinspect.loaders.format.roles import Role
-    from dsinspect.term import half_blocks
 
     in_b = {f.name for f in vb.fields}
     images = [f.name for f in va.fields if f.role is Role.IMAGE and f.name in in_b]
     rows = [r for r in changed if set(r["fields"]) & set(images)][:PICTURES]
     if not rows:
         return
+    if not out.is_terminal:  # a file or a pipe: half-block pictures would be lines of bare "▀"
+        for row in rows:
+            for name in (n for n in row["fields"] if n in images):
+                out.print(_picture_in_words(name, row), markup=False, soft_wrap=True)
+        return
+    from rich.columns import Columns
+    from rich.panel import Panel
+
+    from dsinspect.inspect.image_diff import difference_image, open_image, upright
+    from dsinspect.inspect.images import fit_pixels
+    from dsinspect.term import half_blocks
+
     names = sorted({n for r in rows for n in r["fields"] if n in images})
     before = va.take([r["index_a"] for r in rows], columns=names)
     after = vb.take([r["index_b"] for r in rows], columns=names)
@@ -84,6 +90,21 @@ def _print_pictures(va: Any, vb: Any, changed: list[dict]) -> None:
                 sides.append(drawn(figure.convert("RGB"), "difference (white: largest)"))
             out.print(f"[bold]{name}[/] of {_ident(row)}")
             out.print(Columns(sides))
+
+
+def _picture_in_words(name: str, row: dict) -> str:
+    """What a drawn picture would show, for output that is not a terminal: the sizes and how many
+    pixels differ."""
+    detail = row["details"].get(name) or {}
+    head = f"{name} of {_ident(row)}: the images differ (drawn only on a terminal)"
+    if "size" not in detail:
+        return head
+    (w0, h0), (w1, h1) = detail["size"]
+    sizes = f"{w0}×{h0}" if (w0, h0) == (w1, h1) else f"{w0}×{h0} → {w1}×{h1}"
+    if "pixels_changed" not in detail:
+        return f"{head}: {sizes}"
+    pixels = w0 * h0
+    return f"{head}: {sizes}, {round(detail['pixels_changed'] * pixels):,} of {pixels:,} pixels differ"
 
 
 def _print(d: VersionDiff) -> None:

@@ -8,7 +8,16 @@ from typing import Callable, Iterator
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, err, json_option, out, progress
+from dsinspect.cli.output import (
+    catalog_from,
+    catalog_option,
+    catalog_to_write,
+    emit_json,
+    err,
+    json_option,
+    out,
+    progress,
+)
 from dsinspect.errors import UserError
 
 __all__ = ["COMMANDS", "parse_roles", "ENGINE_CHOICES"]
@@ -50,14 +59,15 @@ def ingest_progress(description: str) -> Iterator[Callable]:
         yield update
 
 
-@click.command()
+@click.command(short_help="Import jsonl, parquet, hf, webdataset, mds or files as a new version.")
 @click.argument("source")
 @click.argument("name")
 @click.option("--kind", default=None,
               help="Source kind: jsonl, parquet, hf, webdataset, mds, files (default: guessed).")
 @click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
 @click.option("--key", default=None, metavar="FIELD",
-              help="The row key diff matches rows by (default: the key of NAME's latest version).")
+              help="The row key diff matches rows by. Default: the key of NAME's latest version; else a files "
+                   "folder's name, an `id` field, or the one `*_id` field, if no value repeats; else none.")
 @click.option("--no-key", is_flag=True,
               help="Declare no key (rows matched by row hash), even if the latest version has one.")
 @click.option("--tokenizer", default=None, metavar="FILE|ENCODING",
@@ -74,12 +84,13 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...], key: str | None,
            no_key: bool, tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
            catalog_url: str | None, as_json: bool) -> None:
-    """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS; any fsspec URL) as a new
-    version of NAME (parent: its current latest). Re-running an interrupted ingest resumes it."""
+    """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS, a folder of images or
+    videos: files; any fsspec URL) as a new version of NAME (parent: its current latest) in a named
+    catalog (--catalog or DSINSPECT_CATALOG). Re-running an interrupted ingest resumes it."""
     from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.ingest import run_ingest
 
-    catalog = catalog_from(ctx, catalog_url)
+    catalog = catalog_to_write(ctx, catalog_url)
     with ingest_progress(f"ingest {name}") as update:
         result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
                             tokenizer=tokenizer,

@@ -6,10 +6,12 @@ Imports only click: rich and the catalog load when a command first prints or ope
 from __future__ import annotations
 
 import json
+import os
+import select
 import sys
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
 
 import click
 
@@ -33,15 +35,60 @@ class LazyConsole:
 
             options = {k: v() if callable(v) else v for k, v in self._options.items()}
             self._console = Console(**options)
+            self._console.on_broken_pipe = pipe_closed  # rich's own ends in exit 1, a failed check's code
         return self._console
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.console, name)
 
 
-# Piped output is read by people too (in logs and bug reports): give tables room instead of 80 columns.
-out = LazyConsole(highlight=False, width=lambda: None if sys.stdout.isatty() else 132)
+PIPED_WIDTH = 132  # columns of piped output when COLUMNS does not say
+
+
+def piped_width() -> int | None:
+    """Columns for output that is not a terminal and has no COLUMNS: PIPED_WIDTH (read by people too,
+    in logs and bug reports: tables get room instead of rich's 80). None: the terminal's or COLUMNS'."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else PIPED_WIDTH
+
+
+def print_whole(renderable: Any, **options: Any) -> None:
+    """Print `renderable`; piped with no COLUMNS, at the width it needs whole (a wide table is better
+    wide than folded into pieces of its headers)."""
+    if piped_width() is None:
+        return out.print(renderable, **options)
+    console = out.console
+    needed = console.measure(renderable, options=console.options.update_width(10_000)).maximum
+    width = console.width
+    console.width = max(width, needed)
+    try:
+        console.print(renderable, **options)
+    finally:
+        console.width = width
+
+
+out = LazyConsole(highlight=False, width=piped_width)
 err = LazyConsole(stderr=True, highlight=False)
+
+
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a program a closed pipe stopped
+
+
+def pipe_closed() -> NoReturn:
+    """Stdout's reader went away (`dsinspect replay ... | head`): stop quietly with PIPE_CLOSED, stdout
+    pointed at /dev/null so the interpreter's last flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(PIPE_CLOSED)
+
+
+def stdout_closed() -> bool:
+    """Stdout is a pipe nobody reads any more (a BrokenPipeError may also come from a socket)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor
+        return False
 
 
 def fail(message: str, code: int) -> None:
@@ -70,6 +117,19 @@ def catalog_from(ctx: click.Context, url: str | None) -> Catalog:
 def opened_catalog() -> Catalog | None:
     """The catalog `catalog_from` opened last in this process, if any."""
     return _OPENED[-1] if _OPENED else None
+
+
+def catalog_to_write(ctx: click.Context, url: str | None) -> Catalog:
+    """`catalog_from` for a command that adds user data: one named here, on the group or by
+    $DSINSPECT_CATALOG, never the default sample catalog (a copy in a cache, which may be cleared)."""
+    from dsinspect.defaults import named_catalog_url
+    from dsinspect.errors import UserError
+
+    root = ctx.find_root().obj or {}
+    if named_catalog_url(url or root.get("catalog_url")) is None:
+        raise UserError(f"{ctx.info_name}: name the catalog to write to: --catalog URL or DSINSPECT_CATALOG=URL "
+                        "(the default, the sample catalog, is for reading)")
+    return catalog_from(ctx, url)
 
 
 catalog_option = click.option("--catalog", "catalog_url", metavar="URL", default=None,

@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
+from dsinspect.cli.output import (
+    catalog_from,
+    catalog_option,
+    emit_json,
+    json_option,
+    out,
+    print_whole,
+    progress,
+)
 from dsinspect.errors import UserError
 
 if TYPE_CHECKING:
@@ -39,6 +47,7 @@ def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by:
     frames/seconds, trajectory steps/return). Reads nothing but the version; writes nothing but the
     derived values' sidecars."""
     from dsinspect.inspect.query import VersionQuery
+    from dsinspect.inspect.query_errors import UnknownColumnError
 
     if sql is not None and (condition or order_by or columns or offset):
         raise UserError("--sql is a whole query: it takes no --where, --order-by, --columns or --offset")
@@ -55,8 +64,12 @@ def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by:
             names = query.columns()
             return emit_json([{"name": n, "type": t} for n, t in names]) if as_json else _print_schema(names, query)
         wanted = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-        result = (query.sql(sql, limit) if sql is not None else
-                  query.where(condition, order_by=order_by, limit=limit, offset=offset, columns=wanted, count=True))
+        try:
+            result = (query.sql(sql, limit) if sql is not None else
+                      query.where(condition, order_by=order_by, limit=limit, offset=offset, columns=wanted,
+                                  count=True))
+        except UnknownColumnError as e:
+            raise UserError(f"{e}; `dsinspect query {address} --schema` lists the columns") from None
     if as_json:
         return emit_json(_json(result))
     _print(result)
@@ -87,9 +100,13 @@ def _plain(value: Any) -> Any:
     return jsonable(value)  # NaN and infinities as strings (json.dumps would write bare NaN), dates...
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, kind: Any = None) -> str:
+    """A value in a table cell; `kind` (its Arrow type) lets float32 numbers show their own digits."""
+    from dsinspect.inspect.floats import narrow
     from dsinspect.inspect.sizes import human_bytes
 
+    if kind is not None:
+        value = narrow(value[:8], kind) + value[8:] if isinstance(value, list) else narrow(value, kind)
     if value is None:
         return "∅"
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -114,9 +131,10 @@ def _print(result: QueryResult) -> None:
             table.add_column(name, overflow="fold", style="cyan" if name in result.derived else None)
     skip = result.columns.index("_index") if addresses is not None else -1
     for k, row in enumerate(result.rows):
-        cells = [_cell(v) for i, v in enumerate(row) if i != skip]
+        cells = [_cell(v, kind) for i, (v, kind) in enumerate(zip(row, result.types or [None] * len(row)))
+                 if i != skip]
         table.add_row(*([addresses[k]] if addresses is not None else []), *cells)
-    out.print(table, markup=False)
+    print_whole(table, markup=False)
     shown = f"{len(result.rows):,} row{'s' if len(result.rows) != 1 else ''}"
     if result.total is not None:
         shown += f" of {result.total:,} matching"

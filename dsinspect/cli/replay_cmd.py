@@ -28,7 +28,8 @@ _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "
 
 
 @click.command("replay")
-@click.option("--spec", "spec_path", metavar="RUN.json|DIR", help="Run spec file, or a run record directory.")
+@click.option("--spec", "spec_path", metavar="RUN.json|DIR|NAME",
+              help="Run spec file, a run record directory, or the name of one in CATALOG/runs.")
 @click.option("--address", "addresses", multiple=True, metavar="NAME@REF[=WEIGHT]",
               help="Instead of --spec: the version(s) read; repeat for a mixture.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -41,7 +42,9 @@ _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "
 @click.option("--mixture-block", type=int, default=1024, show_default=True)
 @click.option("--step", type=int, default=None, help="The step to replay.")
 @click.option("--rank", default=None, metavar="R|all", help="The rank, or all for the global batch [default: 0].")
-@click.option("--check-log", "log", metavar="FILE|DIR", help="Compare with a fingerprint log (file or run record).")
+@click.option("--check-log", "log", metavar="FILE|DIR|NAME",
+              help="Compare with a fingerprint log (file, or run record: directory or name in CATALOG/runs; "
+                   "a run record needs no --spec).")
 @click.option("--steps", metavar="A:B", help="With --check-log: the steps to compare (B excluded).")
 @click.option("--trust-stored-hashes", is_flag=True,
               help="With --check-log: read only the stored row-hash column instead of re-hashing the rows.")
@@ -68,6 +71,9 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     from dsinspect.loaders.records.transforms import guarded
 
     catalog = catalog_from(ctx, catalog_url)
+    spec_path, log = (_run_path(catalog, p) if p else None for p in (spec_path, log))
+    if log and not spec_path and not addresses:
+        spec_path = log if _is_run_dir(log) else None  # a run record holds its own specs
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
     fn = _job_transform(transform)
     picked = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
@@ -177,6 +183,27 @@ def _specs(ctx: click.Context, catalog: Catalog, spec_path: str | None, addresse
     if not addresses:
         raise UserError("name the run: --spec RUN.json (or a run record directory), or --address with the spec flags")
     return [RunSpec.create(catalog, dict(_weighted(a) for a in addresses), **flags)]
+
+
+def _run_path(catalog: Catalog, given: str) -> str:
+    """`given` as typed when it exists; else, when it names a run record in `<catalog>/runs` (what
+    `dsinspect runs` lists), that record's path."""
+    from dsinspect.inspect.runs import default_runs_dir
+    from dsinspect.loaders.store.storage import join, url_to_fs
+
+    if "/" in given:
+        return given
+    fs, root = url_to_fs(given)
+    if fs.exists(root):
+        return given
+    named = join(default_runs_dir(catalog.url), given)
+    return named if _is_run_dir(named) else given
+
+
+def _is_run_dir(path: str) -> bool:
+    from dsinspect.loaders.records.run import is_run_dir
+
+    return is_run_dir(path)
 
 
 def _weighted(address: str) -> tuple[str, float]:

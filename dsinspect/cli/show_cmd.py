@@ -73,13 +73,18 @@ def _check_frame(sample: Any, fields: tuple[str, ...], frame: int) -> None:
         if not isinstance(video, VideoView):
             why = view.reason if isinstance(view, ErrorView) else "it is null"
             raise UserError(f"{where}: no frame {frame}: no frame decodes ({why})")
-        if frame < 0 or frame >= video.frame_count:
-            raise UserError(f"{where}: no frame {frame}: it has {video.frame_count} frames (--frame 0 to "
-                            f"{video.frame_count - 1})" if video.frame_count
-                            else f"{where}: no frame {frame}: it has none")
-        if not isinstance(video.frame(frame), FrameView):
-            raise UserError(f"{where}: frame {frame} does not decode: {decodable_frames(video)} of its "
-                            f"{video.frame_count} frames do (the file is damaged or truncated)")
+        listed = video.frame_count
+        if 0 <= frame < listed and isinstance(video.frame(frame), FrameView):
+            continue
+        if not listed:
+            raise UserError(f"{where}: no frame {frame}: it has none")
+        decodable = decodable_frames(video)  # only on this error path: it decodes the whole clip
+        if decodable >= listed:
+            raise UserError(f"{where}: no frame {frame}: it has {listed} frames (--frame 0 to {listed - 1})")
+        which = f"--frame 0 to {decodable - 1}" if decodable else "none of them"
+        said = f"frame {frame} does not decode" if 0 <= frame < listed else f"no frame {frame}"
+        raise UserError(f"{where}: {said}: {decodable} of its {listed} frames do ({which}; the file is "
+                        "damaged or truncated)")
 
 
 COMMANDS = [show]

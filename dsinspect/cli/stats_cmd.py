@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from dsinspect.inspect.stats import ColumnStats, VersionStats
 
 BARS = " ▁▂▃▄▅▆▇█"
+UNCOUNTED = "?"  # nulls of a list or struct field kept in the shards (as the web page shows them)
+UNCOUNTED_NOTE = (f"nulls {UNCOUNTED}: unknown for a list or struct field kept in the shards (its Parquet "
+                  "statistics count elements, not rows)")
 
 
 @click.command("stats")
@@ -61,7 +64,7 @@ def sparkline(histogram: list[tuple[float, float, int]] | None) -> str:
 
 def _summary(c: ColumnStats) -> str:
     if c.values is not None:
-        shown = ", ".join(f"{_value(v)} {n:,}" for v, n in c.values[:6])
+        shown = ", ".join(f"{_value(v)} ×{n:,}" for v, n in c.values[:6])
         return shown + (f", … ({len(c.values)} values)" if len(c.values) > 6 else "")
     if c.mean is not None:
         return f"{_number(c.min)} … {_number(c.max)}, mean {_number(c.mean)}"
@@ -80,26 +83,29 @@ def _number(x: float | None) -> str:
 
 
 def _nulls(c: ColumnStats) -> str:
-    return "?" if c.nulls is None else f"{c.nulls:,}"
+    return UNCOUNTED if c.nulls is None else f"{c.nulls:,}"
 
 
 def _print(s: VersionStats) -> None:
     from rich.table import Table
 
     table = Table(title=f"{s.address}: {s.rows:,} rows", title_justify="left")
-    for name in ("column", "from", "nulls", "distinct", "values / range", "histogram"):
+    for name in ("column", "from", "nulls", "distinct", "values ×count / range", "histogram"):
         table.add_column(name, overflow="fold")
     for c in s.columns:
         table.add_row(c.name, c.source, _nulls(c), "" if c.distinct is None else f"{c.distinct:,}", _summary(c),
                       sparkline(c.histogram))
     out.print(table, markup=False)
+    if any(c.nulls is None for c in s.columns):
+        out.print(f"[dim]{UNCOUNTED_NOTE}[/]")
 
 
 def _print_both(a: VersionStats, b: VersionStats) -> None:
     from rich.table import Table
 
     table = Table(title=f"{a.address} ({a.rows:,} rows) -> {b.address} ({b.rows:,} rows)", title_justify="left")
-    for name in ("column", "nulls", "values / range (A)", "values / range (B)", "histogram A", "histogram B"):
+    for name in ("column", "nulls", "values ×count / range (A)", "values ×count / range (B)", "histogram A",
+                 "histogram B"):
         table.add_column(name, overflow="fold")
     names = [c.name for c in a.columns] + [c.name for c in b.columns if a.column(c.name) is None]
     for name in names:
@@ -111,3 +117,5 @@ def _print_both(a: VersionStats, b: VersionStats) -> None:
                       sparkline(y.histogram if y else None))
     out.print(table, markup=False)
     out.print("[dim]*: moved between the versions; histograms of a column share their bins[/]")
+    if any(c.nulls is None for c in (*a.columns, *b.columns)):
+        out.print(f"[dim]{UNCOUNTED_NOTE}[/]")

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dsinspect.inspect.floats import has_narrow_floats, narrow
+
 __all__ = ["CellStyle", "NARROW", "WIDE", "cell", "column_cells", "clip", "repr_line"]
 
 
@@ -34,8 +36,10 @@ WIDE = CellStyle(width=80, items=8, sep=", ", more=", …", values=True, fold=Fa
 
 
 def cell(value: Any, style: CellStyle = WIDE) -> str:
-    """One cell for any value (as `.as_py()` gives it): "null", a byte size, a list's length and
-    head, a struct's entries, else its text."""
+    """One cell for any value (as `.as_py()` gives it, or an Arrow scalar: then float32 numbers show
+    their own digits): "null", a byte size, a list's length and head, a struct's entries, else its text."""
+    if isinstance(value, pa.Scalar):
+        value = _head(value.as_py(), value.type, style)
     if value is None:
         return "null"
     if isinstance(value, (bytes, bytearray)):
@@ -57,11 +61,21 @@ def column_cells(column: pa.Array | pa.ChunkedArray, style: CellStyle = NARROW) 
         else:
             sizes = pc.binary_length(column).to_pylist()
         return ["null" if n is None else _size(n) for n in sizes]
+    values = [_head(v, t, style) for v in column.to_pylist()] if has_narrow_floats(t) else column.to_pylist()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return ["null" if v is None else _list(v, style) for v in column.to_pylist()]
+        return ["null" if v is None else _list(v, style) for v in values]
     if pa.types.is_struct(t):
-        return ["null" if v is None else _struct(v, style) for v in column.to_pylist()]
-    return ["null" if v is None else _text(str(v), style) for v in column.to_pylist()]
+        return ["null" if v is None else _struct(v, style) for v in values]
+    return ["null" if v is None else _text(str(v), style) for v in values]
+
+
+def _head(value: Any, t: pa.DataType, style: CellStyle) -> Any:
+    """`value` with the float32/float16 numbers a cell shows marked (floats.py): a list's head, a
+    struct's own fields."""
+    if isinstance(value, list) and (pa.types.is_list(t) or pa.types.is_large_list(t)
+                                    or pa.types.is_fixed_size_list(t)):
+        return narrow(value[:style.items], t) + value[style.items:]
+    return narrow(value, t, shallow=True)
 
 
 def clip(text: str, width: int, *, suffix: str = "…", measure: Callable[[str], int] = len, min_room: int = 0) -> str:

@@ -29,6 +29,8 @@ import pyarrow as pa
 from dsinspect.errors import UserError
 from dsinspect.extras import require
 from dsinspect.inspect.derived import Derived, derivations
+from dsinspect.inspect.floats import from_duckdb
+from dsinspect.inspect.query_errors import Part, syntax_error, unknown_column
 from dsinspect.inspect.sidecars import derived_tables
 from dsinspect.loaders.store.version import DatasetVersion
 
@@ -48,6 +50,7 @@ class QueryResult:
     truncated: bool = False          # more rows matched than were returned
     total: int | None = None         # rows matching, when counted
     derived: list[str] = field(default_factory=list)
+    types: list[pa.DataType] = field(default_factory=list)  # per column, as far as its float widths go
 
     def addresses(self) -> list[str] | None:
         """Each row's sample address, when the result has `_index`."""
@@ -140,25 +143,34 @@ class VersionQuery:
             raise UserError("--limit and --offset must be >= 0")
         chosen = list(columns) if columns else self.default_columns()
         picked = ", ".join(["_index"] + [_quote(c) for c in chosen if c != "_index"])
-        where = f" WHERE ({condition})" if condition and condition.strip() else ""
-        order = f" ORDER BY {order_by}, _index" if order_by else " ORDER BY _index"
+        sql, parts = f"SELECT {picked} FROM v", []  # parts: where the typed text is, for the errors
+        if condition and condition.strip():
+            sql += " WHERE ("
+            parts.append(Part("where", condition, len(sql)))
+            sql += f"{condition})"
+        where = sql[sql.index(" FROM v"):]
+        if order_by:
+            sql += " ORDER BY "
+            parts.append(Part("order by", order_by, len(sql)))
+            sql += f"{order_by}, _index"
+        else:
+            sql += " ORDER BY _index"
         page = min(limit, MAX_ROWS)
-        sql = f"SELECT {picked} FROM v{where}{order} LIMIT {page + 1} OFFSET {offset}"  # one more: were there more?
-        result = self._run(sql, page)
+        result = self._run(f"{sql} LIMIT {page + 1} OFFSET {offset}", page, parts)  # one more: were there more?
         if count:
-            result.total = self._run(f"SELECT count(*) FROM v{where}", 1).rows[0][0]
+            result.total = self._run(f"SELECT count(*){where}", 1).rows[0][0]
         return result
 
     def sql(self, text: str, limit: int = MAX_ROWS) -> QueryResult:
         """One SELECT over `v` (anything DuckDB's SQL says); at most `limit` rows come back."""
-        return self._run(text, limit)
+        return self._run(text, limit, [Part("sql", text, 0)])
 
     def default_columns(self) -> list[str]:
         """The derived values and the stored scalars: what the in-memory view holds (fast)."""
         return [d.name for d in self.derived] + self.small
 
-    def _run(self, sql: str, limit: int) -> QueryResult:
-        _one_select(sql)
+    def _run(self, sql: str, limit: int, parts: Sequence[Part] = ()) -> QueryResult:
+        _one_select(sql, parts)
         with self.lock:
             return self._run_alone(sql, limit)
 
@@ -172,17 +184,20 @@ class VersionQuery:
             cursor = con.execute(sql)
             rows = cursor.fetchmany(limit + 1)
             names = [d[0] for d in cursor.description]
+            types = [from_duckdb(d[1]) for d in cursor.description]
         except duckdb.InterruptException:
             raise UserError(f"the query ran longer than {self.timeout:g} s and was stopped") from None
         except duckdb.PermissionException:
             raise UserError("the query asks for files, the network or settings: a query reads only the "
                             f"version {self.version.address} (the view v)") from None
         except duckdb.Error as e:
-            raise UserError(f"bad query: {_first_line(e)}") from None
+            names = [name for name, *_ in self.full.execute("DESCRIBE v").fetchall()]
+            raise unknown_column(str(e), names, self.version.address) or UserError(f"bad query: {_first_line(e)}") \
+                from None
         finally:
             timer.cancel()
         return QueryResult(names, rows[:limit], sql, self.version.address, truncated=len(rows) > limit,
-                           derived=[d.name for d in self.derived])
+                           derived=[d.name for d in self.derived], types=types)
 
     def close(self) -> None:
         self.con.close()
@@ -204,7 +219,7 @@ def _arrow_filesystem(fs: Any) -> Any:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
 
 
-def _one_select(sql: str) -> None:
+def _one_select(sql: str, parts: Sequence[Part] = ()) -> None:
     """Only one SELECT runs: a condition cannot end the statement and start another (the lock-down
     would refuse what it could do anyway; this gives the clear error)."""
     import duckdb
@@ -212,7 +227,7 @@ def _one_select(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
-        raise UserError(f"bad SQL: {_first_line(e)}") from None
+        raise syntax_error(str(e), sql, parts) from None
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
         kinds = ", ".join(s.type.name for s in statements) or "nothing"
         raise UserError(f"a query is one SELECT over the view v, not {kinds}")

@@ -9,6 +9,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
+from dsinspect.inspect.floats import narrow
 from dsinspect.inspect.hexdump import PAGE_SIZE, HexPage, hex_page
 from dsinspect.inspect.images import image_view
 from dsinspect.inspect.structured import array_view, bytes_view, json_view, scalar_view
@@ -162,14 +163,18 @@ class Sample(View):
             Role.VIDEO.value: lambda: video_view(raw),
             Role.TRAJECTORY.value: lambda: self._trajectory(info.name),
             Role.JSON.value: lambda: json_view(raw),
-            Role.SCALAR.value: lambda: scalar_view(self.value(info.name), info.type),
+            Role.SCALAR.value: lambda: scalar_view(self._shown(info.name), info.type),
             Role.BYTES.value: lambda: bytes_view(raw),
-            Role.ARRAY.value: lambda: array_view(self.value(info.name)),
+            Role.ARRAY.value: lambda: array_view(self._shown(info.name)),
         }
         decode = decoders.get(info.role)
         if decode is None:
             return ErrorView(info.role, f"no viewer for role {info.role!r}", raw)
         return safely(info.role, raw, decode)
+
+    def _shown(self, name: str) -> Any:
+        """The value with float32/float16 numbers marked to show their own digits (floats.py)."""
+        return narrow(self.value(name), self.table.column(name).type)
 
     def _tokens(self, name: str, override: str | None) -> View:
         vocab, note = self._vocab(self.version.manifest.field(name), override)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.inspect.floats import json_number, narrow_array
 from dsinspect.inspect.hexdump import HexPage, hex_page
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, jsonable, no_json
@@ -131,7 +132,7 @@ def array_view(value: list | bytes | None) -> JsonView | ErrorView:
             array = read_npy(bytes(value), "the value")
         except UserError as e:
             return ErrorView("array", str(e), bytes(value))
-        dtype, value = array.dtype.name, array.tolist()
+        dtype, value = array.dtype.name, narrow_array(array.tolist(), array.dtype)
     value = value if value is not None else []
     flat, shape = flatten(value) if isinstance(value, list) else ([value], ())
     numbers = np.asarray([np.nan if v is None else float(v) for v in flat], dtype=np.float64)
@@ -149,8 +150,10 @@ def array_view(value: list | bytes | None) -> JsonView | ErrorView:
 
 
 def _compact(data: Any, indent: str = "") -> str:
-    if not isinstance(data, list) or not any(isinstance(v, list) for v in data):
-        return json.dumps(data)
+    if not isinstance(data, list):
+        return json_number(data)
+    if not any(isinstance(v, list) for v in data):  # innermost: one line, float32 with its own digits
+        return "[" + ", ".join(json_number(v) for v in data) + "]"
     inner = indent + "  "
     return "[\n" + ",\n".join(inner + _compact(v, inner) for v in data) + "\n" + indent + "]"
 

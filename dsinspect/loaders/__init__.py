@@ -5,7 +5,7 @@
     store/    storage, catalog and its path layout, versions, writer, derive, verify, gc, addresses
     order/    run spec, the order of every (step, rank) as arithmetic, loader state
     records/  run records: run specs and fingerprint logs, a job's transform
-    read/     shard cache, column views, batch reader, `Loader`, `Batch`
+    read/     shard cache (`ShardCache`: its bound), column views, batch reader, `Loader`, `Batch`
     pytorch/  TorchBatches / TorchLoader (the `torch` extra)
     audit/    replay of any (step, rank), log check, export of a batch
     diff/     diff of two versions down to the field
@@ -30,7 +30,7 @@ __all__ = [
     "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
     "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
     "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch", "check_states",
-    "read_run", "RunRecord",
+    "read_run", "RunRecord", "ShardCache",
 ]
 
 _HOMES = {  # module (relative to this package) -> the names it holds
@@ -40,6 +40,7 @@ _HOMES = {  # module (relative to this package) -> the names it holds
     ".order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
     ".order.state": ("LoaderState", "check_states"),
     ".read.batch": ("Batch",),
+    ".read.cache": ("ShardCache",),
     ".read.loader": ("Loader",),
     ".records.run": ("RunRecord", "read_run"),
     ".store.address": ("parse_address",),
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
     from dsinspect.loaders.order.state import LoaderState, check_states
     from dsinspect.loaders.read.batch import Batch
+    from dsinspect.loaders.read.cache import ShardCache
     from dsinspect.loaders.read.loader import Loader
     from dsinspect.loaders.records.run import RunRecord, read_run
     from dsinspect.loaders.store.address import parse_address
