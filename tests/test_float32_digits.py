@@ -76,3 +76,15 @@ def test_the_query_table_gives_float32_its_own_digits(catalog, cli):
     assert SHORT in out and LONG not in out
     code, out, _ = cli("--catalog", catalog.url, "query", "t", "--columns", "emb", "--json")
     assert json.loads(out)["rows"][0]["emb"][0] == float(STORED)  # exact in JSON
+
+
+def test_the_web_tables_show_float32_digits(catalog):
+    """The web's dataset table and replay rows take each value as its Arrow scalar, not as a Python float."""
+    from dsinspect.web.models.catalog import sample_table
+    from dsinspect.web.models.replay import build_spec, encode_spec, replay_model
+
+    row = sample_table(catalog, "t", 0)["rows"][0]
+    assert SHORT in row["emb"] and row["score"] == SHORT and LONG not in json.dumps(row)
+    assert row["npy"].startswith("<")  # a binary value is its size
+    stored = replay_model(catalog, encode_spec(build_spec(catalog, "t", 0, 1, 1, "none")), 0, "0")["stored"]
+    assert stored[0]["score"] == SHORT and SHORT in stored[0]["emb"] and LONG not in json.dumps(stored)

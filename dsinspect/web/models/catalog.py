@@ -10,6 +10,7 @@ import json
 import warnings
 from typing import Any
 
+import pyarrow as pa
 from PIL import Image
 
 from dsinspect.defaults import bundled_catalog_path
@@ -78,16 +79,16 @@ def sample_table(catalog: Catalog, address: str, page: int, page_size: int = TAB
     for i, index in enumerate(indices):
         row = {"index": index, "address": f"{version.name}@{version.id[:12]}:{index}"}
         for n in names:
-            value = table.column(n)[i].as_py()
-            row[n] = thumbnail(value, media[n]) if n in media else _cell(value)
+            value = table.column(n)[i]  # the Arrow scalar: float32 numbers keep their own digits
+            row[n] = thumbnail(value.as_py(), media[n]) if n in media else _cell(value)
         rows.append(row)
     return {"page": page, "pages": pages, "rows": rows, "columns": ["index", *names, "address"], "media": list(media)}
 
 
 def _cell(value: Any) -> str:
     """A short table cell; bytes as their size for people."""
-    if isinstance(value, (bytes, bytearray)):
-        return f"<{human_bytes(len(value))}>"
+    if pa.types.is_binary(value.type) or pa.types.is_large_binary(value.type):
+        return "null" if not value.is_valid else f"<{human_bytes(len(value.as_py()))}>"
     return cell(value)
 
 

@@ -86,7 +86,7 @@ def _row_list(version: Any, listed: list[dict], index_name: str, name: str, iden
     out = []
     for i, r in enumerate(listed):
         row = {ident: _ident(r), "index": r[index_name], "address": f"{name}:{r[index_name]}"}
-        row.update({n: cell(table.column(n)[i].as_py()) for n in names if n not in row})
+        row.update({n: cell(table.column(n)[i]) for n in names if n not in row})
         out.append(row)
     return out
 

@@ -111,7 +111,7 @@ def _replayed(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: str
 
 def _stored_cells(result: Replay) -> list[dict[str, str]]:
     """Per sample (batch order, as `rows`), each field's value as a short text cell."""
-    return [{c: cell(b.table.column(c)[i].as_py()) for c in b.table.column_names}
+    return [{c: cell(b.table.column(c)[i]) for c in b.table.column_names}
             for b in result.batches for i in range(b.table.num_rows)]
 
 
@@ -129,7 +129,7 @@ def _fed_cells(result: Replay) -> list[dict[str, str] | str]:
         if table.num_rows != n:
             out += [f"the transform made {table.num_rows} rows from {n} (columns {', '.join(table.column_names)})"] * n
             continue
-        out += [{c: cell(table.column(c)[i].as_py()) for c in table.column_names} for i in range(n)]
+        out += [{c: cell(table.column(c)[i]) for c in table.column_names} for i in range(n)]
     return out
 
 
