@@ -94,13 +94,16 @@ class VersionQuery:
         filesystem = _arrow_filesystem(self.version.catalog.fs)
         order = ["_index"] + [f.name for f in self.version.fields] + [d.name for d in self.derived]
         small_parts, full_parts, offset = [], [], 0
+        fields = self.version.manifest.schema
+        widened = scannable_schema(fields) if scannable_schema(fields) != fields else None  # read as float32
         for s, entry in enumerate(self.version.manifest.shards):
             if not entry.rows:
                 continue
-            data = ds.dataset(self.version.shard_path(s), format="parquet", filesystem=filesystem)
+            data = ds.dataset(self.version.shard_path(s), format="parquet", filesystem=filesystem, schema=widened)
             index = pa.array(np.arange(offset, offset + entry.rows, dtype=np.int64))
             memory = pa.Table.from_arrays([index, *(sidecars[s].columns if sidecars else [])],  # scalars, derived
                                           names=["_index", *self.small, *(d.name for d in self.derived)])
+            memory = memory.cast(scannable_schema(memory.schema))
             for con in (small, full):
                 con.register(f"_m{s}", memory)
             full.register(f"_d{s}", data)
@@ -110,7 +113,7 @@ class VersionQuery:
             offset += entry.rows
         if not full_parts:  # a version without rows: the views still have their columns
             empty = pa.table({"_index": pa.array([], pa.int64()),
-                              **{f.name: pa.array([], f.type) for f in self.version.fields},
+                              **{f.name: pa.array([], scannable(f.type)) for f in self.version.fields},
                               **{d.name: pa.array([], d.type) for d in self.derived}})
             for con in (small, full):
                 con.register("_empty", empty)
@@ -208,6 +211,23 @@ class VersionQuery:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def scannable(t: pa.DataType) -> pa.DataType:
+    """`t` with float16 widened to float32 (exact), at any depth: DuckDB cannot scan Arrow's float16."""
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(scannable(t.value_type), t.list_size)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return (pa.large_list if pa.types.is_large_list(t) else pa.list_)(scannable(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(scannable(f.type)) for f in t])
+    return t
+
+
+def scannable_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_type(scannable(f.type)) for f in schema], metadata=schema.metadata)
 
 
 def _arrow_filesystem(fs: Any) -> Any:
