@@ -18,7 +18,7 @@ from dsinspect.cli import (
     tui_cmd,
     web_cmd,
 )
-from dsinspect.cli.output import fail, pipe_closed, stdout_closed
+from dsinspect.cli.output import PIPE_CLOSED, exit_code, fail, pipe_closed, stdout_closed
 from dsinspect.errors import DsinspectError, StorageError, reason_of
 from dsinspect.web.settings import CATALOG_ENV
 
@@ -33,8 +33,9 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except BrokenPipeError as e:
-            if stdout_closed():
+            if stdout_closed():  # a write no helper caught: the command cannot go on to a verdict
                 pipe_closed()
+                sys.exit(PIPE_CLOSED)
             raise StorageError(reason_of(e)) from None  # a socket's, not stdout's
 
 
@@ -85,11 +86,14 @@ for command in ingest_cmd.COMMANDS:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; every error ends in one line on stderr and its `exit_code` (dsinspect.errors): 2 for a
     user mistake or a storage refusal, 1 for a failed check or a read that failed on every try; output
-    whose reader went away (`| head`) stops quietly with 141, as SIGPIPE's default would."""
+    whose reader went away (`| head`) ends quietly with 141, as SIGPIPE's default would, unless the
+    command failed (a failed check stays 1)."""
     try:
         cli.main(args=argv, prog_name="dsinspect", standalone_mode=False)
+        if exit_code(0):  # it succeeded, its reader gone
+            sys.exit(exit_code(0))
     except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+        sys.exit(exit_code(e.exit_code))
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)

@@ -11,7 +11,7 @@ import select
 import sys
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
@@ -35,8 +35,12 @@ class LazyConsole:
 
             options = {k: v() if callable(v) else v for k, v in self._options.items()}
             self._console = Console(**options)
-            self._console.on_broken_pipe = pipe_closed  # rich's own ends in exit 1, a failed check's code
+            self._console.on_broken_pipe = self._pipe_closed  # rich's own ends in exit 1, a failed check's code
         return self._console
+
+    def _pipe_closed(self) -> None:
+        self.console.quiet = True  # nothing more to render
+        pipe_closed()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.console, name)
@@ -73,12 +77,24 @@ err = LazyConsole(stderr=True, highlight=False)
 PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a program a closed pipe stopped
 
 
-def pipe_closed() -> NoReturn:
-    """Stdout's reader went away (`dsinspect replay ... | head`): stop quietly with PIPE_CLOSED, stdout
-    pointed at /dev/null so the interpreter's last flush does not complain."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(PIPE_CLOSED)
+_CLOSED: list[bool] = []  # stdout's reader went away during this command
+
+
+def pipe_closed() -> None:
+    """Stdout's reader went away (`dsinspect replay ... | head`): what is still printed goes to /dev/null
+    and the command goes on to its verdict. `main` then exits with PIPE_CLOSED, unless the command
+    failed: a failed check into `| head` still exits 1."""
+    if not _CLOSED:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # also spares the interpreter's last flush
+        os.close(devnull)
+        _CLOSED.append(True)
+
+
+def exit_code(code: int) -> int:
+    """The code a command that ended with `code` exits with: PIPE_CLOSED for a success whose output
+    lost its reader (as SIGPIPE's default would report), else its own."""
+    return PIPE_CLOSED if code == 0 and _CLOSED else code
 
 
 def stdout_closed() -> bool:
@@ -98,7 +114,12 @@ def fail(message: str, code: int) -> None:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+    try:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise  # not stdout's
+        pipe_closed()
 
 
 _OPENED: list[Catalog] = []  # the catalog this command opened: `main` names it when its store cannot be reached
