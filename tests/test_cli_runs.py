@@ -152,3 +152,28 @@ def test_tui_takes_a_run_record_directory(runs_dir):
     done = subprocess.run([sys.executable, "-m", "dsinspect", "tui", str(runs_dir / "runs" / "nope")],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert_one_line_error(done, 2, "bad dataset name")
+
+
+def test_a_run_is_named_by_its_folder_in_catalog_runs(runs_dir, tmp_path):
+    """`dsinspect runs NAME` finds what `dsinspect runs` lists, as replay does; a path typed wins."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "DSINSPECT_CATALOG"}
+    done = subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(runs_dir), "runs", "resumed"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=elsewhere)
+    assert done.returncode == 0 and done.stdout.startswith("run resumed") and "segments" in done.stdout, done.stderr
+    assert_one_line_error(dsinspect("runs", "no-such-run", catalog=runs_dir), 2, "no such directory")
+
+
+def test_runs_before_the_first_run_lists_none(tmp_path):
+    """A catalog no job has recorded into yet has no runs/: none listed, not an error."""
+    catalog = toy_catalog(str(tmp_path / "cat"))
+    done = dsinspect("runs", catalog=catalog.url)
+    assert done.returncode == 0 and done.stdout.startswith("no run records in ") and done.stderr == "", done.stderr
+    assert_one_line_error(dsinspect("runs", catalog=tmp_path / "nowhere"), 2, "does not exist")
+
+
+def test_check_log_of_an_unknown_name_says_so(runs_dir):
+    done = dsinspect("replay", "--check-log", "no-such-run", catalog=runs_dir)
+    assert_one_line_error(done, 2, "--check-log no-such-run: no such fingerprint log or run record")
+    assert str(runs_dir / "runs") in done.stderr  # where a name is looked up

@@ -66,14 +66,20 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     hash (the batch is still shown). With --check-log: exit 1 at a divergence, or at a gap unless
     --allow-gaps."""
     # Only what this run needs is imported: the CLI answers one step from the shell in well under a second.
+    from dsinspect.cli.runs_cmd import path_exists, run_path
+    from dsinspect.inspect.runs import default_runs_dir
     from dsinspect.loaders.audit.bounds import BatchTooLarge
     from dsinspect.loaders.audit.replay import replay
+    from dsinspect.loaders.records.run import is_run_dir
     from dsinspect.loaders.records.transforms import guarded
 
     catalog = catalog_from(ctx, catalog_url)
-    spec_path, log = (_run_path(catalog, p) if p else None for p in (spec_path, log))
+    spec_path, log = (run_path(catalog, p) if p else None for p in (spec_path, log))
+    if log and not path_exists(log):  # before "name the run": what was typed is what is missing
+        raise UserError(f"--check-log {log}: no such fingerprint log or run record (a name is looked up in "
+                        f"{default_runs_dir(catalog.url)})")
     if log and not spec_path and not addresses:
-        spec_path = log if _is_run_dir(log) else None  # a run record holds its own specs
+        spec_path = log if is_run_dir(log) else None  # a run record holds its own specs
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
     fn = _job_transform(transform)
     picked = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
@@ -183,27 +189,6 @@ def _specs(ctx: click.Context, catalog: Catalog, spec_path: str | None, addresse
     if not addresses:
         raise UserError("name the run: --spec RUN.json (or a run record directory), or --address with the spec flags")
     return [RunSpec.create(catalog, dict(_weighted(a) for a in addresses), **flags)]
-
-
-def _run_path(catalog: Catalog, given: str) -> str:
-    """`given` as typed when it exists; else, when it names a run record in `<catalog>/runs` (what
-    `dsinspect runs` lists), that record's path."""
-    from dsinspect.inspect.runs import default_runs_dir
-    from dsinspect.loaders.store.storage import join, url_to_fs
-
-    if "/" in given:
-        return given
-    fs, root = url_to_fs(given)
-    if fs.exists(root):
-        return given
-    named = join(default_runs_dir(catalog.url), given)
-    return named if _is_run_dir(named) else given
-
-
-def _is_run_dir(path: str) -> bool:
-    from dsinspect.loaders.records.run import is_run_dir
-
-    return is_run_dir(path)
 
 
 def _weighted(address: str) -> tuple[str, float]:

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from dsinspect.inspect.runs import RunGrid, RunSummary
+    from dsinspect.loaders.store.catalog import Catalog
 
-__all__ = ["runs", "COMMANDS"]
+__all__ = ["runs", "run_path", "path_exists", "COMMANDS"]
 
 GAPS_SHOWN = 20  # gap ranges printed for one run; --json lists them all
 
@@ -31,13 +32,19 @@ def runs(ctx: click.Context, directory: str | None, steps: str | None, columns: 
     """Run records: sources, world sizes, segments, steps covered, superseded lines, gaps and the
     time ranks waited for data per step.
 
-    DIR is a folder of run records (default: CATALOG/runs) or one run record; one record is shown
-    in detail: its segments, its gaps and a grid of steps × ranks. A record that cannot be read is
-    listed with its reason, and the command exits 1."""
+    DIR is a folder of run records (default: CATALOG/runs) or one run record (a path, or its name in
+    CATALOG/runs); one record is shown in detail: its segments, its gaps and a grid of steps × ranks.
+    A record that cannot be read is listed with its reason, and the command exits 1."""
     from dsinspect.inspect.runs import default_runs_dir, is_run_record, list_runs, open_run
     from dsinspect.loaders.audit.logcheck import parse_steps
 
-    where = directory or default_runs_dir(catalog_from(ctx, catalog_url).url)
+    if directory:  # the catalog is opened only to look a bare name up in it
+        where = directory if "/" in directory or path_exists(directory) else run_path(
+            catalog_from(ctx, catalog_url), directory)
+    else:
+        catalog = catalog_from(ctx, catalog_url)
+        catalog.check_exists()
+        where = default_runs_dir(catalog.url)
     wanted = parse_steps(steps)  # a malformed range: one line before anything is read
     if is_run_record(where):
         view = open_run(where)
@@ -45,7 +52,7 @@ def runs(ctx: click.Context, directory: str | None, steps: str | None, columns: 
         if as_json:
             return emit_json({**summary.to_json(), "grid": grid.to_json()})
         return _print_run(summary, grid)
-    found, broken = list_runs(where)
+    found, broken = list_runs(where) if directory or path_exists(where) else ([], [])  # before any run: none
     if as_json:
         emit_json({"directory": where, "runs": [s.to_json() for s in found],
                    "broken": [{"name": n, "reason": r} for n, r in broken]})
@@ -57,6 +64,31 @@ def runs(ctx: click.Context, directory: str | None, steps: str | None, columns: 
         err.print(f"dsinspect: runs: broken: {name}: {reason}", markup=False, soft_wrap=True)
     if broken:
         fail(f"{where}: {len(broken)} run record{'s' * (len(broken) > 1)} cannot be read", 1)
+
+
+def run_path(catalog: Catalog, given: str) -> str:
+    """`given` as typed when it exists; else, when it names a run record in `<catalog>/runs` (what
+    `dsinspect runs` lists), that record's path."""
+    from dsinspect.inspect.runs import default_runs_dir
+    from dsinspect.loaders.records.run import is_run_dir
+    from dsinspect.loaders.store.storage import join
+
+    if "/" in given or path_exists(given):
+        return given
+    named = join(default_runs_dir(catalog.url), given)
+    return named if is_run_dir(named) else given
+
+
+def path_exists(path: str) -> bool:
+    """A file or directory is at `path` (a URL fsspec cannot open is none)."""
+    from dsinspect.errors import UserError
+    from dsinspect.loaders.store.storage import url_to_fs
+
+    try:
+        fs, root = url_to_fs(path)
+        return fs.exists(root)
+    except (UserError, OSError, ValueError):
+        return False
 
 
 def _runs_table(where: str, found: list[RunSummary]) -> Table:
