@@ -115,6 +115,9 @@ def _fresh_node(tmp_path_factory, monkeypatch):
 
 
 def pytest_configure(config):
-    """Tests (and the processes they start) use a private shard cache, never the user's."""
+    """Tests (and the processes they start) use a private shard cache, never the user's; and print at
+    a pipe's width, whatever COLUMNS the runner exports (pytest-xdist's workers have COLUMNS=80, which
+    the CLI honours for piped output): a test that wants a width sets it."""
     if "DSINSPECT_CACHE" not in os.environ or not os.environ["DSINSPECT_CACHE"].startswith(tempfile.gettempdir()):
         os.environ["DSINSPECT_CACHE"] = tempfile.mkdtemp(prefix="dsinspect-test-cache-")
+    os.environ.pop("COLUMNS", None)
