@@ -47,8 +47,8 @@ async def _until(pilot, condition, timeout: float = 30.0, step: float = 0.002) -
 def _drawn(app, expected_index: int, complete: bool) -> bool:
     """The sample screen shows sample `expected_index` with its first field's view laid out (and with
     `complete`, its picture or video frame too)."""
-    from dsinspect.tui.field_view import FieldView
-    from dsinspect.tui.sample_screen import SampleScreen
+    from dsinspect.tui.screens.sample import SampleScreen
+    from dsinspect.tui.widgets.field_view import FieldView
 
     screen = app.screen
     if not isinstance(screen, SampleScreen) or screen.sample is None or screen.sample.index != expected_index:
@@ -89,8 +89,8 @@ def _spy_frames(app) -> dict:
 async def bench_open(name: str, repeat: int) -> dict:
     from dsinspect.tui import freeze_startup_objects
     from dsinspect.tui.app import DsinspectApp
-    from dsinspect.tui.dataset_screen import DatasetScreen
-    from dsinspect.tui.sample_table import SampleTable
+    from dsinspect.tui.screens.dataset import DatasetScreen
+    from dsinspect.tui.widgets.sample_table import SampleTable
 
     freeze_startup_objects()  # as `dsinspect tui` does before its app starts
     app = DsinspectApp()
@@ -135,8 +135,8 @@ async def bench_scroll(root: Path) -> dict:
     from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.tui.adapter import DataSource
     from dsinspect.tui.app import DsinspectApp
-    from dsinspect.tui.dataset_screen import DatasetScreen
-    from dsinspect.tui.sample_table import SampleTable
+    from dsinspect.tui.screens.dataset import DatasetScreen
+    from dsinspect.tui.widgets.sample_table import SampleTable
 
     catalog = Catalog(str(root))
     ids = np.arange(MILLION, dtype=np.int64)
@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--datasets", default="demo-text@v1,demo-images@v1,demo-rl@v1,demo-video@v1")
     parser.add_argument("--no-scroll", action="store_true")
     args = parser.parse_args()
-    import dsinspect.tui.pictures  # noqa: F401 - textual-image probes the terminal before any app runs
+    import dsinspect.tui.widgets.pictures  # noqa: F401 - textual-image probes the terminal before any app runs
 
     print(f"dsinspect TUI benchmark · terminal {SIZE[0]}x{SIZE[1]} (Pilot, headless) · python "
           f"{sys.version.split()[0]}")

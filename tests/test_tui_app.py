@@ -14,12 +14,12 @@ from tui_helpers import SIZE, screen_text, until
 from dsinspect.defaults import BUNDLED
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.catalog_screen import CatalogScreen
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.field_view import FieldView
-from dsinspect.tui.goto_screen import GoToScreen
-from dsinspect.tui.help_screen import HelpScreen
-from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.screens.catalog import CatalogScreen
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.goto import GoToScreen
+from dsinspect.tui.screens.help import HelpScreen
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets.field_view import FieldView
 
 _SAMPLES = json.loads((BUNDLED / "sample-data.json").read_text())["datasets"]
 IMAGES_V2, TEXT_V1, TEXT_V2 = (_SAMPLES[n][v][:12] for n, v in

@@ -15,9 +15,9 @@ from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.sample_screen import SampleScreen
-from dsinspect.tui.sample_table import PAGE_ROWS, SampleTable
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets.sample_table import PAGE_ROWS, SampleTable
 
 MILLION = 1_000_000
 

@@ -8,10 +8,10 @@ from textual.widgets import DataTable, Input
 from tui_helpers import SIZE, screen_text, until
 
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.diff_prompt import DiffPrompt
-from dsinspect.tui.diff_screen import DiffScreen
-from dsinspect.tui.field_view import FieldView
-from dsinspect.tui.row_diff_screen import RowDiffScreen
+from dsinspect.tui.screens.diff import DiffScreen
+from dsinspect.tui.screens.diff_prompt import DiffPrompt
+from dsinspect.tui.screens.row_diff import RowDiffScreen
+from dsinspect.tui.widgets.field_view import FieldView
 
 
 @pytest.mark.asyncio
@@ -83,7 +83,7 @@ async def test_a_changed_image_shows_where_before_and_after_differ_upright():
     from dsinspect.defaults import open_catalog
     from dsinspect.inspect.image_diff import difference_image
     from dsinspect.inspect.sample import open_address
-    from dsinspect.tui.pictures import Picture, _size
+    from dsinspect.tui.widgets.pictures import Picture, _size
 
     catalog = open_catalog()
     before, after = (open_address(catalog, f"demo-images@{tag}:14") for tag in ("v1", "v2"))

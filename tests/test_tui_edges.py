@@ -13,10 +13,10 @@ from tui_helpers import SIZE, screen_text, until
 
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.field_view import FieldView
-from dsinspect.tui.sample_screen import SampleScreen
-from dsinspect.tui.sample_table import SampleTable
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets.field_view import FieldView
+from dsinspect.tui.widgets.sample_table import SampleTable
 
 
 async def open_sample(pilot, app, address: str, field: str | None = None) -> SampleScreen:
@@ -140,7 +140,7 @@ async def test_x_hides_the_hex_dumps_and_keeps_the_hashes():
 
 @pytest.mark.asyncio
 async def test_trajectory_steps_and_video_frames_are_numbered_from_0_like_the_table_and_the_cli():
-    from dsinspect.tui.step_rows_view import StepRowsView
+    from dsinspect.tui.widgets.step_rows import StepRowsView
 
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -164,7 +164,7 @@ async def test_trajectory_steps_and_video_frames_are_numbered_from_0_like_the_ta
 
 @pytest.mark.asyncio
 async def test_a_partial_utf8_token_piece_is_shown_escaped_once():
-    from dsinspect.tui.token_strip import TokenStrip
+    from dsinspect.tui.widgets.token_strip import TokenStrip
 
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -183,7 +183,7 @@ async def test_a_partial_utf8_token_piece_is_shown_escaped_once():
 
 @pytest.mark.asyncio
 async def test_one_enter_on_a_dataset_opens_its_latest_version_and_the_footer_says_so():
-    from dsinspect.tui.catalog_screen import CatalogScreen
+    from dsinspect.tui.screens.catalog import CatalogScreen
 
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -206,7 +206,7 @@ async def test_one_enter_on_a_dataset_opens_its_latest_version_and_the_footer_sa
 
 @pytest.mark.asyncio
 async def test_the_diff_prompt_is_centred_on_the_screen():
-    from dsinspect.tui.diff_prompt import DiffPrompt
+    from dsinspect.tui.screens.diff_prompt import DiffPrompt
 
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:
@@ -318,7 +318,7 @@ def widget_text(app, widget) -> str:
 async def test_a_long_version_message_fills_the_column_and_is_readable_in_full_at_120_columns(long_messages):
     from textual.widgets import DataTable
 
-    from dsinspect.tui.catalog_screen import CatalogScreen
+    from dsinspect.tui.screens.catalog import CatalogScreen
 
     app = DsinspectApp(source=long_messages)
     async with app.run_test(size=SIZE) as pilot:

@@ -14,10 +14,10 @@ from tui_helpers import SIZE, screen_text, until
 from dsinspect.inspect.query import VersionQuery
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.help_screen import HELP
-from dsinspect.tui.sample_screen import SampleScreen
-from dsinspect.tui.sample_table import SampleTable
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.help import HELP
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets.sample_table import SampleTable
 
 CONDITION = "tokens_len > 100 AND lang = 'en'"
 

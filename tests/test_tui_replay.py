@@ -8,8 +8,8 @@ from tui_helpers import SIZE, screen_text, until
 
 import dsinspect
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.replay_screen import ReplayScreen
-from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.screens.replay import ReplayScreen
+from dsinspect.tui.screens.sample import SampleScreen
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from tui_helpers import SIZE, screen_text, until
 
 import dsinspect
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.diff_prompt import DiffPrompt
-from dsinspect.tui.help_screen import HELP
-from dsinspect.tui.replay_screen import ReplayScreen
+from dsinspect.tui.screens.diff_prompt import DiffPrompt
+from dsinspect.tui.screens.help import HELP
+from dsinspect.tui.screens.replay import ReplayScreen
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from dsinspect.loaders.records.transforms import transformed_fingerprint
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.replay_screen import ReplayScreen
+from dsinspect.tui.screens.replay import ReplayScreen
 
 TRANSFORM = textwrap.dedent('''
     import pyarrow as pa
@@ -140,9 +140,9 @@ async def test_fingerprint_log_marks_matching_and_diverging_steps(job):
 @pytest.mark.asyncio
 async def test_opening_a_row_of_a_tag_addressed_version_reuses_its_dataset_screen():
     """Rows open by version id; a dataset screen opened by tag is the same version (no second screen)."""
-    from dsinspect.tui.dataset_screen import DatasetScreen
-    from dsinspect.tui.sample_screen import SampleScreen
-    from dsinspect.tui.sample_table import SampleTable
+    from dsinspect.tui.screens.dataset import DatasetScreen
+    from dsinspect.tui.screens.sample import SampleScreen
+    from dsinspect.tui.widgets.sample_table import SampleTable
 
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:

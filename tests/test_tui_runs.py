@@ -18,8 +18,8 @@ from dsinspect.loaders.records.run import read_run
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.replay_screen import ReplayScreen
-from dsinspect.tui.run_screen import RunScreen
+from dsinspect.tui.screens.replay import ReplayScreen
+from dsinspect.tui.screens.run import RunScreen
 
 
 @pytest.fixture

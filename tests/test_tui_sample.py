@@ -16,11 +16,11 @@ from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.term import sparkline
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.field_view import FieldView
-from dsinspect.tui.sample_screen import SampleScreen
-from dsinspect.tui.step_rows_view import StepRowsView
-from dsinspect.tui.token_strip import TokenStrip
-from dsinspect.tui.video_player import VideoPlayer
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets.field_view import FieldView
+from dsinspect.tui.widgets.step_rows import StepRowsView
+from dsinspect.tui.widgets.token_strip import TokenStrip
+from dsinspect.tui.widgets.video_player import VideoPlayer
 
 
 async def open_field(pilot, app, address: str, field: str) -> SampleScreen:
@@ -174,7 +174,7 @@ def test_step_cells_fit_their_columns_and_flag_bad_numbers():
     from rich.cells import cell_len
 
     from dsinspect.inspect import StepRow
-    from dsinspect.tui.step_rows_view import STEP_COLUMNS, StepRowsView, fit_cell, step_cells
+    from dsinspect.tui.widgets.step_rows import STEP_COLUMNS, StepRowsView, fit_cell, step_cells
 
     rows = [StepRow(0, "観測値の要約がとても長い観測値の要約", 3, None, float("inf"), True, None,
                     {"info": "x\x1b[31m"}),
@@ -221,7 +221,7 @@ async def test_broken_fields_show_error_views_with_their_bytes(broken_source):
 def test_half_block_fallback_draws_a_picture_without_textual_image():
     from PIL import Image
 
-    from dsinspect.tui.pictures import half_block_text
+    from dsinspect.tui.widgets.pictures import half_block_text
 
     text = half_block_text(Image.new("RGB", (20, 10), (255, 0, 0)))
     lines = text.plain.splitlines()

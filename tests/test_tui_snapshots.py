@@ -16,17 +16,17 @@ from textual.widgets import DataTable, Input, OptionList
 from tui_helpers import SIZE, until
 
 import dsinspect
-from dsinspect.tui import pictures
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.catalog_screen import CatalogScreen
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.diff_screen import DiffScreen
-from dsinspect.tui.field_view import FieldView
-from dsinspect.tui.replay_screen import ReplayScreen
-from dsinspect.tui.sample_screen import SampleScreen
-from dsinspect.tui.sample_table import SampleTable
-from dsinspect.tui.step_rows_view import StepRowsView
+from dsinspect.tui.screens.catalog import CatalogScreen
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.diff import DiffScreen
+from dsinspect.tui.screens.replay import ReplayScreen
+from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.widgets import pictures
+from dsinspect.tui.widgets.field_view import FieldView
+from dsinspect.tui.widgets.sample_table import SampleTable
+from dsinspect.tui.widgets.step_rows import StepRowsView
 
 pytest.importorskip("pytest_textual_snapshot")
 

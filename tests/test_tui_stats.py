@@ -14,11 +14,11 @@ from dsinspect.inspect.query import VersionQuery
 from dsinspect.inspect.stats import compare_stats, version_stats
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.diff_screen import DiffScreen
-from dsinspect.tui.help_screen import HELP
-from dsinspect.tui.sample_table import SampleTable
-from dsinspect.tui.stats_screen import StatsScreen, bar
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.diff import DiffScreen
+from dsinspect.tui.screens.help import HELP
+from dsinspect.tui.screens.stats import StatsScreen, bar
+from dsinspect.tui.widgets.sample_table import SampleTable
 
 
 async def stats_of(pilot, app, address: str) -> StatsScreen:

@@ -89,7 +89,7 @@ def test_an_address_that_names_nothing_is_one_line_and_exit_2_before_the_ui_star
     ends in one line."""
     script = (f"{_command('tui nosuch')}; echo \"exit=$?\"; {_command('tui demo-text@v1:240')}; echo \"exit=$?\"; "
               f"{_command('tui --catalog /nonexistent/catalog')}; echo \"exit=$?\"; echo done; sleep 60")
-    pane = Pane(f"sh -c '{script}'")
+    pane = Pane(f"sh -c '{script}'", width=240)  # the default catalog's copy has a long path: one line
     try:
         screen = pane.wait_for("done", timeout=60)
         lines = [line for line in screen.splitlines() if line.strip()]

@@ -8,17 +8,17 @@ from textual.binding import Binding
 from dsinspect.errors import DsinspectError
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.tui.adapter import DataSource
-from dsinspect.tui.catalog_screen import CatalogScreen
 from dsinspect.tui.commands import DsinspectCommands
-from dsinspect.tui.dataset_screen import DatasetScreen
-from dsinspect.tui.diff_prompt import DiffPrompt
-from dsinspect.tui.diff_screen import DiffScreen
-from dsinspect.tui.goto_screen import GoToScreen
-from dsinspect.tui.help_screen import HelpScreen
 from dsinspect.tui.messages import LoadFailed, OpenAddress
-from dsinspect.tui.replay_screen import ReplayScreen
-from dsinspect.tui.run_screen import RunScreen
-from dsinspect.tui.sample_screen import SampleScreen
+from dsinspect.tui.screens.catalog import CatalogScreen
+from dsinspect.tui.screens.dataset import DatasetScreen
+from dsinspect.tui.screens.diff import DiffScreen
+from dsinspect.tui.screens.diff_prompt import DiffPrompt
+from dsinspect.tui.screens.goto import GoToScreen
+from dsinspect.tui.screens.help import HelpScreen
+from dsinspect.tui.screens.replay import ReplayScreen
+from dsinspect.tui.screens.run import RunScreen
+from dsinspect.tui.screens.sample import SampleScreen
 
 __all__ = ["DsinspectApp"]
 

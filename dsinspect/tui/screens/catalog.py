@@ -20,8 +20,8 @@ from textual.widgets.option_list import Option
 
 from dsinspect.inspect.cells import clip
 from dsinspect.term import clean, human_bytes
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["CatalogScreen"]
 

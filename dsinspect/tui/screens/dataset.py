@@ -12,9 +12,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from dsinspect.term import human_bytes
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress, RowsLoaded
-from dsinspect.tui.sample_table import PAGE_ROWS, SampleTable
+from dsinspect.tui.widgets.key_footer import KeyFooter
+from dsinspect.tui.widgets.sample_table import PAGE_ROWS, SampleTable
 
 __all__ = ["DatasetScreen"]
 
@@ -127,7 +127,7 @@ class DatasetScreen(Screen):
 
     def action_stats(self) -> None:
         """This version's statistics per field (counts, nulls, value bars, histograms)."""
-        from dsinspect.tui.stats_screen import StatsScreen
+        from dsinspect.tui.screens.stats import StatsScreen
 
         if self.version is not None:
             self.app.push_screen(StatsScreen(f"{self.version.name}@{self.version.id}"))

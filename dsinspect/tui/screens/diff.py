@@ -13,9 +13,9 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Label, Static
 
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
-from dsinspect.tui.row_diff_screen import RowDiffScreen
+from dsinspect.tui.screens.row_diff import RowDiffScreen
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["DiffScreen"]
 
@@ -43,7 +43,7 @@ class DiffScreen(Screen):
 
     def action_stats(self) -> None:
         """Both versions' statistics side by side, numbers on shared bins."""
-        from dsinspect.tui.stats_screen import StatsScreen
+        from dsinspect.tui.screens.stats import StatsScreen
 
         self.app.push_screen(StatsScreen(self.a, self.b))
 

@@ -26,8 +26,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Static
 
 from dsinspect.term.preview import preview
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed, OpenAddress
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["ReplayScreen", "Fed"]
 
@@ -186,7 +186,7 @@ class ReplayScreen(Screen):
 
     def action_open_run(self) -> None:
         """The run record this replay reads: its steps × ranks grid, segments, gaps and check."""
-        from dsinspect.tui.run_screen import RunScreen
+        from dsinspect.tui.screens.run import RunScreen
 
         if self.run_record:
             self.app.push_screen(RunScreen(self.run_record, self.transform))

@@ -12,9 +12,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Label, Static
 
-from dsinspect.tui.field_view import FieldView, prepare
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
+from dsinspect.tui.widgets.field_view import FieldView, prepare
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["RowDiffScreen"]
 
@@ -79,7 +79,7 @@ class RowDiffScreen(Screen):
         return out
 
     def show(self, sides: list[list[Any]], differences: list[tuple[str, Any]] = ()) -> None:
-        from dsinspect.tui.pictures import picture
+        from dsinspect.tui.widgets.pictures import picture
 
         for pane_id, prepared in zip(("#before", "#after"), sides):
             pane = self.query_one(pane_id)

@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Static
 
-from dsinspect.tui.key_footer import KeyFooter
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["RunScreen"]
 

@@ -15,11 +15,11 @@ from textual.widgets._header import HeaderTitle
 from textual.widgets.option_list import Option
 
 from dsinspect.loaders.store.address import Address, parse_address
-from dsinspect.tui.field_view import FieldView, Prepared, hashes_renderable, hex_renderable, prepare
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
-from dsinspect.tui.token_strip import TokenStrip
-from dsinspect.tui.video_player import VideoPlayer
+from dsinspect.tui.widgets.field_view import FieldView, Prepared, hashes_renderable, hex_renderable, prepare
+from dsinspect.tui.widgets.key_footer import KeyFooter
+from dsinspect.tui.widgets.token_strip import TokenStrip
+from dsinspect.tui.widgets.video_player import VideoPlayer
 
 __all__ = ["SampleScreen"]
 

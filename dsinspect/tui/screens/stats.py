@@ -18,8 +18,8 @@ from textual.screen import Screen
 from textual.widgets import Header, Static
 
 from dsinspect.term import clean
-from dsinspect.tui.key_footer import KeyFooter
 from dsinspect.tui.messages import LoadFailed
+from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["StatsScreen", "bar", "column_view"]
 

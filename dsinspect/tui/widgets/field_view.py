@@ -16,10 +16,10 @@ from textual.widgets import Static
 from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, StepRow, TokensView, VideoView, View
 from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.term import Options, findings_text, hex_panel, render_view
-from dsinspect.tui.pictures import picture
-from dsinspect.tui.step_table import StepTable, step_rows
-from dsinspect.tui.token_strip import TokenStrip
-from dsinspect.tui.video_player import FRAME_SIDE, VideoPlayer
+from dsinspect.tui.widgets.pictures import picture
+from dsinspect.tui.widgets.step_table import StepTable, step_rows
+from dsinspect.tui.widgets.token_strip import TokenStrip
+from dsinspect.tui.widgets.video_player import FRAME_SIDE, VideoPlayer
 
 __all__ = ["Prepared", "prepare", "FieldView", "hashes_renderable", "hex_renderable"]
 

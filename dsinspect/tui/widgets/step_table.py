@@ -14,7 +14,7 @@ from textual.widgets import Static
 from dsinspect.inspect import StepRow
 from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.term import clean, findings_text, sparkline
-from dsinspect.tui.step_rows_view import StepRowsView
+from dsinspect.tui.widgets.step_rows import StepRowsView
 
 __all__ = ["StepTable", "step_rows"]
 

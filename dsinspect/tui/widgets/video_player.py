@@ -12,7 +12,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from dsinspect.inspect import ErrorView, FrameView, VideoView
-from dsinspect.tui.pictures import picture, set_picture
+from dsinspect.tui.widgets.pictures import picture, set_picture
 
 __all__ = ["VideoPlayer", "FRAME_SIDE"]
 
