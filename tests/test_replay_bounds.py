@@ -107,11 +107,13 @@ def test_an_export_written_a_part_at_a_time_equals_the_batch_replayed_whole(cat,
 # -- the command line --------------------------------------------------------------------------------
 
 def dsinspect(*args: str, peak_file: str | None = None) -> subprocess.CompletedProcess:
-    """`python -m dsinspect ARGS` in a child; with `peak_file`, its peak resident size is written there."""
-    script = ("import os, resource, sys\nfrom dsinspect.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+    """`python -m dsinspect ARGS` in a child; with `peak_file`, its peak resident size (KiB) is written there:
+    VmHWM, which exec resets (ru_maxrss keeps the forking pytest's own peak: after a test that grew
+    pytest to 560 MB, this child "peaked" at 562 MB while its own program held under 400)."""
+    script = ("import os, sys\nfrom dsinspect.cli import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
               "    if os.environ.get('PEAK_FILE'):\n"
-              "        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-              "        open(os.environ['PEAK_FILE'], 'w').write(str(peak))\n")
+              "        peak = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')][0]\n"
+              "        open(os.environ['PEAK_FILE'], 'w').write(peak)\n")
     env = {**os.environ, "PEAK_FILE": peak_file or ""}
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=900, env=env)
 
