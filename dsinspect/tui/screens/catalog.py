@@ -30,6 +30,12 @@ VERSION_COLUMNS = ("version", "tags", "parent", "created", "rows", "bytes", "sha
 _MIN_MESSAGE = 12  # cells the message column keeps however narrow the pane
 
 
+def _cells_width(table: DataTable, key: Any) -> int:
+    """Cells the widest of a column's label and cells takes, as the table will measure it."""
+    label = table.columns[key].label
+    return max([cell_len(label.plain), *(cell_len(str(cell)) for cell in table.get_column(key))])
+
+
 class DatasetList(OptionList):
     """The datasets; Enter opens the highlighted one (its latest version), and the footer says so."""
 
@@ -75,10 +81,6 @@ class CatalogScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = "catalog"
-        table = self.query_one("#versions", DataTable)
-        for name in VERSION_COLUMNS[:-1]:
-            table.add_column(name, key=name)
-        table.add_column("message", key="message", width=_MIN_MESSAGE)
         self.action_reload()
 
     def action_reload(self) -> None:
@@ -135,7 +137,10 @@ class CatalogScreen(Screen):
             return
         self.current = name
         table = self.query_one("#versions", DataTable)
-        table.clear()
+        table.clear(columns=True)  # new columns: their widths would otherwise keep the widest cells seen before
+        for column in VERSION_COLUMNS[:-1]:
+            table.add_column(column, key=column)
+        table.add_column("message", key="message", width=_MIN_MESSAGE)
         self.messages, self.details = {}, {}
         for v in sorted(item["versions"], key=lambda v: v.get("created_at") or "", reverse=True):
             self.messages[v["id"]] = v["message"] or ""
@@ -161,7 +166,8 @@ class CatalogScreen(Screen):
         column = table.columns.get("message")  # type: ignore[call-overload]
         if column is None:
             return
-        others = sum(c.get_render_width(table) for key, c in table.columns.items() if key != "message")
+        # measured from the cells: the table's own column widths catch up with new rows only when idle
+        others = sum(_cells_width(table, key) + 2 * table.cell_padding for key in table.columns if key != "message")
         # the table's virtual width is its columns' and one cell more: no horizontal scroll
         room = max(_MIN_MESSAGE, table.scrollable_content_region.width - others - 2 * table.cell_padding - 1)
         column.width = room
