@@ -148,7 +148,12 @@ class Catalog:
                 return ref
             except NotFoundError:
                 pass
-        tags = self.tags(name)
+        try:
+            tags = self.tags(name)
+        except DamagedError:
+            if not (len(ref) >= HEX_PREFIX_MIN and _HEX.match(ref)):
+                raise
+            tags = {}  # an id prefix needs no tags: the version stays reachable beside a damaged tags.json
         if ref in tags:
             return tags[ref]
         ids = self.version_ids(name)

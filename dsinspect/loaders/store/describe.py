@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsinspect.errors import DsinspectError
+from dsinspect.errors import DamagedError, DsinspectError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
@@ -28,10 +28,14 @@ def version_summary(version: DatasetVersion, tags: list[str]) -> dict[str, Any]:
 
 
 def version_info(version: DatasetVersion) -> dict[str, Any]:
-    """Everything a manifest says, with shard URLs resolved."""
-    tags = tags_by_version(version.catalog.tags(version.name)).get(version.id, [])
+    """Everything a manifest says, with shard URLs resolved. A damaged tags.json does not hide the
+    version: its tags are then [] and `tags_error` says why."""
+    try:
+        tags, damage = tags_by_version(version.catalog.tags(version.name)).get(version.id, []), {}
+    except DamagedError as e:
+        tags, damage = [], {"tags_error": str(e)}
     return {
-        "address": version.address, "name": version.name, **version_summary(version, tags),
+        "address": version.address, "name": version.name, **version_summary(version, tags), **damage,
         "key": version.manifest.key,
         "schema": [f.to_json() for f in version.fields],
         "shards": [{"index": i, **s.to_json(), "first_row": int(version.shard_starts[i]), "url": version.shard_url(i)}

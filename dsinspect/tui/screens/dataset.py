@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
-from dsinspect.term import human_bytes
+from dsinspect.term import clean, human_bytes
 from dsinspect.tui.messages import LoadFailed, OpenAddress, RowsLoaded
 from dsinspect.tui.widgets.key_footer import KeyFooter
 from dsinspect.tui.widgets.sample_table import PAGE_ROWS, SampleTable
@@ -72,16 +73,22 @@ class DatasetScreen(Screen):
             history = source.history(version.name)
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not open {self.address}: {e}"))
+            self.app.call_from_thread(self.show_failure, f"could not open {self.address}: {e}")
             return
         self.app.call_from_thread(self.show_version, version, info, history)
+
+    def show_failure(self, line: str) -> None:
+        """The read failed: say so where "loading…" was, for as long as the screen is open."""
+        self.query_one("#summary", Static).update(Text(line, style="bold red"))
+        self.query_one("#table-placeholder", Static).update(Text("nothing to show: Escape goes back", style="dim"))
 
     def show_version(self, version: Any, info: dict[str, Any], history: list[dict[str, Any]]) -> None:
         self.version, self.info = version, info
         self.sub_title = info["address"]
-        self.query_one("#summary", Static).update(
-            f"[b]{info['name']}[/b] @ {info['id']}  tags: {', '.join(info['tags']) or '-'}\n"
-            f"{info['rows']:,} rows · {human_bytes(info['bytes'])} · {len(info['shards'])} shards · key "
-            f"{info['key'] or '-'} · created {info['created_at'] or '-'} · {info['message']}")
+        self.query_one("#summary", Static).update(Text.assemble(  # stored text stays text: no markup
+            (info["name"], "bold"), f" @ {info['id']}  tags: ", _tags(info),
+            f"\n{info['rows']:,} rows · {human_bytes(info['bytes'])} · {len(info['shards'])} shards · key "
+            f"{info['key'] or '-'} · created {info['created_at'] or '-'} · {clean(info['message'])}"))
         self._fill_schema(version, info)
         self._fill_shards(info)
         self._fill_history(history, info["id"])
@@ -295,3 +302,9 @@ def _option(value: Any) -> str:
         tail = value.get("name") or value.get("encoding") or str(value.get("blob") or "")[:12]
         return f"{head} {tail}".strip() or str(value)
     return str(value)
+
+
+def _tags(info: dict[str, Any]) -> Text:
+    if "tags_error" in info:  # a damaged tags.json: the version opens, its tags are unknown
+        return Text("unknown: tags.json cannot be read", style="red")
+    return Text(", ".join(info["tags"]) or "-")
