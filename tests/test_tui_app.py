@@ -247,3 +247,49 @@ print(before, seen["frozen"] > 10_000, seen["app_tracked"])
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["0", "True", "True"]
+
+
+@pytest.mark.asyncio
+async def test_the_palette_has_statistics_and_one_help():
+    """It had no statistics entry, and two helps: ours and Textual's "Keys" (issue #31)."""
+    from dsinspect.tui.screens.stats import StatsScreen
+
+    app = DsinspectApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.dataset_names, what="listing")
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: "Go to address" in screen_text(app), what="the palette's entries")
+        text = screen_text(app)
+        assert "Statistics" in text and "Help" in text and "Keys" not in text
+        await pilot.press(*"statis", "enter")  # on the catalog: which version is asked for
+        await until(pilot, lambda: isinstance(app.screen, GoToScreen), what="the version prompt")
+        assert "Statistics of a version" in screen_text(app)
+        await pilot.press(*"demo-text@v1", "enter")
+        await until(pilot, lambda: isinstance(app.screen, StatsScreen), what="statistics")
+        assert app.screen.a == "demo-text@v1" and app.screen.b is None
+        app.open_address("demo-images@v2")
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.info, what="dataset")
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: "Go to address" in screen_text(app), what="the palette")
+        await pilot.press(*"statis", "enter")  # on a dataset screen: that version's statistics at once
+        await until(pilot, lambda: isinstance(app.screen, StatsScreen), what="the version's statistics")
+        assert app.screen.a == f"demo-images@{app.screen_stack[-2].info['id']}"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_a_dataset_of_one_version_says_1_version(tmp_path, size):
+    import pyarrow as pa
+
+    from dsinspect.loaders.format.manifest import Field
+    from dsinspect.loaders.store.catalog import Catalog
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    fields = [Field("id", pa.int64(), "scalar", nullable=False)]
+    catalog.write_version("single", [{"id": 1}], fields)
+    catalog.write_version("pair", [{"id": 1}], fields)
+    catalog.write_version("pair", [{"id": 2}], fields)
+    app = DsinspectApp(source=DataSource(catalog=catalog))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: "single  (1 version)" in screen_text(app), what="the dataset list")
+        assert "pair  (2 versions)" in screen_text(app) and "(1 versions)" not in screen_text(app)

@@ -143,3 +143,41 @@ async def test_a_spec_file_replay_offers_no_run_and_a_bad_path_is_one_notificati
         app.action_run(str(tmp_path / "nope"))
         await until(pilot, lambda: any("no such run record directory" in n.message for n in app._notifications))
         assert isinstance(app.screen, RunScreen) and app.is_running
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_R_on_the_run_screen_opens_the_replay_of_the_highlighted_cell(job, size):
+    """`R` was the app's key there: an empty replay form, the run not filled in (issue #31)."""
+    cat, _, record = job
+    app = app_on(cat, run=record)
+    async with app.run_test(size=size) as pilot:
+        screen = await open_run(pilot, app)
+        screen.query_one("#run-grid", DataTable).cursor_coordinate = Coordinate(1, 12)  # rank 1, step 12
+        await until(pilot, lambda: "rank 1, step 12" in screen_text(app), what="cell line")
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
+                    what="replay")
+        replay = app.screen
+        assert (replay.spec, replay.step, replay.rank, replay.log_path) == (record, 12, "1", record)
+        assert [s.index for s in replay.result.samples] == \
+            [int(i) for i in dsinspect.batch_indices(read_run(record).spec_at(12), step=12, rank=1)]
+
+
+@pytest.mark.asyncio
+async def test_a_run_is_opened_and_replayed_by_its_name_in_the_catalogs_runs(job):
+    """As `dsinspect runs`, `replay --spec NAME` and the web app name it: the folder in <catalog>/runs."""
+    cat, _, record = job
+    app = app_on(cat)
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_run("resumed")
+        screen = await open_run(pilot, app)
+        assert screen.view is not None and grid_row(screen, 0).startswith("█" * 25)
+        app.action_replay("resumed", 3, "0", log="resumed")
+        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
+                    what="replay by name")
+        assert [s.index for s in app.screen.result.samples] == \
+            [int(i) for i in dsinspect.batch_indices(read_run(record).spec_at(3), step=3, rank=0)]
+        await until(pilot, lambda: app.screen.run_record == record, what="the run record found by name")
+        await until(pilot, lambda: "step 3: ✓ matches the log" in screen_text(app),
+                    what="the step checked against the record")

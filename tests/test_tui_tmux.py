@@ -20,7 +20,8 @@ class Pane:
 
     def __init__(self, command: str, width: int = 120, height: int = 40):
         self.socket = f"dsinspect-test-{uuid.uuid4().hex[:8]}"
-        env = {**os.environ, "COLORTERM": "truecolor", "TERM": "xterm-256color"}
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # the pane's size rules
+        env.update(COLORTERM="truecolor", TERM="xterm-256color")
         self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-s", "tui", command, env=env)
 
     def tmux(self, *args: str, env: dict | None = None) -> str:
@@ -35,7 +36,7 @@ class Pane:
     def text(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "tui")
 
-    def wait_for(self, *needles: str, timeout: float = 30) -> str:
+    def wait_for(self, *needles: str, timeout: float = 90) -> str:  # generous: a loaded CI machine
         deadline = time.monotonic() + timeout
         while True:
             screen = self.text()
@@ -183,7 +184,7 @@ def test_a_newcomers_first_steps_in_a_real_terminal():
         screen = pane.wait_for(f"token #{partial.position} ")
         assert "piece ' \\xf0\\x9f\\x93' partial" in screen and "\\\\x" not in screen, screen  # escaped once
         pane.keys("g")
-        pane.wait_for("Go to")
+        pane.wait_for("Go to address")  # the prompt itself, not the footer
         pane.keys("C-u", "demo-rl@v1:0", "Enter")
         pane.wait_for("step 0", "reward")
         pane.keys("q")
@@ -231,6 +232,52 @@ def test_long_messages_and_wide_scripts_in_a_real_terminal(tmp_path):
                 starts.add(cell_len(line[:at]))
         assert len(starts) == 1, screen  # every row's label in the same column
         assert sum("L-" in line for line in screen.splitlines()) == len(WIDE)
+        pane.keys("q")
+    finally:
+        pane.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_a_run_opens_by_its_name_in_the_catalogs_runs(tmp_path, size):
+    """Issue #31: the README's training run lands in <catalog>/runs/NAME; `dsinspect runs` and `replay`
+    find it by name, and so does `dsinspect tui NAME` (it was a malformed or missing dataset)."""
+    from run_fixtures import toy_catalog, write_run
+
+    cat = toy_catalog(str(tmp_path / "cat"))
+    write_run(cat, str(tmp_path / "cat" / "runs" / "resumed"))
+    pane = Pane(_command(f"--catalog {cat.url} tui resumed"), *size)
+    try:
+        screen = pane.wait_for("resumed", "gaps:", "Check the run")
+        assert "█" in screen and "no dataset" not in screen
+        pane.keys("R")  # this run's replay, not an empty form
+        pane.wait_for("step 0 · epoch")
+        pane.keys("q")
+    finally:
+        pane.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_a_damaged_tags_json_is_said_on_the_screen(tmp_path, size):
+    """Issue #31: a tag of a dataset whose tags.json is damaged, opened in the UI (go-to), sat on
+    "reading the manifest…" with no word; now the failure is on the screen."""
+    from dsinspect.defaults import BUNDLED
+
+    root = tmp_path / "catalog"
+    shutil.copytree(BUNDLED, root)
+    (root / "datasets" / "demo-text" / "tags.json").write_text('{"latest": "6f47')
+    pane = Pane(_command(f"--catalog {root} tui"), *size)
+    try:
+        pane.wait_for("demo-text", "1 broken")
+        pane.keys("g")
+        pane.wait_for("Go to address")  # the prompt, not the footer's "g Go to": typing before it loses keys
+        pane.keys("C-u", "demo-text@latest", "Enter")
+        screen = pane.wait_for("could not open demo-text@latest", "not valid")
+        deadline = time.monotonic() + 90  # under the header, where "loading…" was (not only in a passing toast)
+        while not screen.splitlines()[1].strip().startswith("could not open demo-text@latest"):
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.2)
+            screen = pane.text()
+        assert "reading the manifest" not in screen
         pane.keys("q")
     finally:
         pane.close()

@@ -66,8 +66,8 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     hash (the batch is still shown). With --check-log: exit 1 at a divergence, or at a gap unless
     --allow-gaps."""
     # Only what this run needs is imported: the CLI answers one step from the shell in well under a second.
-    from dsinspect.cli.runs_cmd import path_exists, run_path
-    from dsinspect.inspect.runs import default_runs_dir
+    from dsinspect.cli.runs_cmd import run_path
+    from dsinspect.inspect.runs import default_runs_dir, path_exists
     from dsinspect.loaders.audit.bounds import BatchTooLarge
     from dsinspect.loaders.audit.replay import replay
     from dsinspect.loaders.records.run import is_run_dir

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from dsinspect.inspect.runs import RunGrid, RunSummary
     from dsinspect.loaders.store.catalog import Catalog
 
-__all__ = ["runs", "run_path", "path_exists", "COMMANDS"]
+__all__ = ["runs", "run_path", "COMMANDS"]
 
 GAPS_SHOWN = 20  # gap ranges printed for one run; --json lists them all
 
@@ -35,7 +35,7 @@ def runs(ctx: click.Context, directory: str | None, steps: str | None, columns: 
     DIR is a folder of run records (default: CATALOG/runs) or one run record (a path, or its name in
     CATALOG/runs); one record is shown in detail: its segments, its gaps and a grid of steps × ranks.
     A record that cannot be read is listed with its reason, and the command exits 1."""
-    from dsinspect.inspect.runs import default_runs_dir, is_run_record, list_runs, open_run
+    from dsinspect.inspect.runs import default_runs_dir, is_run_record, list_runs, open_run, path_exists
     from dsinspect.loaders.audit.logcheck import parse_steps
 
     if directory:  # the catalog is opened only to look a bare name up in it
@@ -67,28 +67,10 @@ def runs(ctx: click.Context, directory: str | None, steps: str | None, columns: 
 
 
 def run_path(catalog: Catalog, given: str) -> str:
-    """`given` as typed when it exists; else, when it names a run record in `<catalog>/runs` (what
-    `dsinspect runs` lists), that record's path."""
-    from dsinspect.inspect.runs import default_runs_dir
-    from dsinspect.loaders.records.run import is_run_dir
-    from dsinspect.loaders.store.storage import join
+    """`given` as typed when it exists; else the run record it names in `<catalog>/runs`."""
+    from dsinspect.inspect.runs import run_location
 
-    if "/" in given or path_exists(given):
-        return given
-    named = join(default_runs_dir(catalog.url), given)
-    return named if is_run_dir(named) else given
-
-
-def path_exists(path: str) -> bool:
-    """A file or directory is at `path` (a URL fsspec cannot open is none)."""
-    from dsinspect.errors import UserError
-    from dsinspect.loaders.store.storage import url_to_fs
-
-    try:
-        fs, root = url_to_fs(path)
-        return fs.exists(root)
-    except (UserError, OSError, ValueError):
-        return False
+    return run_location(catalog.url, given)
 
 
 def _runs_table(where: str, found: list[RunSummary]) -> Table:

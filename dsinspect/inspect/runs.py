@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.records.run import Gap, RunRecord, read_run
+from dsinspect.loaders.records.run import Gap, RunRecord, is_run_dir, read_run
 from dsinspect.loaders.records.runlog import read_log
 from dsinspect.loaders.store.storage import join, url_to_fs
 
@@ -47,6 +47,25 @@ def is_run_record(path: str) -> bool:
     try:
         fs, root = url_to_fs(str(path))
         return fs.isdir(join(root, "specs")) or fs.isdir(join(root, "fingerprints"))
+    except (UserError, OSError, ValueError):
+        return False
+
+
+def run_location(catalog_url: str, given: str) -> str:
+    """`given` as typed when something is there; else, when it names a run record in
+    `<catalog>/runs` (what `dsinspect runs` lists), that record's path; else `given` (its reader
+    then says what is missing)."""
+    if "/" in given or path_exists(given):
+        return given
+    named = join(default_runs_dir(catalog_url), given)
+    return named if is_run_dir(named) else given  # a folder there: its reader says if it is no record
+
+
+def path_exists(path: str) -> bool:
+    """A file or directory is at `path` (a URL fsspec cannot open is none)."""
+    try:
+        fs, root = url_to_fs(path)
+        return fs.exists(root)
     except (UserError, OSError, ValueError):
         return False
 

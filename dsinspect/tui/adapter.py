@@ -116,6 +116,7 @@ class DataSource:
         from dsinspect.loaders.audit.replay import replay
 
         fn = _transform(transform)
+        spec = self.run_location(spec)
         return guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
 
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
@@ -124,14 +125,21 @@ class DataSource:
         from dsinspect.loaders.audit.logcheck import check_log
 
         fn = _transform(transform)
+        spec, log = self.run_location(spec), self.run_location(log)
         return guarded(lambda: check_log(spec, log, steps=range(step, step + 1), catalog=self.catalog,
                                           transform=fn), transform)
+
+    def run_location(self, given: str) -> str:
+        """A run typed as a path, or by its name in `<catalog>/runs` (as the CLI and web app name it)."""
+        from dsinspect.inspect.runs import run_location
+
+        return run_location(self.url, given)
 
     def run_view(self, path: str) -> Any:
         """The run record directory `path` read once: its summary and grids (inspect.runs.RunView)."""
         from dsinspect.inspect.runs import open_run
 
-        return open_run(path)
+        return open_run(self.run_location(path))
 
     def check_run(self, path: str, transform: str | None = None, on_progress: Any = None) -> Any:
         """The whole run record `path` checked against this catalog (each kept line against the spec of
@@ -139,6 +147,7 @@ class DataSource:
         from dsinspect.loaders.audit.logcheck import check_log
 
         fn = _transform(transform)
+        path = self.run_location(path)
         return guarded(lambda: check_log(path, path, catalog=self.catalog, transform=fn, on_progress=on_progress),
                        transform)
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from textual.app import App
+from collections.abc import Iterable
+
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.screen import Screen
 
 from dsinspect.errors import DsinspectError
 from dsinspect.loaders.store.address import parse_address
@@ -19,6 +22,7 @@ from dsinspect.tui.screens.help import HelpScreen
 from dsinspect.tui.screens.replay import ReplayScreen
 from dsinspect.tui.screens.run import RunScreen
 from dsinspect.tui.screens.sample import SampleScreen
+from dsinspect.tui.screens.stats import StatsScreen
 
 __all__ = ["DsinspectApp"]
 
@@ -93,6 +97,10 @@ class DsinspectApp(App):
     def on_open_address(self, message: OpenAddress) -> None:
         self.open_address(message.address)
 
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's own entries but "Keys": the palette's "Help" shows the keys, and one help is enough."""
+        return (c for c in super().get_system_commands(screen) if c.title != "Keys")
+
     def on_load_failed(self, message: LoadFailed) -> None:
         self.notify(message.text, title="error", severity="error", timeout=8, markup=False)
 
@@ -123,9 +131,33 @@ class DsinspectApp(App):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def action_stats(self) -> None:
+        """Statistics of the version on the screen, or of a version asked for."""
+        shown = _version_shown(self.screen)
+        if shown is not None:
+            self.push_screen(StatsScreen(shown))
+            return
+
+        def done(address: str | None) -> None:
+            if address:
+                addr = parse_address(address)
+                self.push_screen(StatsScreen(f"{addr.name}@{addr.ref}"))
+        self.push_screen(GoToScreen(title="Statistics of a version  NAME[@REF]   e.g. demo-text@v1"), done)
+
     def action_catalog(self) -> None:
         while len(self.screen_stack) > 2 and not isinstance(self.screen, CatalogScreen):
             self.pop_screen()
+
+
+def _version_shown(screen: object) -> str | None:
+    """NAME@ID of the version a dataset, sample or statistics screen shows (None on other screens)."""
+    if isinstance(screen, DatasetScreen) and screen.version is not None:
+        return f"{screen.version.name}@{screen.version.id}"
+    if isinstance(screen, SampleScreen):
+        return f"{screen.addr.name}@{screen.addr.ref}"
+    if isinstance(screen, StatsScreen) and screen.b is None:
+        return screen.a
+    return None
 
 
 def _same_version(version, addr) -> bool:

@@ -19,7 +19,8 @@ class DsinspectCommands(Provider):
             ("Diff two versions", app.action_diff, "schema, shard and row changes, rows before / after"),
             ("Replay a step", app.action_replay, "the exact batch of (step, rank) from a run spec"),
             ("Open a run record", app.action_run, "steps × ranks, segments, gaps and the check of a run"),
-            ("Help", app.action_help, "keys and screens"),
+            ("Statistics", app.action_stats, "per field: counts, nulls, value bars, histograms"),
+            ("Help", app.action_help, "keys, screens and addresses"),
         ]
         for name in getattr(app, "dataset_names", []):
             out.append((f"Open {name}", partial(app.open_address, name), f"the latest version of {name}"))

@@ -207,5 +207,6 @@ def _newest(item: dict[str, Any]) -> dict[str, Any]:
 
 def _dataset_label(item: dict[str, Any]) -> str:
     broken = len(item.get("broken", []))
-    return f"{item['name']}  " + (f"({len(item['versions'])} ok, {broken} broken)" if broken
-                                  else f"({len(item['versions'])} versions)")
+    count = len(item["versions"])
+    return f"{item['name']}  " + (f"({count} ok, {broken} broken)" if broken
+                                  else f"({count} version{'' if count == 1 else 's'})")

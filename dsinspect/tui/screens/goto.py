@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,13 +21,13 @@ class GoToScreen(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, value: str = "") -> None:
+    def __init__(self, value: str = "", title: str = "Go to address  NAME[@REF][:INDEX]   e.g. demo-text@v1:17"):
         super().__init__()
-        self.value = value
+        self.value, self.title = value, title
 
     def compose(self) -> ComposeResult:
         with Vertical(id="goto-box"):
-            yield Label("Go to address  NAME[@REF][:INDEX]   e.g. demo-text@v1:17")
+            yield Label(self.title, markup=False)
             yield Input(self.value, placeholder="demo-text@v1:17", id="goto-input")
             yield Label("", id="goto-error")
 
@@ -36,7 +37,7 @@ class GoToScreen(ModalScreen[str | None]):
         try:
             parse_address(text)
         except UserError as e:
-            self.query_one("#goto-error", Label).update(f"[red]{e}[/red]")
+            self.query_one("#goto-error", Label).update(Text(str(e), style="red"))  # the address typed: text
             return
         self.dismiss(text)
 

@@ -170,7 +170,8 @@ class ReplayScreen(Screen):
             self.post_message(LoadFailed(f"could not replay step {step} rank {rank}: {e}"))
             return
         try:
-            record = spec if is_run_record(spec) else ""
+            located = self.app.source.run_location(spec)
+            record = located if is_run_record(located) else ""
         except Exception:  # noqa: BLE001 - a spec file's path, or one fsspec cannot list: no run to open
             record = ""
         self.app.call_from_thread(self._record_found, record)

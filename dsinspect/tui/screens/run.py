@@ -36,6 +36,7 @@ class RunScreen(Screen):
         Binding("Z", "zoom_out", "Whole run"),
         Binding("n", "ranks(1)", "Next ranks"),
         Binding("p", "ranks(-1)", "Prev ranks"),
+        Binding("R", "replay", "Replay"),  # this run's replay form, not the app's empty one
     ]
 
     def __init__(self, path: str = "", transform: str = "") -> None:
@@ -187,6 +188,17 @@ class RunScreen(Screen):
         if cell is not None and cell[3] is not None:
             rank, _, _, step = cell
             self.app.action_replay(self.path, step, str(rank), log=self.path)
+
+    def action_replay(self) -> None:
+        """The replay form filled in with this run: the highlighted cell's step and rank (step 0,
+        rank 0 when the cell has none)."""
+        if not self.path:
+            self.app.action_replay()
+            return
+        table = self.query_one("#run-grid", DataTable)
+        cell = self._cell(table.cursor_coordinate.row, table.cursor_coordinate.column)
+        rank, step = (cell[0], cell[3]) if cell is not None and cell[3] is not None else (0, 0)
+        self.app.action_replay(self.path, step, str(rank), log=self.path)
 
     def action_zoom(self) -> None:
         table = self.query_one("#run-grid", DataTable)
