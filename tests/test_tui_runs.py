@@ -181,3 +181,18 @@ async def test_a_run_is_opened_and_replayed_by_its_name_in_the_catalogs_runs(job
         await until(pilot, lambda: app.screen.run_record == record, what="the run record found by name")
         await until(pilot, lambda: "step 3: ✓ matches the log" in screen_text(app),
                     what="the step checked against the record")
+
+
+@pytest.mark.asyncio
+async def test_a_replay_beyond_the_byte_bound_is_one_notification_naming_the_export(job):
+    """As `dsinspect replay` and the web app bound theirs: the TUI held any batch whole (issue #31's
+    2.7 GB page, left alone in the terminal). A bound of 256 bytes refuses the toy batch of all ranks."""
+    cat, _, record = job
+    app = DsinspectApp(source=DataSource(catalog=Catalog(cat.url), replay_bytes=256))
+    async with app.run_test(size=SIZE) as pilot:
+        app.action_replay(record, 3, "all")
+        await until(pilot, lambda: any("more than the bound of 256 B" in n.message for n in app._notifications),
+                    what="the refusal")
+        note = next(n.message for n in app._notifications if "bound" in n.message)
+        assert note.count("\n") == 0 and f"dsinspect replay --spec {record} --step 3 --rank all --export DIR" in note
+        assert isinstance(app.screen, ReplayScreen) and app.screen.result is None

@@ -23,6 +23,9 @@ from dsinspect.lru import LRU
 __all__ = ["DataSource", "RowPage", "FilterPage"]
 
 _GROUP_CACHE = 16  # row groups kept in memory for the sample table
+# What one replay on the screen may hold (row groups read and rows, loaders/audit/bounds.py), as
+# `dsinspect replay` shows: a larger batch is one line pointing at `replay --export`, not a UI out of memory.
+REPLAY_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,9 @@ class FilterPage:
 class DataSource:
     """A catalog seen by the UI: listings, versions, pages of table cells and samples."""
 
-    def __init__(self, catalog_url: str | None = None, catalog: Any = None):
+    def __init__(self, catalog_url: str | None = None, catalog: Any = None, replay_bytes: int = REPLAY_BYTES):
         self.catalog = catalog if catalog is not None else open_catalog(catalog_url)
+        self.replay_bytes = replay_bytes
         self._versions: dict[tuple[str, str], DatasetVersion] = {}
         self._groups: LRU[tuple[str, int, int], pa.Table] = LRU(_GROUP_CACHE)
         self._lock = Lock()
@@ -113,11 +117,17 @@ class DataSource:
         """The batch of (step, rank) of the run in `spec` (a spec file or run record directory);
         `rank` is an integer or "all". With `transform` (package.module:function) each rank's batch
         also carries `.transformed`, the job's transform re-run seeded as in the job."""
+        from dsinspect.loaders.audit.bounds import BatchTooLarge
         from dsinspect.loaders.audit.replay import replay
 
         fn = _transform(transform)
         spec = self.run_location(spec)
-        return guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn), transform)
+        try:
+            return guarded(lambda: replay(spec, step, rank, catalog=self.catalog, transform=fn,
+                                          max_bytes=self.replay_bytes), transform)
+        except BatchTooLarge as e:
+            raise e.hinted(f"pick one rank, or write it as Parquet: dsinspect replay --spec {spec} --step {step} "
+                           f"--rank {rank} --export DIR") from None
 
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
         """The fingerprint log `log` (a file or run record directory) checked at `step` against
