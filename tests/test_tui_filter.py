@@ -157,3 +157,33 @@ async def test_the_filter_runs_in_a_worker_the_table_moves_meanwhile(sample_copy
 
 def test_help_names_the_filter_key():
     assert "`/`" in HELP and "dsinspect query --where" in HELP
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_n_and_p_on_a_sample_opened_from_the_matches_step_through_the_matches(sample_copy, expected, size):
+    """Issue #31: they stepped to the next index (49 → 50 → 51) when the next match was 77."""
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=size) as pilot:
+        screen = await open_dataset(pilot, app)
+        await pilot.press("slash", *CONDITION, "enter")
+        await filtered(pilot, screen, CONDITION)
+        assert any(b - a > 1 for a, b in zip(expected, expected[1:]))  # matches that are not neighbours
+        await pilot.press("down", "enter")  # the second match
+        await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample, what="the sample")
+        sample = app.screen
+        seen = [sample.sample.index]
+        for _ in range(3):
+            await pilot.press("n")
+            await until(pilot, lambda: sample.sample is not None and sample.sample.index != seen[-1]
+                        and sample.wanted.index == sample.sample.index, what="the next match")
+            seen.append(sample.sample.index)
+        assert seen == expected[1:5]
+        await pilot.press("p")
+        await until(pilot, lambda: sample.sample is not None and sample.sample.index == expected[3], what="back one")
+        for _ in range(3):
+            await pilot.press("p")
+        await until(pilot, lambda: sample.sample is not None and sample.sample.index == expected[0], what="the first")
+        await pilot.press("p")  # before the first match: said, and the sample stays
+        await until(pilot, lambda: any("no previous match" in n.message for n in app._notifications), what="the end")
+        assert sample.sample.index == expected[0]

@@ -61,7 +61,7 @@ async def test_footer_follows_the_focused_widgets_keys():
     app = DsinspectApp()
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_field(pilot, app, "demo-text@v1:0", "tokens")
-        await until(pilot, lambda: "Raw hex" in screen_text(app) and "Next token" not in screen_text(app))
+        await until(pilot, lambda: "x Hex" in screen_text(app) and "Next token" not in screen_text(app))
         await pilot.press("tab")  # into the token strip: its keys join the footer
         assert app.focused is screen.query_one(TokenStrip)
         await until(pilot, lambda: "Next token" in screen_text(app), what="token keys in the footer")

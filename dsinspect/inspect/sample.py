@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.inspect.floats import narrow
-from dsinspect.inspect.hexdump import PAGE_SIZE, HexPage, hex_page
+from dsinspect.inspect.hexdump import PAGE_SIZE, WIDTH, HexPage, hex_page
 from dsinspect.inspect.images import image_view
 from dsinspect.inspect.structured import array_view, bytes_view, json_view, scalar_view
 from dsinspect.inspect.text import text_view
@@ -110,8 +110,9 @@ class Sample(View):
         self.field(name)
         return self._canonical[name]
 
-    def hex(self, name: str, page: int = 0, page_size: int = PAGE_SIZE, canonical: bool = False) -> HexPage:
-        return hex_page(self.canonical(name) if canonical else self.raw(name), page, page_size)
+    def hex(self, name: str, page: int = 0, page_size: int = PAGE_SIZE, canonical: bool = False,
+            width: int = WIDTH) -> HexPage:
+        return hex_page(self.canonical(name) if canonical else self.raw(name), page, page_size, width)
 
     def value(self, name: str) -> Any:
         """The value as Python data (strings that are not valid UTF-8 come back with U+FFFD)."""

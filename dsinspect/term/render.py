@@ -311,8 +311,9 @@ _RENDERERS: dict[str, Callable[[Any, Options], RenderableType]] = {
 
 def hex_panel(page: HexPage, title: str) -> Panel:
     text = Text()
+    pad = max((len(line.hex) for line in page.lines), default=0) + 1  # a short last line keeps the columns
     for line in page.lines:
-        text.append(f"{line.offset:08x}  ", "dim").append(f"{line.hex:<49}").append(f" │{line.ascii}│\n", "cyan")
+        text.append(f"{line.offset:08x}  ", "dim").append(f"{line.hex:<{pad}}").append(f" │{line.ascii}│\n", "cyan")
     if not page.lines:
         text.append("(no bytes)", "dim")
     text.rstrip()

@@ -12,7 +12,7 @@ from dsinspect.errors import DsinspectError
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.commands import DsinspectCommands
-from dsinspect.tui.messages import LoadFailed, OpenAddress
+from dsinspect.tui.messages import LoadFailed, Matches, OpenAddress
 from dsinspect.tui.screens.catalog import CatalogScreen
 from dsinspect.tui.screens.dataset import DatasetScreen
 from dsinspect.tui.screens.diff import DiffScreen
@@ -64,8 +64,9 @@ class DsinspectApp(App):
 
     # -- navigation ---------------------------------------------------------------------------
 
-    def open_address(self, address: str) -> None:
-        """Push the dataset screen (and the sample screen when the address has an index)."""
+    def open_address(self, address: str, matches: Matches | None = None) -> None:
+        """Push the dataset screen (and the sample screen when the address has an index); `matches`:
+        the filter results the sample was opened from (its n/p step through them)."""
         try:
             addr = parse_address(address)
         except DsinspectError as e:
@@ -75,13 +76,16 @@ class DsinspectApp(App):
         top = self.screen
         if (isinstance(top, SampleScreen) and addr.index is not None
                 and (top.addr.name, top.addr.ref) == (addr.name, addr.ref)):
+            top.matches = matches
             if top.sample is None or top.sample.index != addr.index:
                 top.load_sample(addr)  # another sample of the same version: stay on this screen
             return
         if not (isinstance(top, DatasetScreen) and (top.address == version or _same_version(top.version, addr))):
             self.push_screen(DatasetScreen(version, cursor=addr.index or 0))
         if addr.index is not None:
-            self.push_screen(self._sample_screen(f"{version}:{addr.index}"))
+            screen = self._sample_screen(f"{version}:{addr.index}")
+            screen.matches = matches
+            self.push_screen(screen)
 
     def _sample_screen(self, address: str) -> SampleScreen:
         """The one installed sample screen, reused (composing a screen costs more than reading a
@@ -95,7 +99,7 @@ class DsinspectApp(App):
         return screen
 
     def on_open_address(self, message: OpenAddress) -> None:
-        self.open_address(message.address)
+        self.open_address(message.address, message.matches)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Textual's own entries but "Keys": the palette's "Help" shows the keys, and one help is enough."""

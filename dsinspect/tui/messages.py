@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from textual.message import Message
 
-__all__ = ["OpenAddress", "RowsLoaded", "LoadFailed"]
+__all__ = ["OpenAddress", "RowsLoaded", "LoadFailed", "Matches"]
+
+
+@dataclass(frozen=True)
+class Matches:
+    """The samples a filter matched, stepped through by the sample screen's n/p: the one shown is
+    match `position` (0-based) of `total`."""
+
+    version: Any
+    condition: str
+    position: int
+    total: int
+
+    def moved(self, delta: int) -> "Matches | None":
+        """The match `delta` away, or None past either end."""
+        position = self.position + delta
+        return replace(self, position=position) if 0 <= position < self.total else None
 
 
 class OpenAddress(Message):
-    """Open `address` (NAME[@REF][:INDEX]): a dataset screen, or a sample screen with an index."""
+    """Open `address` (NAME[@REF][:INDEX]): a dataset screen, or a sample screen with an index;
+    `matches` when the sample was opened from a filter's results (n/p then step through them)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, matches: Matches | None = None) -> None:
         super().__init__()
-        self.address = address
+        self.address, self.matches = address, matches
 
 
 class RowsLoaded(Message):

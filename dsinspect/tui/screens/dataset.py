@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Static, TabbedContent, TabPane
 
 from dsinspect.term import clean, human_bytes
-from dsinspect.tui.messages import LoadFailed, OpenAddress, RowsLoaded
+from dsinspect.tui.messages import LoadFailed, Matches, OpenAddress, RowsLoaded
 from dsinspect.tui.widgets.key_footer import KeyFooter
 from dsinspect.tui.widgets.sample_table import PAGE_ROWS, SampleTable
 
@@ -30,6 +30,7 @@ class DatasetScreen(Screen):
         Binding("d", "diff_parent", "Diff parent"),
         Binding("s", "tab('samples')", "Samples"),
         Binding("m", "tab('schema')", "Schema"),
+        Binding("S", "tab('shards')", "Shards"),
         Binding("h", "tab('history')", "History"),
     ]
 
@@ -281,13 +282,14 @@ class DatasetScreen(Screen):
 
     @on(SampleTable.RowOpened)
     def _open_row(self, event: SampleTable.RowOpened) -> None:
-        index = event.index
+        index, matches = event.index, None
         if event.table.id == "filter-table":  # a result row: its first cell is the sample's index
             cells = event.table.row_cells(event.index)
             if cells is None:
                 return
             index = int(cells[0])
-        self.post_message(OpenAddress(f"{self.version.name}@{self.version.id}:{index}"))
+            matches = Matches(self.version, self.condition, event.index, event.table.num_rows)
+        self.post_message(OpenAddress(f"{self.version.name}@{self.version.id}:{index}", matches))
 
     @on(DataTable.RowSelected, "#history-table")
     def _open_history(self, event: DataTable.RowSelected) -> None:

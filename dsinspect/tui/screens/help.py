@@ -16,10 +16,11 @@ HELP = """\
 Addresses are `NAME[@REF][:INDEX]`, e.g. `demo-text@v1:17`: REF is a tag or a version-id prefix,
 INDEX a row number (digits 0-9 only: no sign, no spaces).
 
-A run record (a `record_dir` a job wrote: `specs/`, `fingerprints/`) opens with `dsinspect tui RUNDIR`,
-with `r` on a replay of it, or from the command palette ("Open a run record"): its segments, gaps and
-a grid of steps × ranks (█ kept, ✗ gap, ░ only superseded lines, ! the check's first divergence; a
-long run is bucketed, a bucket with any gap step is a gap).
+A run record (a `record_dir` a job wrote: `specs/`, `fingerprints/`) opens with `dsinspect tui RUN`
+(its path, or its name in `<catalog>/runs`), with `r` on a replay of it, or from the command palette
+("Open a run record"): its segments, gaps and a grid of steps × ranks (█ kept, ✗ gap, ░ only
+superseded lines, ! the check's first divergence; a long run is bucketed, a bucket with any gap step
+is a gap).
 
 In a field (the replay form, the filter box) every printable key is text, `D` `R` `[` `]` included:
 escape leaves a field, and then the screen's keys act; tab moves between fields (replay: spec → step →
@@ -40,6 +41,7 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `R` | anywhere | replay: spec file, step, rank or `all` → the batch |
 | `]` / `[` | replay | next / previous step |
 | `r` | replay of a run record | open the run: steps × ranks, segments, gaps |
+| `R` | run | replay the highlighted (step, rank), the run filled in |
 | `enter` | run grid | replay that (step, rank) (a bucket: its first gap, else first step), checked against the record |
 | `k` | run | check the whole record against the catalog (progress shown; marks the divergence) |
 | `z` / `Z` | run | zoom into the highlighted bucket / back to the whole run |
@@ -48,13 +50,13 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `q` | anywhere | quit |
 | `up` `down` `pgup` `pgdn` `home` `end` | sample table | move; rows load by row group as you scroll |
 | `enter` / double click | lists and tables | open |
-| `s` `m` `h` | dataset | samples, schema, history tabs |
+| `s` `m` `S` `h` | dataset | samples, schema, shards, history tabs |
 | `t` | dataset | statistics per field: counts, nulls, value bars, histograms (token counts, sizes, returns) |
 | `t` | diff | both versions' statistics side by side, numbers on shared bins |
 | `/` | dataset | filter the samples (below); escape or an empty box: the full table |
 | `tab` | sample | next field list / view |
 | `left` `right` | token view | move the token cursor (its id and bytes are shown) |
-| `n` / `p` | sample | next / previous sample |
+| `n` / `p` | sample | next / previous sample; opened from a filter's matches: the next / previous match |
 | `.` / `,` | video field | next / previous frame |
 | `up` `down` `pgup` `pgdn` `home` `end` | trajectory steps (`tab` into them) | any step; ▲ marks it on the sparklines |
 | `x` | sample | show or hide raw hex |

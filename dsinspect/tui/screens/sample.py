@@ -15,7 +15,7 @@ from textual.widgets._header import HeaderTitle
 from textual.widgets.option_list import Option
 
 from dsinspect.loaders.store.address import Address, parse_address
-from dsinspect.tui.messages import LoadFailed
+from dsinspect.tui.messages import LoadFailed, Matches
 from dsinspect.tui.widgets.field_view import FieldView, Prepared, hashes_renderable, hex_renderable, prepare
 from dsinspect.tui.widgets.key_footer import KeyFooter
 from dsinspect.tui.widgets.token_strip import TokenStrip
@@ -36,9 +36,9 @@ class SampleScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("n", "step(1)", "Next sample"),
-        Binding("p", "step(-1)", "Prev sample"),
-        Binding("x", "toggle_raw", "Raw hex"),
+        Binding("n", "step(1)", "Next"),
+        Binding("p", "step(-1)", "Prev"),
+        Binding("x", "toggle_raw", "Hex"),
         Binding("full_stop", "frame(1)", "Next frame", show=False),
         Binding("comma", "frame(-1)", "Prev frame", show=False),
         Binding("right", "token(1)", "Next token", show=False),
@@ -56,6 +56,7 @@ class SampleScreen(Screen):
         self.hex_page = 0
         self.wanted: Address = self.addr  # the sample asked for last: only its read is shown
         self.blank = True  # nothing of any sample is on screen (composed, or cleared when left)
+        self.matches: Matches | None = None  # the filter results it was opened from: n/p step through them
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -228,7 +229,9 @@ class SampleScreen(Screen):
     def _show_raw(self) -> None:
         if self.sample is not None and self.field_name and self.addr == self.wanted:
             self.query_one("#hashes", Static).update(hashes_renderable(self.sample, self.field_name))
-            self.query_one("#raw-body", Static).update(hex_renderable(self.sample, self.field_name, self.hex_page))
+            columns = self.query_one("#raw-body", Static).content_size.width or self.size.width
+            self.query_one("#raw-body", Static).update(hex_renderable(self.sample, self.field_name, self.hex_page,
+                                                                      columns))
 
     def action_hex_page(self, delta: int) -> None:
         self.hex_page = max(0, self.hex_page + delta)
@@ -249,13 +252,37 @@ class SampleScreen(Screen):
         self.query_one("#raw").toggle_class("hidden")
 
     def action_step(self, delta: int) -> None:
+        """The next or previous sample: of the version, or of the filter's matches it was opened from."""
         if self.sample is None or self.wanted.index is None:
+            return
+        if self.matches is not None:
+            moved = self.matches.moved(delta)
+            if moved is None:
+                where = "next" if delta > 0 else "previous"
+                self.notify(f"no {where} match: the filter {self.matches.condition} matches {self.matches.total:,}",
+                            severity="warning", markup=False)
+            else:
+                self.matches = moved  # at once: keys pressed before the read is back keep counting from here
+                self._find_match(moved)
             return
         index = self.wanted.index + delta
         if 0 <= index < self.sample.num_rows:
             self.load_sample(Address(self.addr.name, self.addr.ref, index))
         else:
             self.notify(f"no sample {index}: the version has {self.sample.num_rows:,} rows", severity="warning")
+
+    @work(thread=True, exclusive=True, group="match")
+    def _find_match(self, matches: Matches) -> None:
+        try:
+            index = self.app.source.filter(matches.version, matches.condition, matches.position, 1).indexes[0]
+        except Exception as e:  # noqa: BLE001 - any read failure becomes a notification
+            self.post_message(LoadFailed(f"could not read match {matches.position + 1}: {e}"))
+            return
+        self.app.call_from_thread(self._show_match, matches, index)
+
+    def _show_match(self, matches: Matches, index: int) -> None:
+        if matches == self.matches:  # else another key moved on since
+            self.load_sample(Address(self.addr.name, self.addr.ref, index))
 
 
 def _short(addr: Address) -> str:

@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample, StepRow, TokensView, VideoView, View
+from dsinspect.inspect.hexdump import NARROW_WIDTH, WIDTH
 from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.term import Options, findings_text, hex_panel, render_view
 from dsinspect.tui.widgets.pictures import picture
@@ -22,6 +23,8 @@ from dsinspect.tui.widgets.token_strip import TokenStrip
 from dsinspect.tui.widgets.video_player import FRAME_SIDE, VideoPlayer
 
 __all__ = ["Prepared", "prepare", "FieldView", "hashes_renderable", "hex_renderable"]
+
+HEX_COLUMNS = 82  # a 16-byte line: offset 10, hex 49, ASCII 2 + 16 + 1, the panel's border and padding 4
 
 
 @dataclass
@@ -70,13 +73,16 @@ def hashes_renderable(sample: Sample, name: str) -> RenderableType:
                          ("  ✓ matches", "green") if sample.row_hash.ok else ("  ✗ MISMATCH", "bold red"))
 
 
-def hex_renderable(sample: Sample, name: str, page: int = 0) -> RenderableType:
-    """Hex dumps of the field's raw (and, when different, canonical) bytes: what `x` hides."""
+def hex_renderable(sample: Sample, name: str, page: int = 0, columns: int = 200) -> RenderableType:
+    """Hex dumps of the field's raw (and, when different, canonical) bytes: what `x` hides; 16 bytes a
+    line where `columns` fit them, else 8, so a line never wraps."""
     info = sample.field(name)
+    width = WIDTH if columns >= HEX_COLUMNS else NARROW_WIDTH
     parts: list[Any] = []
     if not info.raw_is_canonical and not info.null:
-        parts.append(hex_panel(sample.hex(name, page), f"raw bytes ({info.size:,})"))
-    parts.append(hex_panel(sample.hex(name, page, canonical=True), f"canonical bytes ({info.canonical_size:,})"))
+        parts.append(hex_panel(sample.hex(name, page, width=width), f"raw bytes ({info.size:,})"))
+    parts.append(hex_panel(sample.hex(name, page, canonical=True, width=width),
+                           f"canonical bytes ({info.canonical_size:,})"))
     return Group(*parts)
 
 
