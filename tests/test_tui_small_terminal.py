@@ -70,3 +70,55 @@ async def test_the_help_dialog_fits_the_terminal(size):
         await until(pilot, lambda: box.region.width > 0, what="laid out")
         assert box.region.x >= 0 and box.region.right <= size[0]
         assert "NAME[@REF][:INDEX]" in screen_text(app)
+
+
+async def open_field(pilot, app, address: str):
+    app.open_address(address)
+    await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.sample
+                and app.screen.query("#field-view"), what=address)
+    return app.screen
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_an_image_is_shown_whole_in_its_pane(size):
+    """It showed 8 of its 24 rows at 80×24 (20 of 24 at 120×40): now scaled to the pane's room."""
+    app = DsinspectApp()
+    async with app.run_test(size=size) as pilot:
+        screen = await open_field(pilot, app, "demo-images@v1:3")
+        await until(pilot, lambda: screen.query("#image-picture"), what="the picture")
+        await pilot.pause()
+        pane, image = screen.query_one("#decoded"), screen.query_one("#image-picture")
+        assert image.region.height >= 8 and image.region.height == image.styles.height.value
+        assert pane.region.contains_region(image.region) and pane.max_scroll_y == 0  # nothing below the fold
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", SIZES)
+async def test_trajectory_and_video_headers_are_one_readable_line(size):
+    """The trajectory's title printed the whole Arrow type over 3 lines, its observation cells ended
+    in "……", and a video's container read `mov,mp4,m4a,3gp,3g2,mj2`."""
+    app = DsinspectApp()
+    async with app.run_test(size=size) as pilot:
+        screen = await open_field(pilot, app, "demo-rl@v1:0")
+        await until(pilot, lambda: "observation" in screen_text(app) and "step 0 (" in screen_text(app),
+                    what="the steps")
+        title = screen.query_one(".field-title")
+        assert title.region.height == 1 and "item:" not in screen_text(app)
+        assert "trajectory · trajectory · struct<observation" in screen_text(app)
+        cells = [line for line in screen_text(app).splitlines() if "[" in line and "…" in line]
+        assert cells and not any(re.search(r"……|[,-] ?…(?!\])", line) for line in cells)  # one "…", after a value
+        screen = await open_field(pilot, app, "demo-video@v1:0")
+        await until(pilot, lambda: "h264" in screen_text(app), what="the video's line")
+        assert "mp4 · h264 96x64" in screen_text(app) and "mov,mp4" not in screen_text(app)
+
+
+def test_a_container_is_named_by_its_major_brand():
+    from dsinspect.inspect.video import container_name
+
+    mp4 = b"\0\0\0\x20ftypisom\0\0\2\0"
+    assert container_name("mov,mp4,m4a,3gp,3g2,mj2", mp4) == "mp4"
+    assert container_name("mov,mp4,m4a,3gp,3g2,mj2", b"\0\0\0\x14ftypqt  \0\0\0\0") == "mov"
+    assert container_name("mov,mp4,m4a,3gp,3g2,mj2", b"\0\0\0\x14ftyp3gp5\0\0\0\0") == "3gp"
+    assert container_name("mov,mp4,m4a,3gp,3g2,mj2", b"no box here") == "mov"
+    assert container_name("matroska,webm", b"\x1a\x45\xdf\xa3") == "matroska" and container_name("avi", b"") == "avi"

@@ -20,7 +20,7 @@ from PIL import Image
 from dsinspect.inspect.images import MAX_PIXELS, fit_pixels, png_bytes
 from dsinspect.inspect.views import ErrorView, Finding, Severity, View, no_json, reason_of
 
-__all__ = ["FrameView", "VideoView", "video_view", "decodable_frames", "MAX_PACKETS", "MAX_DECODE"]
+__all__ = ["FrameView", "VideoView", "video_view", "decodable_frames", "container_name", "MAX_PACKETS", "MAX_DECODE"]
 
 MAX_PACKETS = 200_000   # packets demuxed when probing; more are not counted
 MAX_DECODE = 2_000      # frames decoded to reach one requested frame
@@ -202,6 +202,24 @@ def _probe(data: bytes) -> VideoView:
     return view
 
 
+# ISO base media major brands (bytes 8..12, after "ftyp") -> the name a file of that kind goes by
+_BRANDS = {b"qt  ": "mov", b"M4A ": "m4a", b"M4V ": "m4v", b"mjp2": "mj2", b"3gp": "3gp", b"3g2": "3g2"}
+
+
+def container_name(demuxer: str, data: bytes) -> str:
+    """One name for the container: FFmpeg names a demuxer by every format it reads
+    ("mov,mp4,m4a,3gp,3g2,mj2"); the file's major brand says which of them this one is."""
+    if "," not in demuxer:
+        return demuxer
+    names = demuxer.split(",")
+    if data[4:8] == b"ftyp":
+        brand = data[8:12]
+        named = next((name for prefix, name in _BRANDS.items() if brand.startswith(prefix)), "mp4")
+        if named in names:
+            return named
+    return names[0]
+
+
 def _describe(c: Any, s: Any, data: bytes, packets: list[tuple[int | None, bool]],
               findings: list[Finding]) -> VideoView:
     seekable = all(pts is not None for pts, _ in packets)
@@ -213,9 +231,10 @@ def _describe(c: Any, s: Any, data: bytes, packets: list[tuple[int | None, bool]
     fps = float(rate) if rate else None
     duration = float(s.duration * tb) if s.duration else (c.duration / 1e6 if c.duration else None)
     cc = s.codec_context
-    view = VideoView(c.format.name, cc.name, cc.width, cc.height, cc.pix_fmt, fps, duration, len(packets), keyframes,
-                     len(data), c.bit_rate or None, [f"{x.type} {x.codec_context.name}" for x in c.streams],
-                     findings, data, s.index, pts, tb, seekable)
+    view = VideoView(container_name(c.format.name, data), cc.name, cc.width, cc.height, cc.pix_fmt, fps, duration,
+                     len(packets), keyframes, len(data), c.bit_rate or None,
+                     [f"{x.type} {x.codec_context.name}" for x in c.streams], findings, data, s.index, pts, tb,
+                     seekable)
     _check(view, s.frames, packets)
     return view
 

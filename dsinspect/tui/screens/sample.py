@@ -224,7 +224,7 @@ class SampleScreen(Screen):
         with self.app.batch_update():  # one repaint for the swap, not one for the empty pane and one for the view
             await decoded.remove_children()
             if sample is self.sample and prepared.info.name == self.field_name:
-                await decoded.mount(FieldView(prepared, id="field-view"))
+                await decoded.mount(FieldView(prepared, rows=decoded.content_size.height, id="field-view"))
 
     def _show_raw(self) -> None:
         if self.sample is not None and self.field_name and self.addr == self.wanted:

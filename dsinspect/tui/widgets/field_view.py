@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,14 @@ from dsinspect.inspect import ErrorView, FieldInfo, FrameView, ImageView, Sample
 from dsinspect.inspect.hexdump import NARROW_WIDTH, WIDTH
 from dsinspect.inspect.trajectory import TrajectoryView
 from dsinspect.term import Options, findings_text, hex_panel, render_view
-from dsinspect.tui.widgets.pictures import picture
+from dsinspect.tui.widgets.pictures import MAX_ROWS, picture
 from dsinspect.tui.widgets.step_table import StepTable, step_rows
 from dsinspect.tui.widgets.token_strip import TokenStrip
 from dsinspect.tui.widgets.video_player import FRAME_SIDE, VideoPlayer
 
-__all__ = ["Prepared", "prepare", "FieldView", "hashes_renderable", "hex_renderable"]
+__all__ = ["Prepared", "prepare", "FieldView", "hashes_renderable", "hex_renderable", "short_type"]
 
+_IMAGE_HEAD_ROWS = 3  # the field's title, the image's format line and a findings line
 HEX_COLUMNS = 82  # a 16-byte line: offset 10, hex 49, ASCII 2 + 16 + 1, the panel's border and padding 4
 
 
@@ -86,21 +88,29 @@ def hex_renderable(sample: Sample, name: str, page: int = 0, columns: int = 200)
     return Group(*parts)
 
 
+def short_type(arrow_type: str) -> str:
+    """An Arrow type as a title shows it, on one line: `list<item: float>` as `list<float>` (the
+    schema tab has the whole type)."""
+    return re.sub(r"\b(item|element): ", "", str(arrow_type))
+
+
 class FieldView(Vertical):
     """The decoded view of one field: a token strip, a picture, a video player, or a rich rendering."""
 
     DEFAULT_CSS = """
     FieldView { height: auto; }
-    FieldView .field-title { text-style: bold; background: $panel; width: 100%; }
+    FieldView .field-title { text-style: bold; background: $panel; width: 100%; text-wrap: nowrap;
+                             text-overflow: ellipsis; }
     """
 
-    def __init__(self, prepared: Prepared, **kwargs) -> None:
+    def __init__(self, prepared: Prepared, rows: int = MAX_ROWS + _IMAGE_HEAD_ROWS, **kwargs) -> None:
         super().__init__(**kwargs)
         self.prepared = prepared
+        self.rows = rows  # the room the pane has: a picture is scaled to be seen whole
 
     def compose(self) -> ComposeResult:
         p, info = self.prepared, self.prepared.info
-        yield Static(f"{info.name} · {info.role} · {info.type}" + (" · null" if info.null else ""),
+        yield Static(f"{info.name} · {info.role} · {short_type(info.type)}" + (" · null" if info.null else ""),
                      classes="field-title", markup=False)
         view = p.view
         if isinstance(view, TokensView):
@@ -118,6 +128,6 @@ class FieldView(Vertical):
             if p.body is not None:
                 yield Static(p.body, classes="view-body")
             if p.image is not None:
-                yield picture(p.image, id="image-picture")
+                yield picture(p.image, id="image-picture", max_rows=self.rows - _IMAGE_HEAD_ROWS)
         if isinstance(view, ErrorView):
             self.add_class("broken")

@@ -52,21 +52,24 @@ def half_block_text(image: Image.Image) -> Text:
     return half_blocks(fit_pixels(image, min(MAX_COLS, image.width), 2 * MAX_ROWS))
 
 
-def _size(image: Image.Image) -> tuple[int, int]:
-    """Cells for an image: at most MAX_COLS x MAX_ROWS, aspect kept (a cell is about twice as tall as wide)."""
+def _size(image: Image.Image, max_rows: int = MAX_ROWS) -> tuple[int, int]:
+    """Cells for an image: at most MAX_COLS x `max_rows` (≤ MAX_ROWS), aspect kept (a cell is about
+    twice as tall as wide)."""
+    most = max(1, min(MAX_ROWS, max_rows))
     cols = min(MAX_COLS, max(1, image.width // 2 if image.width > 2 * MAX_COLS else image.width))
     rows = max(1, round(cols * image.height / image.width / 2))
-    if rows > MAX_ROWS:
-        rows, cols = MAX_ROWS, max(1, round(MAX_ROWS * 2 * image.width / image.height))
+    if rows > most:
+        rows, cols = most, max(1, round(most * 2 * image.width / image.height))
     return cols, rows
 
 
-def picture(image: Image.Image, id: str | None = None) -> Widget:
-    """A widget showing `image`; `set_picture(widget, image)` replaces it (video frame stepping)."""
+def picture(image: Image.Image, id: str | None = None, max_rows: int = MAX_ROWS) -> Widget:
+    """A widget showing `image` whole in at most `max_rows` rows (the room its pane has);
+    `set_picture(widget, image)` replaces it (video frame stepping)."""
     if _Widget is None:
         return Picture(image, id=id, classes="picture")
     widget = _Widget(image, id=id, classes="picture")
-    cols, rows = _size(image)
+    cols, rows = _size(image, max_rows)
     widget.styles.width, widget.styles.height = cols, rows
     return widget
 

@@ -56,7 +56,9 @@ def _flag(x: bool | None) -> Cell:
 
 def fit_cell(cell: Cell, width: int) -> str:
     """The cell's text cut or padded to exactly `width` terminal cells (wide characters count two)."""
-    text = cell.text if cell_len(cell.text) <= width else set_cell_size(cell.text, width - 1) + "…"
+    text = cell.text
+    if cell_len(text) > width:  # one "…": a cut inside a shortened vector drops that one's ", …"
+        text = set_cell_size(text, width - 1).rstrip(" ,…-") + "…"
     gap = " " * (width - cell_len(text))
     return gap + text if cell.right else text + gap
 
