@@ -6,6 +6,7 @@ both versions on shared bins. The statistics write derived values into the catal
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from tui_helpers import SIZE, screen_text, until
@@ -17,7 +18,7 @@ from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.screens.dataset import DatasetScreen
 from dsinspect.tui.screens.diff import DiffScreen
 from dsinspect.tui.screens.help import HELP
-from dsinspect.tui.screens.stats import StatsScreen, bar
+from dsinspect.tui.screens.stats import StatsScreen, bar, share
 from dsinspect.tui.widgets.sample_table import SampleTable
 
 
@@ -61,17 +62,20 @@ async def test_t_shows_each_fields_counts_value_bars_and_a_token_count_histogram
         line = next(t for t in lines if t.strip().startswith(f"{top_value} "))
         assert "█" * 30 in line and f" {top_count} " in line
         for value, n in lang.values:
-            assert any(t.strip().startswith(f"{value} ") and t.rstrip().endswith(f"{n} {n / 240:.0%}")
+            assert any(t.strip().startswith(f"{value} ") and t.rstrip().endswith(f"{n} {share(n, 240)}")
                        for t in lines), value
         # the token counts: a histogram, each bin a line with its count, bars scaled to the largest bin
         tokens = expect.column("tokens_len")
         i = next(k for k, t in enumerate(lines) if t.startswith("tokens_len"))
         assert "derived from tokens" in lines[i] and f"distinct {tokens.distinct}" in lines[i + 1]
         assert lines[i + 2].split() == ["min", "2", "·", "mean", f"{tokens.mean:.4g}", "·", "max", "687"]
-        bins = lines[i + 3:i + 3 + len(tokens.histogram)]
-        assert [int(t.split()[-1]) for t in bins] == [n for *_, n in tokens.histogram]
+        filled = [h for h in tokens.histogram if h[2]]  # empty bins are counted, not drawn
+        bins = lines[i + 3:i + 3 + len(filled)]
+        assert [int(t.split()[-1]) for t in bins] == [n for *_, n in filled]
+        empty = len(tokens.histogram) - len(filled)
+        assert not empty or lines[i + 3 + len(filled)].strip() == f"{empty} empty bin(s) of 20 not shown"
         biggest = max(n for *_, n in tokens.histogram)
-        for t, (_, _, n) in zip(bins, tokens.histogram):
+        for t, (_, _, n) in zip(bins, filled):
             assert t.endswith(f" {bar(n, biggest)} {n}") and ("█" * 30 in t) == (n == biggest), t
         assert "kept in the shards" in body(screen)  # text, tokens: described by their derived values
         await pilot.press("escape")
@@ -91,8 +95,8 @@ async def test_image_sizes_and_episode_returns_are_drawn(sample_copy):
         lines = body_lines(screen)
         i = next(k for k, t in enumerate(lines) if t.startswith("trajectory_return"))
         assert "derived from trajectory" in lines[i] and "mean 6.282" in lines[i + 2]
-        assert lines[i + 3].lstrip().startswith("[-16.27,") and sum(int(t.split()[-1]) for t in lines[i + 3:i + 23]) \
-            == 40
+        bins = [t for t in lines[i + 3:i + 23] if t.lstrip().startswith("[")]
+        assert lines[i + 3].lstrip().startswith("[-16.27,") and sum(int(t.split()[-1]) for t in bins) == 40
 
 
 @pytest.mark.asyncio
@@ -115,8 +119,9 @@ async def test_t_on_a_diff_shows_both_versions_on_shared_bins(sample_copy):
         x, y = first.column("tokens_len"), second.column("tokens_len")
         assert [h[:2] for h in x.histogram] == [h[:2] for h in y.histogram]  # the core: shared bins
         i = next(k for k, t in enumerate(lines) if t.startswith("tokens_len"))
-        rows = lines[i + 3:i + 3 + len(x.histogram)]
-        for t, (_, _, n), (_, _, m) in zip(rows, x.histogram, y.histogram):
+        shown = [(a, b) for a, b in zip(x.histogram, y.histogram) if a[2] or b[2]]  # bins either version fills
+        rows = lines[i + 3:i + 3 + len(shown)]
+        for t, ((_, _, n), (_, _, m)) in zip(rows, shown):
             left, right = t[:58], t[58:]  # both versions on one line: the same bin, each its count
             assert left.split()[-1] == str(n) and right.split()[-1] == str(m), t
             assert left.split()[0] == right.split()[0]
@@ -129,3 +134,59 @@ def test_bars_in_eighths():
 
 def test_help_names_the_stats_key():
     assert "| `t` | dataset | statistics" in HELP
+
+
+VALUE_ROW = re.compile(r"^[⟳ ] (\S+)\s+[█▉▊▋▌▍▎▏]*\s*(\d+) ([\d.]+%)\s+([⟳ ]) (\S+)\s+[█▉▊▋▌▍▎▏]*\s*(\d+) ([\d.]+%)")
+
+
+async def compared(pilot, app, a: str, b: str) -> StatsScreen:
+    app.push_screen(StatsScreen(a, b))
+    await until(pilot, lambda: isinstance(app.screen, StatsScreen) and app.screen.stats is not None,
+                timeout=60, what="both versions' statistics")
+    await pilot.pause(0.05)
+    return app.screen
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_two_versions_share_rows_mark_what_moved_and_round_their_numbers(sample_copy, size):
+    """Issue #31: each side was sorted by its own counts (the same value on different rows), nothing
+    marked what moved, video_seconds printed unrounded, 1 of 8 shown as 12%."""
+    from dsinspect.inspect.stats import moved
+
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=size) as pilot:
+        screen = await compared(pilot, app, "demo-video@v1", "demo-video@v2")
+        lines = body_lines(screen)
+        assert all(len(line) <= screen.query_one("#stats-columns").content_region.width for line in lines)
+        rows = [m for m in map(VALUE_ROW.match, lines) if m]
+        assert len(rows) >= 20
+        assert all(m.group(1) == m.group(5) for m in rows)  # each value on one row, both sides
+        first, second = screen.stats
+        frames = dict(first.column("num_frames").values), dict(second.column("num_frames").values)
+        for m in rows:  # a row whose counts differ is marked; the counts are the versions' own
+            if m.group(1).isdigit() and int(m.group(1)) in frames[0].keys() | frames[1].keys():
+                a, b = int(m.group(2)), int(m.group(6))
+                assert (m.group(4) == "⟳") == (a != b)
+        text = "\n".join(lines)
+        changes = moved(first.column("num_frames"), second.column("num_frames"))
+        assert changes and "⟳ moved: " + changes[0] in text and "= unchanged" in text  # fps did not move
+        assert "12.5%" in text and " 12%" not in text  # 1 of 8
+        seconds = [m.group(1) for m in rows if "." in m.group(1)]
+        assert seconds and all(len(s) <= 6 for s in seconds) and "0.7917" in seconds  # 0.7916666666666666
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_empty_bins_of_sparse_ids_are_left_out_and_counted(sample_copy, size):
+    """Issue #31: an id column (episode_id 0..39, then 1,000-odd) drew 18 empty bins of 20."""
+    app = DsinspectApp(source=DataSource(catalog=sample_copy))
+    async with app.run_test(size=size) as pilot:
+        screen = await compared(pilot, app, "demo-rl@v1", "demo-rl@v2")
+        lines = body_lines(screen)
+        start = next(i for i, line in enumerate(lines) if line.startswith("episode_id"))
+        end = next(i for i in range(start, len(lines)) if not lines[i].strip())  # the blank line after it
+        block = "\n".join(lines[start:end])
+        bins = [line for line in block.splitlines() if line.lstrip().startswith("[")]
+        assert len(bins) == 2  # the two bins either version has values in, side by side
+        assert "18 empty bin(s) of 20 not shown" in block

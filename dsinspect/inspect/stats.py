@@ -8,6 +8,7 @@ values, and their nulls counted from the Parquet footers' statistics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 from dsinspect.inspect.query import VersionQuery
 from dsinspect.inspect.views import jsonable
 
-__all__ = ["ColumnStats", "VersionStats", "version_stats", "compare_stats", "FEW"]
+__all__ = ["ColumnStats", "VersionStats", "version_stats", "compare_stats", "moved", "number", "FEW"]
 
 FEW = 20      # distinct values listed with their counts when there are at most this many
 BINS = 20
@@ -90,6 +91,40 @@ def compare_stats(a: VersionQuery, b: VersionQuery, bins: int = BINS) -> tuple[V
         if y is not None and x.min is not None and y.min is not None:
             ranges[x.name] = (min(x.min, y.min), max(x.max, y.max))
     return version_stats(a, bins, ranges), version_stats(b, bins, ranges)
+
+
+def number(value: float | None) -> str:
+    """A statistic as text: integers with thousands separators, others to 6 significant digits."""
+    if value is None:
+        return "—"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.6g}"
+
+
+def moved(a: ColumnStats | None, b: ColumnStats | None) -> list[str]:
+    """What differs between a column's statistics in two versions, in words; its row count too (a
+    column kept in the shards has no other statistic that could tell)."""
+    if a is None:
+        return ["only in B"]
+    if b is None:
+        return ["only in A"]
+    out = []
+    for stat in ("rows", "nulls", "distinct", "min", "mean", "max"):
+        x, y = getattr(a, stat), getattr(b, stat)
+        if x != y and not (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=1e-9)):
+            out.append(f"{stat} {number(x)} → {number(y)}")
+    if a.values is not None and b.values is not None:
+        ca, cb = dict(a.values), dict(b.values)
+        changed = [f"{number(v) if isinstance(v, float) else v}: {ca.get(v, 0):,} → {cb.get(v, 0):,}"
+                   for v in dict.fromkeys([*ca, *cb]) if ca.get(v, 0) != cb.get(v, 0)]
+        if changed:
+            out.append("counts " + ", ".join(changed))
+    elif a.histogram and b.histogram and [n for *_, n in a.histogram] != [n for *_, n in b.histogram]:
+        out.append("histogram")
+    return out
 
 
 def _column(con: Any, name: str, kind: str, source: str, rows: int, bins: int,

@@ -5,6 +5,7 @@ thread worker through the adapter (`inspect.stats`); two versions share each num
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -17,11 +18,12 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Header, Static
 
+from dsinspect.inspect.stats import moved
 from dsinspect.term import clean
 from dsinspect.tui.messages import LoadFailed
 from dsinspect.tui.widgets.key_footer import KeyFooter
 
-__all__ = ["StatsScreen", "bar", "column_view"]
+__all__ = ["StatsScreen", "Layout", "bar", "column_view", "share", "value_text"]
 
 BAR_WIDTH = 30
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -51,43 +53,102 @@ def _label(text: str, width: int = _LABEL) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def column_view(c: Any, top: int | None = None, width: int = BAR_WIDTH, label: int = _LABEL) -> RenderableType:
+def share(n: int, rows: int) -> str:
+    """`n` of `rows` as a percentage to 3 significant digits: 1 of 8 is 12.5%, not 12%."""
+    return f"{100 * n / rows:.3g}%" if rows else ""
+
+
+def value_text(value: Any) -> str:
+    """A listed value as a label: floats to 4 significant digits (0.8333333333333334 -> 0.8333)."""
+    if value is None:
+        return "(null)"
+    return number(value) if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a column is drawn: `top`, the count a full bar stands for; `order`, the values' rows
+    (two versions: the same value on the same row); `bins`, the histogram bins shown (those empty
+    on every side are left out); `other`, the other version's column (its differing rows marked)."""
+
+    top: int | None = None
+    order: list[Any] | None = None
+    bins: list[int] | None = None
+    other: Any = None
+
+
+def column_view(c: Any, layout: Layout = Layout(), width: int = BAR_WIDTH, label: int = _LABEL) -> RenderableType:
     """One column's statistics: a counts line, then its values as bars (when few) or its histogram
-    (numbers); `top`: the count a full bar stands for (two versions drawn on one scale); `width` and
-    `label`: the cells of a full bar and of a value's or a bin's label."""
+    (numbers); `width` and `label`: the cells of a full bar and of a value's or a bin's label."""
     head = Text.assemble((c.name, "bold"), f"  {c.type} · {c.source}")
     counts = [f"rows {c.rows:,}", f"nulls {'-' if c.nulls is None else f'{c.nulls:,}'}"]
     if c.distinct is not None:
         counts.append(f"distinct {c.distinct:,}")
-    parts: list[RenderableType] = [head, Text("  " + " · ".join(counts), "dim")]
+    parts: list[Text] = [head, Text("  " + " · ".join(counts), "dim")]
     if c.mean is not None:  # a line of its own: two versions side by side stay line for line
         parts.append(Text(f"  min {number(c.min)} · mean {number(c.mean)} · max {number(c.max)}", "dim"))
     if c.values is not None:
-        scale = top or max((n for _, n in c.values), default=0)
-        for value, n in c.values:
-            shown = "(null)" if value is None else str(value)
-            share = f"{n / c.rows:.0%}" if c.rows else ""
-            parts.append(Text.assemble(f"  {_label(shown, label):<{label}} ", (bar(n, scale, width), "cyan"),
-                                       f" {n:,} {share}"))
+        parts += _value_rows(c, layout, width, label)
     elif c.histogram:
-        scale = top or max((n for *_, n in c.histogram), default=0)
-        for i, (lo, hi, n) in enumerate(c.histogram):
-            close = "]" if i == len(c.histogram) - 1 else ")"
-            span = _label(f"[{number(lo)}, {number(hi)}{close}", label)
-            parts.append(Text.assemble(f"  {span:<{label}} ", (bar(n, scale, width), "green"), f" {n:,}"))
+        parts += _bin_rows(c, layout, width, label)
     elif c.source == "in the shards":
         parts.append(Text("  kept in the shards: described by its derived values", "dim italic"))
+    for part in parts:  # one line each, cut with "…": two versions side by side stay line for line
+        part.no_wrap, part.overflow = True, "ellipsis"
     return Group(*parts, Text(""))
 
 
-def _top(*columns: Any) -> int:
-    """The largest count among the columns' values or bins (one scale for two versions)."""
+def _value_rows(c: Any, layout: Layout, width: int, label: int) -> list[Text]:
+    counts = dict(c.values)
+    theirs = dict(layout.other.values or ()) if layout.other is not None else None
+    scale = layout.top or max(counts.values(), default=0)
+    rows = []
+    for value in layout.order if layout.order is not None else list(counts):
+        n = counts.get(value, 0)
+        mark = ("⟳" if theirs.get(value, 0) != n else " ") if theirs is not None else ""
+        rows.append(Text.assemble(f"{mark or ' '} {_label(value_text(value), label):<{label}} ",
+                                  (bar(n, scale, width), "cyan"), f" {n:,} {share(n, c.rows)}",
+                                  style="yellow" if mark == "⟳" else ""))
+    return rows
+
+
+def _bin_rows(c: Any, layout: Layout, width: int, label: int) -> list[Text]:
+    histogram = c.histogram
+    shown = layout.bins if layout.bins is not None else [i for i, (*_, n) in enumerate(histogram) if n]
+    scale = layout.top or max((n for *_, n in histogram), default=0)
+    rows = []
+    for i in shown:
+        lo, hi, n = histogram[i]
+        span = _label(f"[{number(lo)}, {number(hi)}{']' if i == len(histogram) - 1 else ')'}", label)
+        rows.append(Text.assemble(f"  {span:<{label}} ", (bar(n, scale, width), "green"), f" {n:,}"))
+    if len(shown) < len(histogram):  # sparse values (ids): their empty bins say nothing
+        rows.append(Text(f"  {len(histogram) - len(shown)} empty bin(s) of {len(histogram)} not shown", "dim"))
+    return rows
+
+
+def _layout(x: Any, y: Any) -> tuple[Layout, Layout]:
+    """Two versions' columns drawn row for row: one scale, one value order, the bins either has."""
     counts = [0]
-    for c in columns:
-        if c is None:
-            continue
+    for c in (x, y):
         counts += [n for _, n in c.values or ()] if c.values is not None else [n for *_, n in c.histogram or ()]
-    return max(counts)
+    top = max(counts)
+    order = None
+    if x.values is not None and y.values is not None:
+        order = list(dict.fromkeys([v for v, _ in x.values] + [v for v, _ in y.values]))
+    bins = None
+    if x.histogram and y.histogram and len(x.histogram) == len(y.histogram):
+        bins = [i for i, (a, b) in enumerate(zip(x.histogram, y.histogram)) if a[2] or b[2]]
+    return Layout(top, order, bins, y), Layout(top, order, bins, x)
+
+
+def _moved_line(x: Any, y: Any) -> Text:
+    """What moved in a column between the versions, as the CLI and the web app say it."""
+    changes = moved(x, y)
+    if changes:
+        return Text.assemble(("⟳ moved: ", "bold yellow"), clean("; ".join(changes)))
+    if x.source == "in the shards":
+        return Text("= rows and nulls unchanged (kept in the shards: not compared further)", "dim")
+    return Text("= unchanged", "dim")
 
 
 class StatsScreen(Screen):
@@ -151,10 +212,17 @@ class StatsScreen(Screen):
         grid.add_column(ratio=1)
         grid.add_column(ratio=1)
         grid.add_row(Text(first.address, "bold underline"), Text(second.address, "bold underline"))
+        half = (self.query_one("#stats-columns").content_size.width or self.app.size.width) // 2 - 2
+        labels = 16 if half >= 50 else 10  # a value row (mark, label, bar, count, share) fits its half
+        bars = max(4, min(16, half - labels - 14))
         for name in names:
             x, y = first.column(name), second.column(name)
-            top = _top(x, y)
-            grid.add_row(*(column_view(c, top, 16, 16) if c else Text(f"{name}: not in this version\n", "yellow")
-                           for c in (x, y)))
+            if x is None or y is None:
+                grid.add_row(*(column_view(c, width=bars, label=labels) if c else
+                               Text(f"{name}: not in this version\n", "yellow") for c in (x, y)))
+                continue
+            grid.add_row(_moved_line(x, y), Text(""))
+            left, right = _layout(x, y)
+            grid.add_row(column_view(x, left, bars, labels), column_view(y, right, bars, labels))
         self.view = grid
         body.update(grid)

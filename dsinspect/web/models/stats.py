@@ -7,11 +7,10 @@ a chart holds at most that many bars; the statistics run on the version's shared
 
 from __future__ import annotations
 
-import math
 from contextlib import ExitStack
 from typing import Any
 
-from dsinspect.inspect.stats import ColumnStats, VersionStats, compare_stats, version_stats
+from dsinspect.inspect.stats import ColumnStats, VersionStats, compare_stats, moved, number, version_stats
 from dsinspect.web.models.query import SharedQuery
 
 __all__ = ["stats_model", "moved", "bin_labels", "number", "IN_SHARDS", "UNKNOWN"]
@@ -44,17 +43,6 @@ def stats_model(a: SharedQuery, b: SharedQuery | None = None) -> dict[str, Any]:
 def _version(q: SharedQuery, s: VersionStats) -> dict[str, Any]:
     v = q.version
     return {"name": f"{v.name}@{v.id[:12]}", "id": v.id, "rows": s.rows}
-
-
-def number(value: float | None) -> str:
-    """A statistic as text: integers with thousands separators, others to 6 significant digits."""
-    if value is None:
-        return "—"
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:.6g}"
 
 
 def _table(a: ColumnStats | None, b: ColumnStats | None, two: bool) -> list[dict[str, str]]:
@@ -102,27 +90,4 @@ def _chart(a: ColumnStats | None, b: ColumnStats | None) -> dict[str, Any] | Non
     for side, h, c in (("A", histograms[0], a), ("B", histograms[1], b)):
         if c is not None or side == "A":
             out[side] = [n for _, _, n in h] if h and len(h) == len(base) else [0] * len(base)
-    return out
-
-
-def moved(a: ColumnStats | None, b: ColumnStats | None) -> list[str]:
-    """What differs between a column's statistics in two versions, in words; its row count too (a
-    column kept in the shards has no other statistic that could tell)."""
-    if a is None:
-        return ["only in B"]
-    if b is None:
-        return ["only in A"]
-    out = []
-    for stat in ("rows", "nulls", "distinct", "min", "mean", "max"):
-        x, y = getattr(a, stat), getattr(b, stat)
-        if x != y and not (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=1e-9)):
-            out.append(f"{stat} {number(x)} → {number(y)}")
-    if a.values is not None and b.values is not None:
-        ca, cb = dict(a.values), dict(b.values)
-        changed = [f"{v}: {ca.get(v, 0):,} → {cb.get(v, 0):,}" for v in dict.fromkeys([*ca, *cb])
-                   if ca.get(v, 0) != cb.get(v, 0)]
-        if changed:
-            out.append("counts " + ", ".join(changed))
-    elif a.histogram and b.histogram and [n for *_, n in a.histogram] != [n for *_, n in b.histogram]:
-        out.append("histogram")
     return out
