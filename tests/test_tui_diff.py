@@ -98,3 +98,48 @@ async def test_a_changed_image_shows_where_before_and_after_differ_upright():
         assert len(pictures) >= 2  # the after picture and the difference figure
         assert (pictures.last().styles.width.value, pictures.last().styles.height.value) == _size(figure) \
             or isinstance(pictures.last(), Picture)  # drawn at the figure's (upright) proportions
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_change_sits_under_the_rows_and_the_row_view_marks_the_same_stretch(size):
+    """Issue #31: a 19-line blank gap above a 3-line detail pane; the row view did not mark the
+    changed caption stretch the list marks."""
+    app = DsinspectApp()
+    async with app.run_test(size=size) as pilot:
+        app.open_diff("demo-images@v1", "demo-images@v2")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen) and app.screen.result, what="diff")
+        screen = app.screen
+        rows, detail = screen.query_one("#row-changes", DataTable), screen.query_one("#row-change-detail")
+        await until(pilot, lambda: "colours inverted+}" in screen_text(app), what="the first row's change")
+        assert rows.region.height == rows.row_count + 1  # its rows and header, no blank band
+        assert detail.region.y == rows.region.bottom and detail.region.height >= 3
+        marked = "{+, colours inverted+}"
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RowDiffScreen) and app.screen.query(FieldView),
+                    what="the row view")
+        summary = app.screen.query_one("#rowdiff-summary")
+        assert marked in str(summary.render()) and "caption: 43 → 61 characters" in str(summary.render())
+        assert marked in " ".join(screen_text(app).split())
+
+
+@pytest.mark.asyncio
+async def test_enter_on_an_empty_diff_field_says_what_is_missing():
+    """Issue #31: Enter with empty fields moved the focus without a word."""
+    app = DsinspectApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, DiffPrompt), what="the prompt")
+        prompt = app.screen
+        await pilot.press("enter")
+        await until(pilot, lambda: "type the version before the change" in screen_text(app), what="the before hint")
+        assert app.focused is prompt.query_one("#diff-a", Input)
+        await pilot.press(*"demo-images@v1", "enter")
+        await until(pilot, lambda: app.focused is prompt.query_one("#diff-b", Input), what="on to after")
+        await pilot.press("enter")
+        await until(pilot, lambda: "type the version after the change" in screen_text(app), what="the after hint")
+        assert isinstance(app.screen, DiffPrompt) and app.focused is prompt.query_one("#diff-b", Input)
+        prompt.query_one("#diff-a", Input).value = ""
+        await pilot.press(*"demo-images@v2", "enter")  # before emptied meanwhile: said, and focused
+        await until(pilot, lambda: "type the version before the change" in screen_text(app), what="before again")
+        assert app.focused is prompt.query_one("#diff-a", Input)

@@ -101,7 +101,7 @@ class DiffScreen(Screen):
         item = getattr(self.result.rows, kind)[int(i)]
         a = f"{self.result.a}:{item['index_a']}" if item.get("index_a") is not None else None
         b = f"{self.result.b}:{item['index_b']}" if item.get("index_b") is not None else None
-        self.app.push_screen(RowDiffScreen(a, b, item.get("fields") or []))
+        self.app.push_screen(RowDiffScreen(a, b, item.get("fields") or [], item.get("details")))
 
 
 def _idx(value: Any) -> str:

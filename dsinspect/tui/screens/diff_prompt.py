@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -31,17 +32,32 @@ class DiffPrompt(ModalScreen[tuple[str, str] | None]):
 
     @on(Input.Submitted, "#diff-a")
     def _next(self) -> None:
-        self.query_one("#diff-b", Input).focus()
+        if self._check("a") is not None:
+            self.query_one("#diff-b", Input).focus()
 
     @on(Input.Submitted, "#diff-b")
     def _submitted(self) -> None:
-        a, b = (self.query_one(f"#diff-{s}", Input).value.strip() for s in "ab")
+        a = self._check("a")
+        b = self._check("b") if a is not None else None  # one reason at a time: the first missing
+        if a is not None and b is not None:
+            self.dismiss((a, b))
+
+    def _check(self, side: str) -> str | None:
+        """The address typed in one field, or None with the reason said in the prompt and that field
+        focused (Enter on an empty field moved on without a word)."""
+        box = self.query_one(f"#diff-{side}", Input)
+        text = box.value.strip()
+        which = "before" if side == "a" else "after"
         try:
-            parse_address(a), parse_address(b)
+            if not text:
+                raise UserError(f"type the version {which} the change, e.g. demo-text@{'v1' if side == 'a' else 'v2'}")
+            parse_address(text)
         except UserError as e:
-            self.query_one("#diff-error", Label).update(f"[red]{e}[/red]")
-            return
-        self.dismiss((a, b))
+            self.query_one("#diff-error", Label).update(Text(f"{which}: {e}", style="red"))  # typed text: no markup
+            box.focus()
+            return None
+        self.query_one("#diff-error", Label).update("")
+        return text
 
     def action_cancel(self) -> None:
         self.dismiss(None)

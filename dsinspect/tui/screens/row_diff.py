@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,17 +22,23 @@ __all__ = ["RowDiffScreen"]
 
 class RowDiffScreen(Screen):
     """`a`/`b` are sample addresses (None for an added or removed row); `fields` the changed ones
-    (all fields when empty)."""
+    (all fields when empty); `details` the diff's per-field changes, said above both sides with the
+    changed text or token stretch marked as the diff list marks it."""
 
     BINDINGS = [Binding("escape", "app.pop_screen", "Back")]
 
-    def __init__(self, a: str | None, b: str | None, fields: list[str]) -> None:
+    def __init__(self, a: str | None, b: str | None, fields: list[str], details: dict | None = None) -> None:
         super().__init__()
-        self.a, self.b, self.fields = a, b, fields
+        self.a, self.b, self.fields, self.details = a, b, fields, details or {}
 
     def compose(self) -> ComposeResult:
+        from dsinspect.term.changes import what_changed
+
         yield Header()
-        yield Static(f"before {self.a or '(absent)'}   →   after {self.b or '(absent)'}", id="rowdiff-summary")
+        summary = Text(f"before {self.a or '(absent)'}   →   after {self.b or '(absent)'}")
+        if self.details:
+            summary.append("\n").append_text(what_changed(self.details))
+        yield Static(summary, id="rowdiff-summary")
         with Horizontal():
             with VerticalScroll(id="before"):
                 yield Label(f"before · {self.a or 'absent'}", classes="pane-title")
