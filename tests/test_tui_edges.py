@@ -314,6 +314,12 @@ def widget_text(app, widget) -> str:
     return " ".join(" ".join(line[region.x:region.right].split()) for line in lines).strip()
 
 
+def fitted(table) -> bool:
+    """The versions table's columns reach the right edge and no further (no horizontal scroll)."""
+    width = sum(c.get_render_width(table) for c in table.columns.values())
+    return table.max_scroll_x == 0 and width == table.scrollable_content_region.width - 1
+
+
 @pytest.mark.asyncio
 async def test_a_long_version_message_fills_the_column_and_is_readable_in_full_at_120_columns(long_messages):
     from textual.widgets import DataTable
@@ -328,8 +334,7 @@ async def test_a_long_version_message_fills_the_column_and_is_readable_in_full_a
         under = screen.query_one("#version-message")
         await until(pilot, lambda: LONG_V2 in widget_text(app, under), what="the newest version's message")
         column = table.columns["message"]
-        width = sum(c.get_render_width(table) for c in table.columns.values())
-        assert table.max_scroll_x == 0 and width == table.scrollable_content_region.width - 1  # to the edge
+        await until(pilot, lambda: fitted(table), what="the columns to the edge")  # the table lays out when idle
         assert column.width >= 12
         cell = str(table.get_cell_at((0, len(table.columns) - 1)))
         assert cell.endswith("…") and LONG_V2.startswith(cell[:-1]) and len(cell) == column.width
@@ -366,6 +371,6 @@ async def test_the_message_column_fits_a_dataset_with_wider_cells_without_a_resi
         await until(pilot, lambda: screen.current == "zebra" and table.row_count == 1, what="zebra's version")
         await pilot.pause()
         assert wide_tag in screen_text(app)
-        assert table.max_scroll_x == 0
-        assert sum(c.get_render_width(table) for c in table.columns.values()) == \
-            table.scrollable_content_region.width - 1
+        await until(pilot, lambda: fitted(table), what="the columns to the edge")
+        await pilot.pause(0.2)
+        assert fitted(table)  # and it stays so: no resize comes to set it again
