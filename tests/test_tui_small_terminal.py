@@ -122,3 +122,17 @@ def test_a_container_is_named_by_its_major_brand():
     assert container_name("mov,mp4,m4a,3gp,3g2,mj2", b"\0\0\0\x14ftyp3gp5\0\0\0\0") == "3gp"
     assert container_name("mov,mp4,m4a,3gp,3g2,mj2", b"no box here") == "mov"
     assert container_name("matroska,webm", b"\x1a\x45\xdf\xa3") == "matroska" and container_name("avi", b"") == "avi"
+
+
+@pytest.mark.asyncio
+async def test_the_shards_tab_has_a_key():
+    """Issue #31: samples, schema and history had keys (s, m, h); shards had none."""
+    from textual.widgets import TabbedContent
+
+    app = DsinspectApp(address="demo-text@v1")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DatasetScreen) and app.screen.query(SampleTable),
+                    what="dataset")
+        await pilot.press("S")
+        await until(pilot, lambda: app.screen.query_one(TabbedContent).active == "shards", what="the shards tab")
+        assert app.focused is app.screen.query_one("#shards-table") and "sha256" in screen_text(app)

@@ -281,3 +281,26 @@ def test_a_damaged_tags_json_is_said_on_the_screen(tmp_path, size):
         pane.keys("q")
     finally:
         pane.close()
+
+
+def test_an_80_by_24_terminal_keeps_the_keys_and_the_hex_columns():
+    """Issue #31 at 80×24 in a real pane: the footer lost c, D, R, q; hex lines wrapped; an image
+    showed 8 of its 24 rows."""
+    import re
+
+    pane = Pane(_command("tui demo-images@v1:3"), width=80, height=24)
+    try:
+        screen = pane.wait_for("JPEG 48x48", "ff d8 ff e0", "c Catalog", "R Replay", "q Quit")
+        picture = [line.count("▀") for line in screen.splitlines() if "▀" in line]
+        assert len(picture) >= 8 and set(picture) == {2 * len(picture)}, screen  # square, whole: 2 cells a row
+        footer = screen.splitlines()[-1]
+        assert all(k in footer for k in ("esc Back", "n Next", "p Prev", "x Hex", "c Catalog", "D Diff", "q Quit"))
+        hex_lines = [line for line in screen.splitlines() if re.search(r"\b[0-9a-f]{8}  [0-9a-f]{2} ", line)]
+        assert hex_lines and all(re.search(r"│[^│]{8}│", line) for line in hex_lines), screen  # 8 bytes, whole
+        pane.keys("?")
+        screen = pane.wait_for("NAME[@REF][:INDEX]")
+        title = next(line for line in screen.splitlines() if "terminal UI" in line)
+        assert title.startswith("█") and title.rstrip().endswith("█"), screen  # both borders: the box fits
+        pane.keys("Escape", "q")
+    finally:
+        pane.close()
