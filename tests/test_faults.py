@@ -21,6 +21,9 @@ from dsinspect.loaders.store.faults import ENV, KINDS, FaultSpec, FaultStats, Fa
 from dsinspect.loaders.store.verify import verify_version
 from dsinspect.loaders.store.writer import WriteOptions
 
+# slow: thousands of injected faults over real Loader epochs, and worker processes
+pytestmark = pytest.mark.slow
+
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("tokens", pa.list_(pa.int32()), "tokens"),
           Field("blob", pa.binary(), "bytes")]
 ROWS = [{"id": i, "tokens": list(range(i % 5)), "blob": bytes([i % 251]) * (i % 7)} for i in range(256)]

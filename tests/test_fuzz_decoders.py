@@ -26,6 +26,9 @@ from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import View
 from dsinspect.loaders.format.npy import to_npy
 
+# slow: property-based fuzzing of every decoder (Hypothesis: hundreds of inputs each)
+pytestmark = pytest.mark.slow
+
 GOAL = 10_000
 PER_SEED = 50
 

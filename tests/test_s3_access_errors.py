@@ -17,6 +17,9 @@ from s3_server import S3Server
 from dsinspect.errors import StorageError
 from dsinspect.loaders.store.access import access_error
 
+# slow: one CLI process per command against moto's server and an unreachable endpoint
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("moto")
 pytest.importorskip("s3fs")
 
