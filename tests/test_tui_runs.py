@@ -40,6 +40,18 @@ def grid_row(screen: RunScreen, rank: int) -> str:
     return screen.grid.rows_text()[screen.grid.ranks.index(rank)]
 
 
+async def replayed(pilot, app, record: str, step: int, rank: int) -> ReplayScreen:
+    """The replay screen a key opened: of (step, rank) of `record`, checked against it, holding the
+    rows batch_indices names for the segment the job kept at that step."""
+    await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
+                what="replay")
+    replay = app.screen
+    assert (replay.spec, replay.step, replay.rank, replay.log_path) == (record, step, str(rank), record)
+    expected = dsinspect.batch_indices(read_run(record).spec_at(step), step=step, rank=rank)
+    assert [s.index for s in replay.result.samples] == [int(i) for i in expected]
+    return replay
+
+
 async def open_run(pilot, app) -> RunScreen:
     await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.grid is not None, what="run screen")
     return app.screen
@@ -64,14 +76,8 @@ async def test_the_run_screen_shows_segments_gaps_and_the_grid_and_enter_replays
         table.cursor_coordinate = Coordinate(0, 27)  # rank 0, step 27: a gap
         await until(pilot, lambda: "rank 0, step 27: a gap" in screen_text(app), what="cell line")
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
-                    what="replay")
-        replay = app.screen
-        assert (replay.spec, replay.step, replay.rank, replay.log_path) == (record, 27, "0", record)
-        kept_spec = read_run(record).spec_at(27)  # the segment the job kept for step 27 (B's, 2 ranks)
-        assert kept_spec.world_size == 2
-        expected = [int(i) for i in dsinspect.batch_indices(kept_spec, step=27, rank=0)]
-        assert [s.index for s in replay.result.samples] == expected
+        await replayed(pilot, app, record, 27, 0)
+        assert read_run(record).spec_at(27).world_size == 2  # the segment the job kept for step 27 (B's, 2 ranks)
         await until(pilot, lambda: "the log has no line for this step" in screen_text(app), what="gap verdict")
 
         await pilot.press("r")  # the replay reads a run record: `r` opens it
@@ -156,12 +162,7 @@ async def test_R_on_the_run_screen_opens_the_replay_of_the_highlighted_cell(job,
         screen.query_one("#run-grid", DataTable).cursor_coordinate = Coordinate(1, 12)  # rank 1, step 12
         await until(pilot, lambda: "rank 1, step 12" in screen_text(app), what="cell line")
         await pilot.press("R")
-        await until(pilot, lambda: isinstance(app.screen, ReplayScreen) and app.screen.result is not None,
-                    what="replay")
-        replay = app.screen
-        assert (replay.spec, replay.step, replay.rank, replay.log_path) == (record, 12, "1", record)
-        assert [s.index for s in replay.result.samples] == \
-            [int(i) for i in dsinspect.batch_indices(read_run(record).spec_at(12), step=12, rank=1)]
+        await replayed(pilot, app, record, 12, 1)
 
 
 @pytest.mark.asyncio

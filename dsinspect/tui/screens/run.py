@@ -186,8 +186,7 @@ class RunScreen(Screen):
     def _selected(self, event: DataTable.CellSelected) -> None:
         cell = self._cell(event.coordinate.row, event.coordinate.column)
         if cell is not None and cell[3] is not None:
-            rank, _, _, step = cell
-            self.app.action_replay(self.path, step, str(rank), log=self.path)
+            self._replay(cell[3], cell[0])
 
     def action_replay(self) -> None:
         """The replay form filled in with this run: the highlighted cell's step and rank (step 0,
@@ -197,7 +196,13 @@ class RunScreen(Screen):
             return
         table = self.query_one("#run-grid", DataTable)
         cell = self._cell(table.cursor_coordinate.row, table.cursor_coordinate.column)
-        rank, step = (cell[0], cell[3]) if cell is not None and cell[3] is not None else (0, 0)
+        if cell is not None and cell[3] is not None:
+            self._replay(cell[3], cell[0])
+        else:
+            self._replay(0, 0)
+
+    def _replay(self, step: int, rank: int) -> None:
+        """The replay of (step, rank), checked against this run's record."""
         self.app.action_replay(self.path, step, str(rank), log=self.path)
 
     def action_zoom(self) -> None:
