@@ -121,3 +121,34 @@ def test_parquet_ingest_decodes_in_the_calling_thread(monkeypatch, tmp_path):
     source = ParquetSource(SourceSpec("parquet", str(tmp_path / "a.parquet")))
     rows = sum(b.num_rows for part in source.parts() for b in source.read(part))
     assert rows == 100 and calls and not any(calls)
+
+
+def test_query_sidecars_decode_in_the_calling_thread(monkeypatch, tmp_path):
+    """`dsinspect query` makes and reads its sidecars from Python bytes (a shard checked against its
+    sha256, a sidecar read back): Arrow's workers must not hold them. The concurrency test's watcher
+    read shards with a threaded `pq.read_table` over a Python file and died of this at exit (-6)."""
+    import shutil
+
+    from dsinspect.defaults import BUNDLED
+    from dsinspect.inspect.derived import derivations
+    from dsinspect.inspect.sidecars import derived_tables
+    from dsinspect.loaders.store.catalog import Catalog
+    threaded = []
+
+    def watched(real):
+        def call(*args, **kwargs):
+            threaded.append(kwargs.get("use_threads", True))
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(pq.ParquetFile, "read", watched(pq.ParquetFile.read))
+    monkeypatch.setattr(pq, "read_table", watched(pq.read_table))
+    shutil.copytree(BUNDLED / "datasets" / "demo-text", tmp_path / "catalog" / "datasets" / "demo-text")
+    version = Catalog(str(tmp_path / "catalog")).resolve("demo-text@v1")
+    derived = derivations(version.fields)
+    made = derived_tables(version, derived)  # made from the shards
+    reads = len(threaded)
+    again = derived_tables(version, derived)  # read back from the sidecars
+    assert derived and [t.num_rows for t in made] == [s.rows for s in version.manifest.shards]
+    assert all(a.equals(b) for a, b in zip(made, again))
+    assert reads >= len(made) and len(threaded) >= reads + len(again) and not any(threaded)

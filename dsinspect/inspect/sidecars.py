@@ -58,12 +58,19 @@ def _load(version: DatasetVersion, kind: str, sha256: str, rows: int, names: lis
     in_catalog, in_cache = _homes(version, kind, sha256)
     for read in (lambda: version.catalog.fs.cat_file(in_catalog), in_cache.read_bytes):
         try:
-            table = pq.read_table(io.BytesIO(read()))
+            table = _decoded(read())
         except (OSError, pa.ArrowException):  # absent, or unreadable: made again
             continue
         if table.num_rows == rows and table.column_names == names:
             return table
     return None
+
+
+def _decoded(data: bytes, columns: list[str] | None = None) -> pa.Table:
+    """Parquet bytes decoded in the calling thread: an Arrow pool worker may drop the last reference
+    to Python-owned bytes after the read returned, and one asking for the GIL while the interpreter
+    finalizes aborts the process (see verify._read_hashing)."""
+    return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
 
 
 def _make(version: DatasetVersion, shard: int, kind: str, derived: Sequence[Derived],
@@ -73,7 +80,7 @@ def _make(version: DatasetVersion, shard: int, kind: str, derived: Sequence[Deri
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise IntegrityError(f"{version.shard_url(shard)}: its bytes do not hash to the manifest's sha256 "
                              f"{entry.sha256[:16]}...; run `dsinspect verify {version.address}`")
-    rows = pq.read_table(io.BytesIO(data), columns=sorted({d.field for d in derived} | set(kept)))
+    rows = _decoded(data, columns=sorted({d.field for d in derived} | set(kept)))
     values = derive(rows, derived) if derived else None
     table = pa.Table.from_arrays([*(rows.column(k) for k in kept), *(values.columns if values else [])],
                                  names=[*kept, *(d.name for d in derived)])
