@@ -90,7 +90,7 @@ def check_version(catalog: Catalog, name: str, version_id: str) -> int:
     version = catalog.version(name, version_id)
     seen, total = set(), 0
     for shard in range(len(version.manifest.shards)):
-        with catalog.fs.open(version.shard_path(shard), "rb") as f:  # decoded in this thread (see below)
+        with catalog.fs.open(version.shard_path(shard), "rb") as f:  # decoded in this thread (docstring)
             table = pq.ParquetFile(f).read(use_threads=False)
         if row_hashes(table, NAMES) != table.column(HASH_COLUMN).to_pylist():
             raise AssertionError(f"{name}@{version_id[:12]} shard {shard}: rows do not match their hashes")
