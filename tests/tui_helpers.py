@@ -12,11 +12,17 @@ SIZE = (120, 36)
 
 async def until(pilot: Pilot, condition: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
     """Let the app run until `condition()` is truthy; fail after `timeout` seconds (generous: CI machines
-    are shared, and a passing wait returns as soon as the condition holds)."""
+    are shared, and a passing wait returns as soon as the condition holds).
+
+    Once it holds, the app settles for one idle pause: a condition on state (a worker's result set) can hold
+    before the frame shows that state (the widgets' layout goes through messages), and a test that reads the
+    screen next would read the frame before (a replay whose log check landed first lacked its side-by-side
+    view in 4 of 20 runs here)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             if condition():
+                await pilot.pause()
                 return
         except Exception:  # noqa: BLE001 - a query before the widget exists
             pass
