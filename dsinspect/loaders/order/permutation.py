@@ -63,6 +63,35 @@ class Permutation:
             x[w] = v
         return x.astype(np.int64)
 
+    def inverse(self, value: np.ndarray | int) -> np.ndarray:
+        """The index that maps to each value: the rounds run backwards, walking back through the
+        out-of-range values the forward walk passed (each of those is >= n, the original is not)."""
+        if np.ndim(value) == 0:
+            return self.inverse(np.array([value]))[0]
+        v = np.asarray(value, dtype=np.int64)
+        if self.n <= 1:
+            return np.zeros_like(v)
+        x = self._unrounds(v.astype(np.uint64))
+        n = np.uint64(self.n)
+        walking = np.flatnonzero(x >= n)
+        while len(walking):
+            y = self._unrounds(x[walking])
+            x[walking] = y
+            walking = walking[y >= n]
+        return x.astype(np.int64)
+
+    def _unrounds(self, x: np.ndarray) -> np.ndarray:
+        """The inverse of `_rounds`: each round (l, r) -> (r, l ^ F(r)) undone as (l', r') -> (r' ^ F(l'), l')."""
+        left, right = x >> self._half, x & self._mask
+        for k in reversed(self._keys):
+            mixed = _mix_inplace(left ^ k)
+            mixed &= self._mask
+            mixed ^= right
+            left, right = mixed, left
+        left <<= self._half
+        left |= right
+        return left
+
     def _rounds(self, x: np.ndarray) -> np.ndarray:
         left, right = x >> self._half, x & self._mask
         for k in self._keys:

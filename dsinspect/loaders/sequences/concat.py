@@ -1,0 +1,129 @@
+"""`concat` packing: each epoch's documents concatenated (EOS after each, when asked) into one token
+stream, cut into sequences of L tokens every L (L+1 with labels, sharing one token with the next).
+The tokens after the epoch's last whole sequence are not read; the next epoch starts a new stream.
+
+The document order of an epoch is its shards in a seeded order, each shard's documents in a seeded
+order (stored order without `shuffle_documents`). So sequence j is found by two binary searches:
+the shard stream offsets (one array per epoch, memory proportional to shards) and that shard's
+document offsets (built from its lengths on first use, kept in a small LRU). A document's sequences
+are the same arithmetic backwards. Nothing reads all the documents.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.order.permutation import Permutation, key_of
+from dsinspect.loaders.sequences.layout import TokenLayout
+from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
+from dsinspect.loaders.sequences.spec import SequenceSpec
+
+__all__ = ["ConcatPlan"]
+
+_EPOCHS_KEPT = 4
+_SHARDS_KEPT = 64
+
+
+class ConcatPlan:
+    """The sequences of one source under `concat` packing, for any epoch."""
+
+    def __init__(self, layout: TokenLayout, spec: SequenceSpec, seed: int = 0, source: int = 0):
+        self.layout, self.spec, self.seed, self.source = layout, spec, seed, source
+        self._eos = int(spec.eos is not None)
+        self._stream = layout.shard_tokens + self._eos * layout.shard_docs  # tokens each shard adds to a stream
+        total = int(self._stream.sum())
+        self.sequences = max(0, (total - spec.overlap) // spec.length)
+        if self.sequences < 1:
+            raise UserError(f"{total:,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
+        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._shards: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    # -- the order of an epoch -------------------------------------------------------------------
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard at each place of the epoch's order, stream offset where each place starts + the end)."""
+        hit = self._epochs.get(epoch)
+        if hit is None:
+            n = len(self._stream)
+            order = np.arange(n, dtype=np.int64)
+            if self.spec.shuffle_documents:
+                order = Permutation(n, key_of("doc-shards", self.seed, self.source, epoch))(order)
+            hit = order, np.concatenate([[0], np.cumsum(self._stream[order])])
+            self._epochs[epoch] = hit
+            if len(self._epochs) > _EPOCHS_KEPT:
+                self._epochs.popitem(last=False)
+        self._epochs.move_to_end(epoch)
+        return hit
+
+    def _shard(self, epoch: int, shard: int) -> tuple[np.ndarray, np.ndarray]:
+        """(local document at each place of the shard's order, offset where each place starts + the end)."""
+        key = (epoch, shard)
+        hit = self._shards.get(key)
+        if hit is None:
+            lengths = self.layout.shard_lengths(shard)
+            order = np.arange(len(lengths), dtype=np.int64)
+            if self.spec.shuffle_documents:
+                order = Permutation(len(lengths), key_of("doc-order", self.seed, self.source, epoch, shard))(order)
+            hit = order, np.concatenate([[0], np.cumsum(lengths[order] + self._eos)])
+            self._shards[key] = hit
+            if len(self._shards) > _SHARDS_KEPT:
+                self._shards.popitem(last=False)
+        self._shards.move_to_end(key)
+        return hit
+
+    # -- sequence -> documents ---------------------------------------------------------------------
+
+    def segments(self, epoch: int, sequence: int) -> Segments:
+        """The document segments of sequence `sequence` of `epoch`, in stream order."""
+        if not 0 <= sequence < self.sequences:
+            raise UserError(f"sequence {sequence} is outside 0..{self.sequences - 1}")
+        lo = sequence * self.spec.length
+        hi = lo + self.spec.width
+        shards, offsets = self._epoch(epoch)
+        first = int(np.searchsorted(offsets, lo, side="right")) - 1
+        last = int(np.searchsorted(offsets, hi - 1, side="right")) - 1
+        docs, starts, stops = [], [], []
+        for place in range(first, last + 1):
+            if offsets[place] == offsets[place + 1]:
+                continue  # a shard that adds nothing to the stream
+            shard, begin, end = int(shards[place]), int(offsets[place]), int(offsets[place + 1])
+            a, b = max(lo, begin) - begin, min(hi, end) - begin  # the window's part of this shard
+            local, within = self._shard(epoch, shard)
+            q = np.arange(np.searchsorted(within, a, side="right") - 1, np.searchsorted(within, b - 1, side="right"))
+            seg_start = np.maximum(a - within[q], 0)
+            seg_stop = np.minimum(b - within[q], within[q + 1] - within[q])
+            keep = seg_stop > seg_start
+            docs.append(self.layout.doc_starts[shard] + local[q[keep]])
+            starts.append(seg_start[keep])
+            stops.append(seg_stop[keep])
+        return Segments(np.concatenate(docs), np.concatenate(starts), np.concatenate(stops))
+
+    # -- document -> sequences ---------------------------------------------------------------------
+
+    def spans(self, epoch: int, doc: int) -> list[DocumentSpan]:
+        """Every sequence of `epoch` that holds tokens of document `doc`, and which of them, in order
+        (none when the document lies in the epoch's unread tail or adds no token)."""
+        shard = self.layout.shard_of(doc)
+        shards, offsets = self._epoch(epoch)
+        place = shard if not self.spec.shuffle_documents else \
+            int(Permutation(len(shards), key_of("doc-shards", self.seed, self.source, epoch)).inverse(shard))
+        local, within = self._shard(epoch, shard)
+        at = doc - int(self.layout.doc_starts[shard])
+        q = at if not self.spec.shuffle_documents else \
+            int(Permutation(len(local), key_of("doc-order", self.seed, self.source, epoch, shard)).inverse(at))
+        begin = int(offsets[place]) + int(within[q])
+        size = int(within[q + 1] - within[q])
+        if size == 0:
+            return []
+        length, width = self.spec.length, self.spec.width
+        first = max(0, (begin - width) // length + 1)
+        last = min(self.sequences - 1, (begin + size - 1) // length)
+        spans = []
+        for j in range(first, last + 1):
+            lo = max(begin, j * length)
+            hi = min(begin + size, j * length + width)
+            spans.append(DocumentSpan(j, lo - begin, hi - begin, lo - j * length))
+        return spans

@@ -1,0 +1,70 @@
+"""How a source's documents become sequences: the packing spec a run records.
+
+A sequence is `length` tokens, or `length + 1` with `labels` (Megatron's convention: sequence j holds
+stream tokens [j*L, j*L + L + 1), so consecutive sequences share one token and the model's labels are
+the inputs shifted by one). Without `labels` sequences do not overlap (OLMo-core's `NumpyFSLDataset`).
+`eos` is appended after every document when given; None concatenates the documents as stored (corpora
+written by Megatron's or OLMo's tools already end each document with it).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from dsinspect.errors import UserError
+
+__all__ = ["Packing", "SequenceSpec"]
+
+
+class Packing(str, enum.Enum):
+    CONCAT = "concat"  # documents concatenated (with EOS) and cut into windows; the epoch's tail dropped
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    length: int
+    labels: bool = False
+    eos: int | None = None
+    packing: Packing = Packing.CONCAT
+    shuffle_documents: bool = False  # a seeded order of documents (shards, then documents within each)
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "packing", Packing(self.packing))
+        except ValueError:
+            raise UserError(f"packing must be one of {', '.join(p.value for p in Packing)}, "
+                            f"not {self.packing!r}") from None
+        if not (isinstance(self.length, int) and not isinstance(self.length, bool) and self.length >= 1):
+            raise UserError(f"sequence length must be an integer >= 1, not {self.length!r}")
+        if self.eos is not None and not (isinstance(self.eos, int) and not isinstance(self.eos, bool)
+                                         and self.eos >= 0):
+            raise UserError(f"eos must be a token id (an integer >= 0) or none, not {self.eos!r}")
+        for name in ("labels", "shuffle_documents"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}")
+
+    @property
+    def overlap(self) -> int:
+        """Tokens a sequence shares with the next: 1 with labels, else 0."""
+        return int(self.labels)
+
+    @property
+    def width(self) -> int:
+        """Tokens in one sequence."""
+        return self.length + self.overlap
+
+    def to_json(self) -> dict[str, Any]:
+        return {"length": self.length, "labels": self.labels, "eos": self.eos, "packing": self.packing.value,
+                "shuffle_documents": self.shuffle_documents}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "sequences") -> "SequenceSpec":
+        try:
+            return cls(length=data["length"], labels=data["labels"], eos=data["eos"], packing=data["packing"],
+                       shuffle_documents=data["shuffle_documents"])
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+        except (KeyError, TypeError) as e:
+            raise UserError(f"{where}: malformed sequence spec ({e.__class__.__name__}: {e})") from None
