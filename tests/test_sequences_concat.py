@@ -10,56 +10,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sequence_fixtures import EOS, brute_stream, layout_of, tokens_of
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.order.packing import SequenceSpec
 from dsinspect.loaders.order.permutation import Permutation, key_of
 from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
 from dsinspect.loaders.sequences.segments import assemble
-from dsinspect.loaders.sequences.spec import SequenceSpec
-
-EOS = 10**9
-
-
-def layout_of(lengths: list[list[int]], calls: list[int] | None = None) -> TokenLayout:
-    def shard_lengths(s: int) -> np.ndarray:
-        if calls is not None:
-            calls.append(s)
-        return np.asarray(lengths[s], dtype=np.int64)
-
-    return TokenLayout(np.array([len(x) for x in lengths]), np.array([sum(x) for x in lengths]), shard_lengths)
-
-
-def tokens_of(doc: int, lengths: list[list[int]]) -> np.ndarray:
-    flat = [n for shard in lengths for n in shard]
-    return doc * 1000 + np.arange(flat[doc], dtype=np.int64)  # every (document, position) its own token
-
-
-def brute_stream(lengths: list[list[int]], spec: SequenceSpec, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """The epoch's stream written out: its tokens, and the document of each token."""
-    shard_order = np.arange(len(lengths))
-    if spec.shuffle_documents:
-        shard_order = Permutation(len(lengths), key_of("doc-shards", seed, 0, epoch))(shard_order)
-    starts = np.concatenate([[0], np.cumsum([len(x) for x in lengths])])
-    tokens, docs = [], []
-    for shard in shard_order.tolist():
-        order = np.arange(len(lengths[shard]))
-        if spec.shuffle_documents:
-            order = Permutation(len(order), key_of("doc-order", seed, 0, epoch, shard))(order)
-        for local in order.tolist():
-            doc = int(starts[shard]) + local
-            t = list(tokens_of(doc, lengths)) + ([EOS] if spec.eos is not None else [])
-            tokens += t
-            docs += [doc] * len(t)
-    return np.asarray(tokens, dtype=np.int64), np.asarray(docs, dtype=np.int64)
-
 
 layouts = st.lists(st.lists(st.integers(0, 30), max_size=6), min_size=1, max_size=7)
 specs = st.builds(SequenceSpec, length=st.integers(1, 40), labels=st.booleans(),
                   eos=st.sampled_from([None, EOS]), shuffle_documents=st.booleans())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(lengths=layouts, spec=specs, seed=st.integers(0, 2**32), epoch=st.integers(0, 3))
 def test_sequences_and_spans_are_the_stream_they_describe(lengths, spec, seed, epoch):
     stream, owner = brute_stream(lengths, spec, seed, epoch)

@@ -30,19 +30,22 @@ __all__ = [
     "Catalog", "DatasetVersion", "Field", "Role", "Manifest", "HASH_COLUMN", "WriteOptions", "derive_version",
     "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
     "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch", "check_states",
-    "read_run", "RunRecord", "ShardCache",
+    "read_run", "RunRecord", "ShardCache", "SequenceSpec", "PackedRun", "packed_run",
 ]
 
 _HOMES = {  # module (relative to this package) -> the names it holds
     ".format.manifest": ("HASH_COLUMN", "Field", "Manifest"),
     ".format.roles": ("Role",),
+    ".order.packing": ("SequenceSpec",),
     ".order.plan": ("batch_indices", "epoch_order", "plan_batch", "steps_in_epoch"),
     ".order.spec": ("LastBatch", "RunSpec", "Shuffle", "Source", "Start"),
     ".order.state": ("LoaderState", "check_states"),
     ".read.batch": ("Batch",),
     ".read.cache": ("ShardCache",),
     ".read.loader": ("Loader",),
+    ".read.packed": ("packed_run",),
     ".records.run": ("RunRecord", "read_run"),
+    ".sequences.packed": ("PackedRun",),
     ".store.address": ("parse_address",),
     ".store.catalog": ("Catalog",),
     ".store.derive": ("derive_version",),
@@ -58,13 +61,16 @@ __getattr__, __dir__ = _lazy_names(__name__, _HOMES)
 if TYPE_CHECKING:
     from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
     from dsinspect.loaders.format.roles import Role
+    from dsinspect.loaders.order.packing import SequenceSpec
     from dsinspect.loaders.order.plan import batch_indices, epoch_order, plan_batch, steps_in_epoch
     from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle, Source, Start
     from dsinspect.loaders.order.state import LoaderState, check_states
     from dsinspect.loaders.read.batch import Batch
     from dsinspect.loaders.read.cache import ShardCache
     from dsinspect.loaders.read.loader import Loader
+    from dsinspect.loaders.read.packed import packed_run
     from dsinspect.loaders.records.run import RunRecord, read_run
+    from dsinspect.loaders.sequences.packed import PackedRun
     from dsinspect.loaders.store.address import parse_address
     from dsinspect.loaders.store.catalog import Catalog
     from dsinspect.loaders.store.derive import derive_version

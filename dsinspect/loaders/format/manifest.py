@@ -70,23 +70,36 @@ class Field:
 
 @dataclass(frozen=True)
 class Shard:
-    """A Parquet shard: its sha256 (and file name), size and rows, and the sha256 of its index
-    (`shards/<sha256>.index.json`, format/shard_index.py) when it was written with one."""
+    """A Parquet shard: its sha256 (and file name), size and rows, the sha256 of its index
+    (`shards/<sha256>.index.json`, format/shard_index.py) when it was written with one, and the
+    tokens each `tokens` field holds in it (what packing documents into sequences locates by)."""
 
     sha256: str
     bytes: int
     rows: int
     index_sha256: str | None = None
+    tokens: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
         if self.index_sha256 is not None:
             check_sha256(self.index_sha256, "shard index_sha256", ManifestError)
+        counts = dict(self.tokens)  # a {field: count} object (JSON) or pairs
+        if not all(isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                   for k, n in counts.items()):
+            raise ManifestError(f"shard tokens must map field names to counts >= 0, not {self.tokens!r:.80}")
+        object.__setattr__(self, "tokens", tuple(sorted(counts.items())))
+
+    def token_count(self, name: str) -> int | None:
+        """Tokens of field `name` in this shard (None when the shard was written without the count)."""
+        return dict(self.tokens).get(name)
 
     def to_json(self) -> dict:
         out = {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
         if self.index_sha256 is not None:  # absent, not null: versions written before indexes keep their ids
             out["index_sha256"] = self.index_sha256
+        if self.tokens:  # absent when empty: versions without tokens fields (or written before) keep their ids
+            out["tokens"] = dict(self.tokens)
         return out
 
 
@@ -103,6 +116,14 @@ class Manifest:
             raise ManifestError(f"duplicate field names in {names}")
         if self.key is not None and self.key not in names:
             raise ManifestError(f"key field {self.key!r} is not one of the fields {names}")
+        counted = {f.name for f in self.fields if f.role is Role.TOKENS}
+        for i, shard in enumerate(self.shards):
+            for name, _ in shard.tokens:
+                if name not in counted:
+                    raise ManifestError(f"shards[{i}] counts tokens of {name!r}, which is not a tokens field")
+        for name in sorted({n for s in self.shards for n, _ in s.tokens}):
+            if any(s.token_count(name) is None for s in self.shards):
+                raise ManifestError(f"the token count of {name!r} is on some shards and not on others")
 
     @property
     def num_rows(self) -> int:
@@ -248,4 +269,10 @@ def _parse_shard(s: Any, where: str) -> Shard:
     index = s.get("index_sha256")
     if index is not None and not (isinstance(index, str) and _SHA256.match(index)):
         raise ManifestError(f"{where}: index_sha256 {index!r} is not 64 lowercase hex digits")
-    return Shard(sha, size, rows, index)
+    tokens = s.get("tokens", {})
+    if not isinstance(tokens, dict):
+        raise ManifestError(f"{where}: 'tokens' must be an object of field name -> token count")
+    try:
+        return Shard(sha, size, rows, index, tokens)
+    except ManifestError as e:
+        raise ManifestError(f"{where}: {e}") from None

@@ -24,7 +24,8 @@ __all__ = ["BatchPlan", "plan_batch", "plan_batches", "plan_steps", "batch_indic
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """What one rank reads at one step: per sample its in-epoch position, source, index, seed."""
+    """What one rank reads at one step: per sample its in-epoch position, source, index, seed, and
+    its source's own epoch (the run's epoch for a single source; a mixture's sources cycle apart)."""
 
     step: int
     epoch: int
@@ -34,6 +35,7 @@ class BatchPlan:
     indices: np.ndarray
     padding: np.ndarray
     seeds: np.ndarray
+    source_epochs: np.ndarray
 
 
 def _steps_for(spec: RunSpec, samples: int) -> int:
@@ -92,7 +94,7 @@ def plan_batch(spec: RunSpec, step: int, rank: int) -> BatchPlan:
     positions = positions % spec.epoch_length  # padding repeats samples from the epoch's start
     sources, indices, source_epochs = _samples(spec, epoch, positions)
     return BatchPlan(step, epoch, rank, positions, sources, indices, padding,
-                     sample_seeds(spec.seed, source_epochs, sources, indices))
+                     sample_seeds(spec.seed, source_epochs, sources, indices), source_epochs)
 
 
 def plan_batches(spec: RunSpec, first_step: int, count: int, rank: int) -> list[BatchPlan]:
@@ -125,7 +127,7 @@ def plan_steps(spec: RunSpec, steps: Sequence[int], rank: int) -> list[BatchPlan
         for i, at in enumerate(chosen.tolist()):
             part = slice(i * b, (i + 1) * b)
             plans[at] = BatchPlan(steps[at], epoch, rank, positions[part], sources[part], indices[part],
-                                  padding[part], seeds[part])
+                                  padding[part], seeds[part], source_epochs[part])
     return plans
 
 
@@ -176,9 +178,9 @@ def _samples(spec: RunSpec, epoch: int, positions: np.ndarray) -> tuple[np.ndarr
         occurrence[sel] = int(b) * counts[sources[sel]] + rank[offset[sel]]
     indices = np.empty(len(positions), np.int64)
     source_epochs = np.empty(len(positions), np.int64)
-    for k, source in enumerate(spec.sources):
+    for k in range(len(spec.sources)):
         sel = sources == k
-        source_epoch, within = np.divmod(occurrence[sel], source.rows)  # each source cycles its own epochs
+        source_epoch, within = np.divmod(occurrence[sel], spec.source_length(k))  # each cycles its own epochs
         out = np.empty(int(sel.sum()), np.int64)
         for e in distinct(source_epoch):
             part = source_epoch == e
@@ -224,11 +226,10 @@ def _block_schedule(spec: RunSpec, block: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _permute(spec: RunSpec, k: int, epoch: int, t: np.ndarray) -> np.ndarray:
     """Index within source k of its t-th sample in its `epoch`."""
-    source = spec.sources[k]
     if spec.shuffle is Shuffle.NONE:
         return t.astype(np.int64)
     if spec.shuffle is Shuffle.GLOBAL:
-        return Permutation(source.rows, key_of("global", spec.seed, k, epoch))(t)
+        return Permutation(spec.source_length(k), key_of("global", spec.seed, k, epoch))(t)
     return _window_permute(spec, k, epoch, t)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.manifest import canonical_json, sha256_hex
 from dsinspect.loaders.format.pathnames import check_sha256
+from dsinspect.loaders.order.packing import SequenceSpec, sequence_count
 from dsinspect.loaders.store.address import check_name
 
 if TYPE_CHECKING:
@@ -38,19 +39,24 @@ class LastBatch(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Source:
-    """One dataset version in the run, with its shard sizes (the order needs them, not the data)."""
+    """One dataset version in the run, with its shard sizes (the order needs them, not the data):
+    rows per shard, and for a run that packs documents into sequences, the packed field's tokens."""
 
     name: str
     version: str
     shard_rows: tuple[int, ...]
     weight: float = 1.0
+    shard_tokens: tuple[int, ...] | None = None
 
     @cached_property
     def rows(self) -> int:
         return sum(self.shard_rows)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "version": self.version, "shard_rows": list(self.shard_rows), "weight": self.weight}
+        out = {"name": self.name, "version": self.version, "shard_rows": list(self.shard_rows), "weight": self.weight}
+        if self.shard_tokens is not None:  # absent for row runs: their order hashes stay as they were
+            out["shard_tokens"] = list(self.shard_tokens)
+        return out
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,20 @@ class RunSpec:
     epoch_size: int | None = None
     mixture_block: int = 1024
     start: Start = field(default_factory=Start)
+    sequences: SequenceSpec | None = None  # None: one row is one sample; else packed sequences (docs/PRETRAINING.md)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shuffle", _enum(Shuffle, self.shuffle, "shuffle"))
         object.__setattr__(self, "last_batch", _enum(LastBatch, self.last_batch, "last_batch"))
         object.__setattr__(self, "sources", tuple(self.sources))
         _check(bool(self.sources), "a run needs at least one source")
-        for s in self.sources:
+        if self.sequences is not None:
+            self._check_sequences()
+        for k, s in enumerate(self.sources):
             _check(s.rows > 0, f"source {s.name}@{s.version[:12]} has no rows")
+            if self.sequences is not None:
+                _check(self.source_length(k) > 0, f"source {s.name}@{s.version[:12]} holds {sum(s.shard_tokens):,} "
+                       f"tokens: not one sequence of {self.sequences.width:,}")
             _check(s.weight > 0 and s.weight != float("inf"),
                    f"source {s.name} has weight {s.weight}; weights must be positive and finite")
         for name in ("batch_size", "world_size", "window_shards", "mixture_block"):
@@ -99,7 +111,26 @@ class RunSpec:
         _check(min(self.start.step, self.start.epoch, self.start.position) >= 0
                and self.start.position < self.epoch_length, "start must lie inside an epoch")
 
+    def _check_sequences(self) -> None:
+        _check(isinstance(self.sequences, SequenceSpec), "sequences must be a SequenceSpec")
+        _check(self.shuffle is not Shuffle.WINDOW, "packed sequences shuffle globally or not at all (shuffle=window "
+               "keeps rows of a few shards together; sequences span shards)")
+        for s in self.sources:
+            _check(s.shard_tokens is not None and len(s.shard_tokens) == len(s.shard_rows)
+                   and all(isinstance(n, int) and n >= 0 for n in s.shard_tokens),
+                   f"source {s.name}@{s.version[:12]}: a run of packed sequences needs the tokens of each shard")
+
     # -- derived sizes -------------------------------------------------------------------------
+
+    def source_length(self, k: int) -> int:
+        """Samples in one epoch of source k: its rows, or the sequences its documents pack into."""
+        return self._source_lengths[k]
+
+    @cached_property
+    def _source_lengths(self) -> tuple[int, ...]:
+        if self.sequences is None:
+            return tuple(s.rows for s in self.sources)
+        return tuple(sequence_count(sum(s.shard_tokens), s.rows, self.sequences) for s in self.sources)
 
     @property
     def global_batch(self) -> int:
@@ -108,7 +139,7 @@ class RunSpec:
     @cached_property
     def epoch_length(self) -> int:
         """Positions per epoch: the rows of a single source; for a mixture epoch_size or all rows."""
-        return self.epoch_size or sum(s.rows for s in self.sources)
+        return self.epoch_size or sum(self.source_length(k) for k in range(len(self.sources)))
 
     @property
     def is_mixture(self) -> bool:
@@ -118,9 +149,12 @@ class RunSpec:
 
     def order_json(self) -> dict[str, Any]:
         """The part that fixes the order of samples, whatever the world size and batch size."""
-        return {"sources": [s.to_json() for s in self.sources], "seed": self.seed, "shuffle": self.shuffle.value,
-                "window_shards": self.window_shards, "epoch_size": self.epoch_size,
-                "mixture_block": self.mixture_block}
+        out = {"sources": [s.to_json() for s in self.sources], "seed": self.seed, "shuffle": self.shuffle.value,
+               "window_shards": self.window_shards, "epoch_size": self.epoch_size,
+               "mixture_block": self.mixture_block}
+        if self.sequences is not None:  # absent for row runs: their order hashes stay as they were
+            out["sequences"] = self.sequences.to_json()
+        return out
 
     @property
     def order_hash(self) -> str:
@@ -146,8 +180,10 @@ class RunSpec:
                                 f"(format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
             order, start = data["order"], data.get("start", {})
             spec = cls(sources=tuple(Source(*_source_names(s, i), tuple(int(r) for r in s["shard_rows"]),
-                                            float(s["weight"]))
+                                            float(s["weight"]), _counts(s.get("shard_tokens")))
                                      for i, s in enumerate(order["sources"])),
+                       sequences=None if order.get("sequences") is None else
+                       SequenceSpec.from_json(order["sequences"], "order.sequences"),
                        seed=order["seed"], batch_size=data["batch_size"], world_size=data["world_size"],
                        shuffle=order["shuffle"], window_shards=order["window_shards"], last_batch=data["last_batch"],
                        epoch_size=order["epoch_size"], mixture_block=order["mixture_block"],
@@ -179,13 +215,40 @@ class RunSpec:
         elif not isinstance(addresses, Mapping):
             addresses = {a: 1.0 for a in addresses}
         sources = []
+        packing = options.get("sequences")
         for address, weight in addresses.items():
             v = catalog.resolve(address)
-            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight)))
+            tokens = None if packing is None else _shard_tokens(v, packing)
+            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight), tokens))
         return cls(tuple(sources), **options)
 
     def replace(self, **changes: Any) -> "RunSpec":
         return replace(self, **changes)
+
+
+def _shard_tokens(version: Any, packing: SequenceSpec) -> tuple[int, ...]:
+    """Tokens of the packed field in each shard of `version`, from its manifest (docs/FORMAT.md)."""
+    where = f"{version.name}@{version.id[:12]}"
+    try:
+        f = version.manifest.field(packing.field)
+    except KeyError:
+        raise UserError(f"{where} has no field {packing.field!r} to pack into sequences") from None
+    if f.role.value != "tokens":
+        raise UserError(f"{where}: field {packing.field!r} is {f.role.value}, not tokens: "
+                        "only tokens pack into sequences")
+    counts = [s.token_count(packing.field) for s in version.manifest.shards]
+    if any(n is None for n in counts):
+        raise UserError(f"{where} was written before manifests counted tokens per shard: write it again "
+                        f"(e.g. `dsinspect export` then `ingest`) to pack {packing.field!r} into sequences")
+    return tuple(counts)
+
+
+def _counts(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
+        raise UserError(f"shard_tokens must be a list of integers, not {value!r:.40}")
+    return tuple(value)
 
 
 def _source_names(source: Mapping, i: int) -> tuple[str, str]:

@@ -16,10 +16,10 @@ from collections import OrderedDict
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.order.packing import SequenceSpec, sequence_count
 from dsinspect.loaders.order.permutation import Permutation, key_of
 from dsinspect.loaders.sequences.layout import TokenLayout
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
-from dsinspect.loaders.sequences.spec import SequenceSpec
 
 __all__ = ["ConcatPlan"]
 
@@ -34,10 +34,9 @@ class ConcatPlan:
         self.layout, self.spec, self.seed, self.source = layout, spec, seed, source
         self._eos = int(spec.eos is not None)
         self._stream = layout.shard_tokens + self._eos * layout.shard_docs  # tokens each shard adds to a stream
-        total = int(self._stream.sum())
-        self.sequences = max(0, (total - spec.overlap) // spec.length)
+        self.sequences = sequence_count(layout.tokens, layout.documents, spec)
         if self.sequences < 1:
-            raise UserError(f"{total:,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
+            raise UserError(f"{int(self._stream.sum()):,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._shards: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
 

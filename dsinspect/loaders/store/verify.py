@@ -13,6 +13,7 @@ from dsinspect.errors import DsinspectError, reason_of
 from dsinspect.loaders.format.arrow_errors import UNREADABLE
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.format.token_counts import token_count
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardReport", "VerifyReport", "verify_version", "verify_shard", "verify_side_files", "stored"]
@@ -156,8 +157,12 @@ def _check_rows(version: DatasetVersion, shard: int, data: pa.Buffer, rep: Shard
         rep.problems.append(f"row count mismatch: manifest says {rep.rows}, file has {pf.metadata.num_rows}")
     first = int(version.shard_starts[shard])
     offset = 0
+    counted = dict(version.manifest.shards[shard].tokens)
+    tokens = dict.fromkeys(counted, 0)
     for group in range(pf.metadata.num_row_groups):
         table = pf.read_row_group(group).cast(version.manifest.schema.append(pf.schema_arrow.field(HASH_COLUMN)))
+        for name in tokens:
+            tokens[name] += token_count(table.column(name))
         stored = table.column(HASH_COLUMN).to_pylist()
         for i, (want, got) in enumerate(zip(stored, row_hashes(table, names))):
             if want != got:
@@ -167,4 +172,8 @@ def _check_rows(version: DatasetVersion, shard: int, data: pa.Buffer, rep: Shard
         offset += table.num_rows
     if rep.bad_row_count:
         rep.problems.append(f"{rep.bad_row_count} row(s) do not match their stored row hash")
+    for name, count in tokens.items():
+        if count != counted[name]:
+            rep.problems.append(f"token count mismatch: field {name!r} has {count:,} tokens, "
+                                f"the manifest says {counted[name]:,}")
 

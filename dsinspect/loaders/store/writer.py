@@ -26,7 +26,9 @@ from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest, Shard, sha256_hex
+from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.format.shard_index import index_bytes, part_bounds
+from dsinspect.loaders.format.token_counts import token_count
 from dsinspect.loaders.store.layout import display
 from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.publish import publish
@@ -71,17 +73,20 @@ class WriteOptions:
 class _ShardFile:
     """One Parquet shard being written to a local spool file."""
 
-    def __init__(self, directory: str, schema: pa.Schema, options: WriteOptions):
+    def __init__(self, directory: str, schema: pa.Schema, options: WriteOptions, token_fields: Iterable[str] = ()):
         fd, self.path = tempfile.mkstemp(dir=directory, prefix=".tmp-shard-", suffix=".parquet")
         self.file = os.fdopen(fd, "wb")
         self.writer = pq.ParquetWriter(self.file, schema, compression="zstd",
                                        compression_level=options.compression_level,
                                        use_dictionary=_dictionary_columns(schema))
         self.rows = 0
+        self.tokens = {name: 0 for name in token_fields}  # per tokens field, for the manifest entry
 
     def write(self, table: pa.Table) -> None:
         self.writer.write_table(table, row_group_size=table.num_rows)
         self.rows += table.num_rows
+        for name in self.tokens:
+            self.tokens[name] += token_count(table.column(name))
 
     @property
     def size(self) -> int:
@@ -213,7 +218,8 @@ class VersionWriter:
             publish_file(self.catalog.fs, shard.path, self.catalog.layout.shard(self.name, sha))
             if self.options.shard_index:
                 write_atomic(self.catalog.fs, self.catalog.layout.shard_index(self.name, sha), index)
-            self._shards.append(Shard(sha, size, shard.rows, sha256_hex(index) if self.options.shard_index else None))
+            self._shards.append(Shard(sha, size, shard.rows, sha256_hex(index) if self.options.shard_index else None,
+                                      shard.tokens))
 
     # -- output --------------------------------------------------------------------------------
 
@@ -332,7 +338,8 @@ class VersionWriter:
         with write_errors(self.catalog.fs, self._shard.path if self._shard else self._spool):
             if self._shard is None:
                 self._hold_lease()  # before a byte lands in the dataset (the spool file is there)
-                self._shard = _ShardFile(self._spool, self._file_schema, self.options)
+                self._shard = _ShardFile(self._spool, self._file_schema, self.options,
+                                         [f.name for f in self.fields if f.role is Role.TOKENS])
             self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
         if self._on_rows:
             self._on_rows(n)

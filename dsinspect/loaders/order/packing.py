@@ -1,4 +1,5 @@
-"""How a source's documents become sequences: the packing spec a run records.
+"""How a source's documents become sequences: the packing spec a run records (part of the order;
+the arithmetic of each packing is in `sequences/`).
 
 A sequence is `length` tokens, or `length + 1` with `labels` (Megatron's convention: sequence j holds
 stream tokens [j*L, j*L + L + 1), so consecutive sequences share one token and the model's labels are
@@ -15,7 +16,7 @@ from typing import Any
 
 from dsinspect.errors import UserError
 
-__all__ = ["Packing", "SequenceSpec"]
+__all__ = ["Packing", "SequenceSpec", "sequence_count"]
 
 
 class Packing(str, enum.Enum):
@@ -25,6 +26,7 @@ class Packing(str, enum.Enum):
 @dataclass(frozen=True)
 class SequenceSpec:
     length: int
+    field: str = "tokens"  # the tokens field whose documents are packed
     labels: bool = False
     eos: int | None = None
     packing: Packing = Packing.CONCAT
@@ -36,6 +38,8 @@ class SequenceSpec:
         except ValueError:
             raise UserError(f"packing must be one of {', '.join(p.value for p in Packing)}, "
                             f"not {self.packing!r}") from None
+        if not isinstance(self.field, str) or not self.field:
+            raise UserError(f"the field to pack must be a field name, not {self.field!r}")
         if not (isinstance(self.length, int) and not isinstance(self.length, bool) and self.length >= 1):
             raise UserError(f"sequence length must be an integer >= 1, not {self.length!r}")
         if self.eos is not None and not (isinstance(self.eos, int) and not isinstance(self.eos, bool)
@@ -56,15 +60,22 @@ class SequenceSpec:
         return self.length + self.overlap
 
     def to_json(self) -> dict[str, Any]:
-        return {"length": self.length, "labels": self.labels, "eos": self.eos, "packing": self.packing.value,
-                "shuffle_documents": self.shuffle_documents}
+        return {"field": self.field, "length": self.length, "labels": self.labels, "eos": self.eos,
+                "packing": self.packing.value, "shuffle_documents": self.shuffle_documents}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "sequences") -> "SequenceSpec":
         try:
-            return cls(length=data["length"], labels=data["labels"], eos=data["eos"], packing=data["packing"],
-                       shuffle_documents=data["shuffle_documents"])
+            return cls(field=data["field"], length=data["length"], labels=data["labels"], eos=data["eos"],
+                       packing=data["packing"], shuffle_documents=data["shuffle_documents"])
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
         except (KeyError, TypeError) as e:
             raise UserError(f"{where}: malformed sequence spec ({e.__class__.__name__}: {e})") from None
+
+
+def sequence_count(tokens: int, documents: int, spec: SequenceSpec) -> int:
+    """Sequences per epoch of `documents` holding `tokens` under `concat`: the stream (with an EOS per
+    document when asked) cut every `length` tokens, a last sequence needing all its `width` tokens."""
+    stream = tokens + (documents if spec.eos is not None else 0)
+    return max(0, (stream - spec.overlap) // spec.length)

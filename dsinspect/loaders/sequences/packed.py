@@ -1,0 +1,76 @@
+"""A run of packed sequences: what each (step, rank) reads, down to document segments, and where any
+document was read. The run spec's order (order/plan.py) picks sequence indices exactly as it picks
+rows; each source's packing (concat.py) turns an index into documents, and back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.order.inverse import Reading, reading_in, source_epoch_begins_before
+from dsinspect.loaders.order.plan import plan_batch
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.sequences.concat import ConcatPlan
+from dsinspect.loaders.sequences.layout import TokenLayout
+from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
+
+__all__ = ["PackedRun", "PackedSequence", "DocumentReading"]
+
+
+@dataclass(frozen=True)
+class PackedSequence:
+    """Slot `slot` of a batch: sequence `sequence` of source `source` in its epoch `source_epoch`."""
+
+    slot: int
+    source: int
+    source_epoch: int
+    sequence: int
+    padding: bool
+    segments: Segments
+
+
+@dataclass(frozen=True)
+class DocumentReading:
+    """Tokens [span.start, span.stop) of a document, read at `reading` from `span.offset` of its sequence."""
+
+    reading: Reading
+    span: DocumentSpan
+
+
+class PackedRun:
+    """`lengths(source, shard)` gives the document lengths of one shard of a source, in stored order
+    (the caller's I/O; asked only for the shards a located sequence or document touches)."""
+
+    def __init__(self, spec: RunSpec, lengths: Callable[[int, int], np.ndarray]):
+        if spec.sequences is None:
+            raise UserError("this run reads rows, not packed sequences (its spec has no `sequences`)")
+        self.spec = spec
+        self.plans = [ConcatPlan(TokenLayout(np.asarray(s.shard_rows), np.asarray(s.shard_tokens), partial(lengths, k)),
+                                 spec.sequences, spec.seed, k) for k, s in enumerate(spec.sources)]
+
+    def batch(self, step: int, rank: int) -> list[PackedSequence]:
+        plan = plan_batch(self.spec, step, rank)
+        return [PackedSequence(slot, int(plan.sources[slot]), int(plan.source_epochs[slot]), int(plan.indices[slot]),
+                               bool(plan.padding[slot]),
+                               self.plans[int(plan.sources[slot])].segments(int(plan.source_epochs[slot]),
+                                                                            int(plan.indices[slot])))
+                for slot in range(len(plan.indices))]
+
+    def where(self, source: int, doc: int, until_step: int) -> list[DocumentReading]:
+        """Every reading of document `doc` of source `source` before `until_step`, in step order."""
+        if not 0 <= source < len(self.plans):
+            raise UserError(f"source {source} is outside 0..{len(self.plans) - 1}")
+        plan = self.plans[source]
+        found = []
+        source_epoch = 0
+        while source_epoch_begins_before(self.spec, source, source_epoch, until_step):
+            for span in plan.spans(source_epoch, doc):
+                r = reading_in(self.spec, source, source_epoch, span.sequence)
+                if r is not None and r.step < until_step:
+                    found.append(DocumentReading(r, span))
+            source_epoch += 1
+        return sorted(found, key=lambda d: (d.reading.step, d.reading.rank, d.reading.slot))
