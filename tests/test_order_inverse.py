@@ -31,8 +31,8 @@ def run_specs(draw):
     return spec.replace(start=Start(step, epoch, position)) if draw(st.booleans()) else spec
 
 
-@settings(max_examples=200, deadline=None)
-@given(spec=run_specs(), steps=st.integers(1, 25))
+@settings(max_examples=80, deadline=None)
+@given(spec=run_specs(), steps=st.integers(1, 16))
 def test_readings_are_the_forward_plan_inverted(spec, steps):
     until = spec.start.step + steps
     forward: dict[tuple[int, int], list[tuple[int, int, int]]] = {}

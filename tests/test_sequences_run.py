@@ -43,7 +43,7 @@ def packed_runs(draw):
     return spec, sources
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(run=packed_runs(), steps=st.integers(1, 12))
 def test_each_batch_holds_its_windows_and_where_inverts_it(run, steps):
     spec, sources = run

@@ -17,6 +17,7 @@ from dsinspect.cli import (
     stats_cmd,
     tui_cmd,
     web_cmd,
+    where_cmd,
 )
 from dsinspect.cli.output import PIPE_CLOSED, exit_code, fail, pipe_closed, stdout_closed
 from dsinspect.errors import DsinspectError, StorageError, reason_of
@@ -73,7 +74,9 @@ for command in catalog_cmds.COMMANDS:
     cli.add_command(command)
 for command in show_cmd.COMMANDS:
     cli.add_command(command)
-for command in replay_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS + query_cmd.COMMANDS + stats_cmd.COMMANDS:
+for command in replay_cmd.COMMANDS + where_cmd.COMMANDS + runs_cmd.COMMANDS + diff_cmd.COMMANDS:
+    cli.add_command(command)
+for command in query_cmd.COMMANDS + stats_cmd.COMMANDS:
     cli.add_command(command)
 for command in web_cmd.COMMANDS:
     cli.add_command(command)

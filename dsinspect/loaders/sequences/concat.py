@@ -39,6 +39,7 @@ class ConcatPlan:
             raise UserError(f"{int(self._stream.sum()):,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._shards: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lengths: OrderedDict[int, np.ndarray] = OrderedDict()  # a shard's lengths serve every epoch
 
     # -- the order of an epoch -------------------------------------------------------------------
 
@@ -62,7 +63,7 @@ class ConcatPlan:
         key = (epoch, shard)
         hit = self._shards.get(key)
         if hit is None:
-            lengths = self.layout.shard_lengths(shard)
+            lengths = self._shard_lengths(shard)
             order = np.arange(len(lengths), dtype=np.int64)
             if self.spec.shuffle_documents:
                 order = Permutation(len(lengths), key_of("doc-order", self.seed, self.source, epoch, shard))(order)
@@ -72,6 +73,15 @@ class ConcatPlan:
                 self._shards.popitem(last=False)
         self._shards.move_to_end(key)
         return hit
+
+    def _shard_lengths(self, shard: int) -> np.ndarray:
+        lengths = self._lengths.get(shard)
+        if lengths is None:
+            lengths = self._lengths[shard] = self.layout.shard_lengths(shard)
+            if len(self._lengths) > _SHARDS_KEPT:
+                self._lengths.popitem(last=False)
+        self._lengths.move_to_end(shard)
+        return lengths
 
     # -- sequence -> documents ---------------------------------------------------------------------
 
