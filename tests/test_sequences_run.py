@@ -170,3 +170,23 @@ def test_a_packed_run_over_a_catalog_reads_the_stored_documents_in_their_windows
         RunSpec.create(catalog, "corpus", sequences=SequenceSpec(length=8, field="id"))
     with pytest.raises(UserError, match="has no field 'text' to pack"):
         RunSpec.create(catalog, "corpus", sequences=SequenceSpec(length=8, field="text"))
+
+
+def test_readers_of_rows_refuse_a_packed_spec_instead_of_reading_sequence_indices_as_rows(tmp_path, cli):
+    import pyarrow as pa
+
+    from dsinspect.loaders import Catalog, Field, Loader
+    from dsinspect.loaders.audit.replay import replay
+
+    catalog = Catalog(str(tmp_path / "cat"))
+    catalog.write_version("c", [{"tokens": list(range(i % 40))} for i in range(50)],
+                          [Field("tokens", pa.list_(pa.int32()), "tokens", False)])
+    spec = RunSpec.create(catalog, "c", batch_size=2, sequences=SequenceSpec(length=16))
+    with pytest.raises(UserError, match="this run packs documents into sequences; the Loader reads rows"):
+        Loader(spec, 0, catalog=catalog)
+    with pytest.raises(UserError, match="this run packs documents into sequences; replay reads rows"):
+        replay(spec, 0, 0, catalog)
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    code, out, err = cli("replay", "--spec", path, "--step", 0, "--catalog", catalog.url)
+    assert code == 2 and out == "" and "packs documents into sequences" in err and err.count("\n") == 1

@@ -82,6 +82,7 @@ class RowReader:
 
     def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None, *,
                  cache_bytes: int | None = None):
+        spec.require_rows("replay")
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
             if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:

@@ -120,6 +120,12 @@ class RunSpec:
                    and all(isinstance(n, int) and n >= 0 for n in s.shard_tokens),
                    f"source {s.name}@{s.version[:12]}: a run of packed sequences needs the tokens of each shard")
 
+    def require_rows(self, reader: str) -> None:
+        """Refuse a packed-sequence spec where `reader` reads rows: it would read sequence indices as rows."""
+        if self.sequences is not None:
+            raise UserError(f"this run packs documents into sequences; {reader} reads rows and does not read packed "
+                            "batches yet (packed_run(catalog, spec) locates them: docs/PRETRAINING.md)")
+
     # -- derived sizes -------------------------------------------------------------------------
 
     def source_length(self, k: int) -> int:

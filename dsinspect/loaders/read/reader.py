@@ -50,6 +50,7 @@ class BatchReader:
 
     def __init__(self, catalog: Catalog, spec: RunSpec, columns: Sequence[str] | None = None,
                  cache: ShardCache | None = None, fetch_threads: int = 2, fill: bool = True):
+        spec.require_rows("the Loader")
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
             if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
