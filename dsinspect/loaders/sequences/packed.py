@@ -53,12 +53,11 @@ class PackedRun:
                                  spec.sequences, spec.seed, k) for k, s in enumerate(spec.sources)]
 
     def batch(self, step: int, rank: int) -> list[PackedSequence]:
+        """Each slot of `rank`'s batch at `step`: its sequence and that sequence's document segments."""
         plan = plan_batch(self.spec, step, rank)
-        return [PackedSequence(slot, int(plan.sources[slot]), int(plan.source_epochs[slot]), int(plan.indices[slot]),
-                               bool(plan.padding[slot]),
-                               self.plans[int(plan.sources[slot])].segments(int(plan.source_epochs[slot]),
-                                                                            int(plan.indices[slot])))
-                for slot in range(len(plan.indices))]
+        slots = zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist(), plan.padding.tolist())
+        return [PackedSequence(slot, k, epoch, j, padding, self.plans[k].segments(epoch, j))
+                for slot, (k, epoch, j, padding) in enumerate(slots)]
 
     def where(self, source: int, doc: int, until_step: int) -> list[DocumentReading]:
         """Every reading of document `doc` of source `source` before `until_step`, in step order."""
