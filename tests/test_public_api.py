@@ -22,6 +22,7 @@ PUBLIC = {
         "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
         "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch", "check_states",
         "read_run", "RunRecord", "ShardCache", "SequenceSpec", "PackedRun", "packed_run",
+        "PackedLoader", "PackedBatch",
     ],
     "dsinspect.loaders.pytorch": ["TorchBatches", "TorchLoader", "batch_to_torch"],
     "dsinspect.loaders.jax": ["JaxBatches"],

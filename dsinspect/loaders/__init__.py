@@ -31,6 +31,7 @@ __all__ = [
     "verify_version", "parse_address", "RunSpec", "Shuffle", "LastBatch", "Source", "Start", "LoaderState",
     "Loader", "Batch", "batch_indices", "plan_batch", "epoch_order", "steps_in_epoch", "check_states",
     "read_run", "RunRecord", "ShardCache", "SequenceSpec", "PackedRun", "packed_run",
+    "PackedLoader", "PackedBatch",
 ]
 
 _HOMES = {  # module (relative to this package) -> the names it holds
@@ -44,6 +45,8 @@ _HOMES = {  # module (relative to this package) -> the names it holds
     ".read.cache": ("ShardCache",),
     ".read.loader": ("Loader",),
     ".read.packed": ("packed_run",),
+    ".read.packed_batch": ("PackedBatch",),
+    ".read.packed_loader": ("PackedLoader",),
     ".records.run": ("RunRecord", "read_run"),
     ".sequences.packed": ("PackedRun",),
     ".store.address": ("parse_address",),
@@ -69,6 +72,8 @@ if TYPE_CHECKING:
     from dsinspect.loaders.read.cache import ShardCache
     from dsinspect.loaders.read.loader import Loader
     from dsinspect.loaders.read.packed import packed_run
+    from dsinspect.loaders.read.packed_batch import PackedBatch
+    from dsinspect.loaders.read.packed_loader import PackedLoader
     from dsinspect.loaders.records.run import RunRecord, read_run
     from dsinspect.loaders.sequences.packed import PackedRun
     from dsinspect.loaders.store.address import parse_address

@@ -20,6 +20,7 @@ import numpy as np
 from dsinspect.errors import UserError
 from dsinspect.loaders.audit.divergence import Divergence, check_line
 from dsinspect.loaders.audit.hashes import CACHE_BYTES, RowHashes, plan_many
+from dsinspect.loaders.audit.packed_check import PackedLines
 from dsinspect.loaders.audit.replay import (
     SpecSource,
     Transform,
@@ -111,7 +112,8 @@ def check_log(specs: SpecSource, log: str | os.PathLike | Iterable[dict], steps:
             divergence = None
             if not agrees:  # the per-line path decides (and explains, or raises as it always did)
                 spec = check.spec(line)
-                divergence = check_line(spec, check.reader(spec), line, fn, rehash, plan)
+                divergence = check.packed.check(spec, line) if spec.sequences is not None else \
+                    check_line(spec, check.reader(spec), line, fn, rehash, plan)
             result.checked += 1
             of = line.get("of", "stored")
             result.sides[of] = result.sides.get(of, 0) + 1
@@ -137,6 +139,7 @@ class _Checker:
         self.record, self.given, self.catalog, self.columns = record, given, catalog, columns
         self.cache_bytes = cache_bytes
         self.hashes = RowHashes(rehash, cache_bytes)
+        self.packed = PackedLines(catalog, self.hashes)  # lines of packed-sequence runs, one by one
         self._readers: dict[str, RowReader] = {}
         self._by_spec: dict[int, tuple[RunSpec, RowReader]] = {}  # by id(): order_hash is not free
 
@@ -163,6 +166,8 @@ class _Checker:
         for i, line in enumerate(lines):
             try:
                 spec = self.spec(line)
+                if spec.sequences is not None:
+                    continue  # a packed run's line: PackedLines checks it on the per-line path
                 reader = self.reader(spec)
                 step, rank = int(line["step"]), int(line["rank"])
             except Exception:  # noqa: BLE001 (the per-line path raises it at this line)

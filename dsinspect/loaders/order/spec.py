@@ -123,8 +123,8 @@ class RunSpec:
     def require_rows(self, reader: str) -> None:
         """Refuse a packed-sequence spec where `reader` reads rows: it would read sequence indices as rows."""
         if self.sequences is not None:
-            raise UserError(f"this run packs documents into sequences; {reader} reads rows and does not read packed "
-                            "batches yet (packed_run(catalog, spec) locates them: docs/PRETRAINING.md)")
+            raise UserError(f"this run packs documents into sequences; {reader} reads rows (PackedLoader reads "
+                            "packed batches: docs/PRETRAINING.md)")
 
     # -- derived sizes -------------------------------------------------------------------------
 

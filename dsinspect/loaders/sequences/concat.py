@@ -85,12 +85,25 @@ class ConcatPlan:
 
     # -- sequence -> documents ---------------------------------------------------------------------
 
-    def segments(self, epoch: int, sequence: int) -> Segments:
-        """The document segments of sequence `sequence` of `epoch`, in stream order."""
+    def shards(self, epoch: int, sequence: int) -> list[int]:
+        """The shards sequence `sequence` of `epoch` takes tokens from, in stream order: from the
+        per-shard counts alone (what a reader fetches ahead before any document length is known)."""
+        lo, hi = self._window(sequence)
+        shards, offsets = self._epoch(epoch)
+        first = int(np.searchsorted(offsets, lo, side="right")) - 1
+        last = int(np.searchsorted(offsets, hi - 1, side="right")) - 1
+        return [int(shards[p]) for p in range(first, last + 1) if offsets[p] < offsets[p + 1]]
+
+    def _window(self, sequence: int) -> tuple[int, int]:
+        """The stream range [lo, hi) of a sequence."""
         if not 0 <= sequence < self.sequences:
             raise UserError(f"sequence {sequence} is outside 0..{self.sequences - 1}")
         lo = sequence * self.spec.length
-        hi = lo + self.spec.width
+        return lo, lo + self.spec.width
+
+    def segments(self, epoch: int, sequence: int) -> Segments:
+        """The document segments of sequence `sequence` of `epoch`, in stream order."""
+        lo, hi = self._window(sequence)
         shards, offsets = self._epoch(epoch)
         first = int(np.searchsorted(offsets, lo, side="right")) - 1
         last = int(np.searchsorted(offsets, hi - 1, side="right")) - 1

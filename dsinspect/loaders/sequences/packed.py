@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.inverse import Reading, reading_in, source_epoch_begins_before
-from dsinspect.loaders.order.plan import plan_batch
+from dsinspect.loaders.order.plan import plan_batch, plan_steps
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
@@ -58,6 +58,15 @@ class PackedRun:
         slots = zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist(), plan.padding.tolist())
         return [PackedSequence(slot, k, epoch, j, padding, self.plans[k].segments(epoch, j))
                 for slot, (k, epoch, j, padding) in enumerate(slots)]
+
+    def shards(self, steps: Sequence[int], rank: int) -> list[tuple[int, int]]:
+        """The (source, shard) pairs `rank`'s batches at `steps` take tokens from, in order of first
+        need: from the per-shard counts alone, no document length read (what a reader fetches ahead)."""
+        wanted: dict[tuple[int, int], None] = {}
+        for plan in plan_steps(self.spec, steps, rank):
+            for k, epoch, j in zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist()):
+                wanted.update(dict.fromkeys((k, s) for s in self.plans[k].shards(epoch, j)))
+        return list(wanted)
 
     def where(self, source: int, doc: int, until_step: int) -> list[DocumentReading]:
         """Every reading of document `doc` of source `source` before `until_step`, in step order."""

@@ -1,0 +1,93 @@
+"""`PackedBatch`: one rank's batch of packed sequences at one step, and what a model takes from it
+(docs/PRETRAINING.md, "What a batch carries").
+
+Tokens are `[B, W]` with W the sequence width (L, or L + 1 with `labels`: inputs `tokens[:, :-1]`,
+labels `tokens[:, 1:]`). Position ids and `cu_seqlens` follow the document segments, so attention
+and positions restart at every document (the EOS appended after a document belongs to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from dsinspect.loaders.records.runlog import batch_fingerprint
+from dsinspect.loaders.sequences.packed import PackedSequence
+
+__all__ = ["PackedBatch", "Segment"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens [start, stop) of document `address` (dataset@version:index) at [offset, offset + stop - start)
+    of its sequence; a stop one past the document's length is the EOS appended to it."""
+
+    address: str
+    start: int
+    stop: int
+    offset: int
+
+
+@dataclass(frozen=True, eq=False)
+class PackedBatch:
+    step: int
+    epoch: int
+    rank: int
+    tokens: np.ndarray            # [B, W], the stored token type
+    sequences: list[PackedSequence]
+    sources: tuple[str, ...]      # each source's dataset@version
+    digests: np.ndarray           # [B, 16] uint8: each sequence's digest (sequences/digests.py)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def __repr__(self) -> str:
+        return f"PackedBatch(step={self.step}, epoch={self.epoch}, rank={self.rank}, tokens={self.tokens.shape})"
+
+    @property
+    def padding(self) -> np.ndarray:
+        """Per sequence: a repeat that fills the epoch's last global batch (last_batch="pad")."""
+        return np.fromiter((s.padding for s in self.sequences), bool, len(self.sequences))
+
+    @property
+    def fingerprint(self) -> str:
+        """What the run record keeps for the step (as for rows: of the joined per-sample digests)."""
+        return batch_fingerprint(self.digests)
+
+    @cached_property
+    def position_ids(self) -> np.ndarray:
+        """[B, W] int32: each token's position within its document segment."""
+        return np.stack([s.segments.position_ids() for s in self.sequences]) if self.sequences else \
+            np.zeros(self.tokens.shape, np.int32)
+
+    @cached_property
+    def cu_seqlens(self) -> np.ndarray:
+        """int32 offsets of every document segment in the flattened `[B * W]` tokens, from 0 to B * W
+        (FlashAttention's varlen `cu_seqlens`: one attention block per segment, none across)."""
+        width = self.tokens.shape[1]
+        sizes = [s.segments.sizes for s in self.sequences]
+        if not sizes:
+            return np.zeros(1, np.int32)
+        ends = np.concatenate([i * width + np.cumsum(x) for i, x in enumerate(sizes)])
+        return np.concatenate([[0], ends]).astype(np.int32)
+
+    @property
+    def max_seqlen(self) -> int:
+        """The longest segment (FlashAttention's `max_seqlen`)."""
+        return int(np.diff(self.cu_seqlens).max(initial=0))
+
+    @cached_property
+    def loss_mask(self) -> np.ndarray:
+        """[B, W] bool: False over a padding sequence (its tokens count once, in the batch that read them)."""
+        return np.repeat(~self.padding[:, None], self.tokens.shape[1], axis=1)
+
+    def segments(self, i: int) -> list[Segment]:
+        """The documents of sequence `i`: each one's address and the token range taken from it."""
+        seq = self.sequences[i]
+        source = self.sources[seq.source]
+        offsets = np.concatenate([[0], np.cumsum(seq.segments.sizes)])
+        return [Segment(f"{source}:{doc}", start, stop, offset)
+                for doc, start, stop, offset in zip(seq.segments.docs.tolist(), seq.segments.starts.tolist(),
+                                                    seq.segments.stops.tolist(), offsets.tolist())]

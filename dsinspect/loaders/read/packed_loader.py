@@ -1,0 +1,112 @@
+"""The stateful loader of packed sequences: one rank's `PackedBatch`es in the order the run spec fixes,
+resumable in O(1) into any world size or batch size, recording what it read (docs/PRETRAINING.md).
+
+The same contract as `Loader` for rows: iterating yields the rest of the current epoch; a state is a
+few integers (a position in the order of sequences) with a receipt; a run record holds a line per
+step whose per-sample digests are the sequences' (sequences/digests.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+from dsinspect.errors import UserError
+from dsinspect.loaders.order.plan import locate_step
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.order.state import LoaderState
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.packed_batch import PackedBatch
+from dsinspect.loaders.read.packed_reader import PackedReader
+from dsinspect.loaders.records.recorder import RunRecorder
+from dsinspect.loaders.store.catalog import Catalog
+
+__all__ = ["PackedLoader"]
+
+_AHEAD = 8  # steps whose shards are fetched ahead of the one read
+
+
+class PackedLoader:
+    """One rank's packed batches. `cache` is the node-local shard cache (default: $DSINSPECT_CACHE);
+    `record_dir` writes run records (docs/RUN_RECORDS.md) with per-sequence digests (`record_samples`:
+    True, False or "auto"); `fill=False` fetches nothing ahead."""
+
+    def __init__(self, spec: RunSpec, rank: int = 0, catalog: Catalog | None = None, *,
+                 cache: ShardCache | None = None, record_dir: str | None = None,
+                 record_samples: bool | str = "auto", fill: bool = True):
+        if catalog is None:
+            raise UserError("PackedLoader needs a catalog: PackedLoader(spec, rank, catalog=Catalog(url))")
+        if not 0 <= rank < spec.world_size:
+            raise UserError(f"rank {rank} is outside the world size {spec.world_size}")
+        self.spec, self.rank, self.catalog = spec, rank, catalog
+        self._reader = PackedReader(catalog, spec, cache, fill=fill)
+        self._step = spec.start.step
+        self._recorder = RunRecorder(record_dir, rank, samples=record_samples) if record_dir else None
+        self._parent: str | None = None  # the segment whose state this loader resumed from
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch."""
+        return self._step
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next batch."""
+        return locate_step(self.spec, self._step)[0]
+
+    def __iter__(self) -> Iterator[PackedBatch]:
+        epoch = self.epoch
+        while self.epoch == epoch:
+            yield self._next()
+
+    def batch_at(self, step: int) -> PackedBatch:
+        """The batch of any step, read now (no effect on the iteration position)."""
+        return self._reader.read(step, self.rank)
+
+    def _next(self) -> PackedBatch:
+        step, asked = self._step, time.monotonic()
+        self._reader.warm(range(step, step + _AHEAD + 1), self.rank)
+        batch = self._reader.read(step, self.rank)
+        self._step = step + 1  # consumed: a state saved now resumes after this batch
+        if self._recorder:
+            self._recorder.begin(self.spec, self._parent)
+            self._recorder.record(step, batch.epoch, batch.fingerprint, len(batch), row_hashes=batch.digests,
+                                  data_bytes=batch.tokens.nbytes, wait=time.monotonic() - asked)
+        return batch
+
+    def stats(self) -> dict[str, Any]:
+        """The shard cache's counters: fetches, hits and misses, retries, verification failures."""
+        return self._reader.cache.stats.snapshot()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next batch starts and a receipt of what it holds (as `Loader.state_dict`)."""
+        segment = None
+        if self._recorder:
+            segment = self._recorder.begin(self.spec, self._parent)
+            self._recorder.sync()
+        return LoaderState.at(self.spec, self._step, self.rank, segment).to_json()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state`, saved by a loader of the same data order with any world size or batch
+        size. O(1): nothing is read or skipped."""
+        saved = LoaderState.from_json(state)
+        resumed = saved.resume_spec(self.spec)
+        cache, fill = self._reader.cache, self._reader.fill
+        self._reader.close()
+        self.spec, self._step, self._parent = resumed, resumed.start.step, saved.segment
+        self._reader = PackedReader(self.catalog, resumed, cache, fill=fill)
+        if self._recorder:
+            self._recorder.begin(resumed, self._parent)
+
+    def close(self) -> None:
+        self._reader.close()
+        if self._recorder:
+            self._recorder.close()
+
+    def __enter__(self) -> "PackedLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,187 @@
+"""Read packed-sequence batches through the node-local shard cache: each located document segment
+copied straight from its verified, memory-mapped shard into a `[B, W]` token array.
+
+Document lengths come from the cached shard's list offsets (verified before use, and checked
+against the manifest's counts by `TokenLayout`), so locating and reading trust the same bytes. Every
+byte a batch takes (the documents' tokens and row hashes) is checked against the hashes taken when
+the shard was cached (`CachedShard.check`). The shards the next batches need are known from the
+per-shard token counts alone (`PackedRun.shards`) and fetched ahead in threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from dsinspect.arrays import distinct
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.order.plan import locate_step
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.read.cache import CachedShard, ShardCache
+from dsinspect.loaders.read.packed_batch import PackedBatch
+from dsinspect.loaders.sequences.digests import sequence_digests
+from dsinspect.loaders.sequences.packed import PackedRun
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.lru import LRU
+
+__all__ = ["PackedReader"]
+
+_OPEN = 128  # cached shards kept open (memory-mapped, pinned); opening one again costs well under a ms
+
+
+class _Columns(NamedTuple):
+    """One open shard's documents: list offsets into the flat tokens, and the stored row hashes."""
+
+    shard: CachedShard
+    offsets: np.ndarray
+    tokens: np.ndarray
+    hashes: np.ndarray  # (rows, 16) uint8
+
+
+class PackedReader:
+    """The packed batches of `spec` (a run with `sequences`) over the versions it pins in `catalog`."""
+
+    def __init__(self, catalog: Catalog, spec: RunSpec, cache: ShardCache | None = None,
+                 fetch_threads: int = 2, fill: bool = True):
+        if spec.sequences is None:
+            raise UserError("this run reads rows, not packed sequences (its spec has no `sequences`): use Loader")
+        self.spec, self.field, self.fill = spec, spec.sequences.field, fill
+        self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
+        for source, version in zip(spec.sources, self.versions):
+            shards = version.manifest.shards
+            if (tuple(s.rows for s in shards) != source.shard_rows
+                    or tuple(s.token_count(self.field) for s in shards) != source.shard_tokens):
+                raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
+        self.dtype = _token_type(self.versions, self.field, spec.sequences.eos)
+        self.sources = tuple(f"{v.name}@{v.id}" for v in self.versions)
+        self.cache = cache or ShardCache()
+        self.run = PackedRun(spec, self._lengths)
+        self._open: LRU[tuple[int, int], _Columns] = LRU(_OPEN)
+        self._pending: dict[tuple[int, int], Future[CachedShard]] = {}
+        self._fetch_threads = fetch_threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def read(self, step: int, rank: int) -> PackedBatch:
+        """`rank`'s batch at `step`: each sequence's tokens, document segments and digest."""
+        sequences = self.run.batch(step, rank)
+        width, eos = self.spec.sequences.width, self.spec.sequences.eos
+        where = []  # per sequence: (source, shard, row) of each segment's document
+        rows: dict[tuple[int, int], list[np.ndarray]] = {}
+        for seq in sequences:
+            starts = self.run.plans[seq.source].layout.doc_starts
+            shards = np.searchsorted(starts, seq.segments.docs, side="right") - 1
+            local = seq.segments.docs - starts[shards]
+            where.append((seq.source, shards.tolist(), local))
+            for s in distinct(shards).tolist():
+                rows.setdefault((seq.source, s), []).append(local[shards == s])
+        opened = {key: self._columns(key) for key in rows}
+        for key, parts in rows.items():  # verify every byte the batch takes before reading it
+            opened[key].shard.check(distinct(np.concatenate(parts)), [self.field, HASH_COLUMN])
+        tokens = np.empty((len(sequences), width), self.dtype)
+        hashes = []
+        for i, (seq, (k, shards, local)) in enumerate(zip(sequences, where)):
+            at = 0
+            seq_hashes = np.empty((len(shards), 16), np.uint8)
+            for j, (s, row, start, stop) in enumerate(zip(shards, local.tolist(), seq.segments.starts.tolist(),
+                                                          seq.segments.stops.tolist())):
+                cols = opened[(k, s)]
+                first, size = int(cols.offsets[row]), int(cols.offsets[row + 1] - cols.offsets[row])
+                take = min(stop, size) - start
+                tokens[i, at:at + take] = cols.tokens[first + start:first + start + take]
+                at += take
+                if stop > size:  # the EOS after the document
+                    tokens[i, at] = eos
+                    at += 1
+                seq_hashes[j] = cols.hashes[row]
+            if at != width:
+                raise IntegrityError(f"step {step}, rank {rank}, sequence {seq.sequence}: its segments hold {at} "
+                                     f"tokens, not {width}")
+            hashes.append(seq_hashes)
+        tokens.flags.writeable = False
+        epoch = locate_step(self.spec, step)[0]
+        digests = sequence_digests([s.segments for s in sequences], hashes)
+        return PackedBatch(step, epoch, rank, tokens, sequences, self.sources, digests)
+
+    def warm(self, steps: Sequence[int], rank: int) -> None:
+        """Start fetching the shards `rank`'s batches at `steps` need and the cache lacks."""
+        if not self.fill or not steps:
+            return
+        for key in self.run.shards(steps, rank):
+            with self._lock:
+                if len(self._pending) >= 2 * self._fetch_threads:
+                    return
+                if key in self._pending or self._open.peek(key) is not None:
+                    continue
+                if self.cache.holds(self.versions[key[0]].manifest.shards[key[1]].sha256):
+                    continue  # a cached shard opens in well under a millisecond: a thread would cost more
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._fetch_threads, thread_name_prefix="dsinspect-fetch")
+                self._pending[key] = self._pool.submit(self.cache.open, self.versions[key[0]], key[1])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        with self._lock:
+            for future in self._pending.values():
+                if not future.cancelled() and future.exception() is None:
+                    future.result().release()
+            self._pending.clear()
+        for cols in self._open.values():
+            cols.shard.release()
+        self._open.clear()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _columns(self, key: tuple[int, int]) -> _Columns:
+        cols = self._open.get(key)
+        if cols is not None:
+            return cols
+        with self._lock:
+            pending = self._pending.pop(key, None)
+        shard = pending.result() if pending is not None else self.cache.open(self.versions[key[0]], key[1])
+        try:
+            cols = _columns_of(shard, self.field)
+        except BaseException:
+            shard.release()
+            raise
+        for _, old in self._open.put(key, cols):
+            old.shard.release()  # unpinned: evictable; its memory map stays valid while arrays use it
+        return cols
+
+    def _lengths(self, source: int, shard: int) -> np.ndarray:
+        """A shard's document lengths from its verified list offsets (TokenLayout checks them)."""
+        offsets = self._columns((source, shard)).offsets
+        return np.diff(offsets).astype(np.int64)
+
+
+def _columns_of(shard: CachedShard, field: str) -> _Columns:
+    shard.view(field)  # verifies the whole offsets buffer (and refuses a damaged one)
+    column = shard.batch.column(field)
+    offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    tokens = column.values.to_numpy(zero_copy_only=False)
+    hash_column = shard.batch.column(HASH_COLUMN)
+    raw = np.frombuffer(hash_column.buffers()[1], np.uint8)
+    hashes = raw[hash_column.offset * 16:(hash_column.offset + len(hash_column)) * 16].reshape(-1, 16)
+    return _Columns(shard, offsets, tokens, hashes)
+
+
+def _token_type(versions: Sequence, field: str, eos: int | None) -> np.dtype:
+    """The integer type of the batches' tokens: the sources' stored one (refused when they differ or the
+    EOS id does not fit in it: a silently widened or wrapped token is a wrong token)."""
+    types = {v.manifest.schema.field(field).type.value_type for v in versions}
+    if len(types) != 1:
+        raise UserError(f"the sources store {field!r} as lists of different types ({', '.join(map(str, types))})")
+    value_type = types.pop()
+    if not pa.types.is_integer(value_type):
+        raise UserError(f"{field!r} holds {value_type} values, not integer token ids")
+    dtype = np.dtype(value_type.to_pandas_dtype())
+    if eos is not None and not np.iinfo(dtype).min <= eos <= np.iinfo(dtype).max:
+        raise UserError(f"eos {eos} does not fit the stored token type {dtype}")
+    return dtype

@@ -1,0 +1,194 @@
+"""The packed-sequence loader (read/packed_loader.py) over a real catalog: every batch holds the windows
+the run's arithmetic names, read from verified cached shards, with the document segments, position ids,
+`cu_seqlens` and loss mask a model takes; exact and elastic resume continue the same order of
+sequences; a run record passes the log check and an edited document is named. docs/PRETRAINING.md
+links here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from replay_diff_fixtures import rewrite_shard
+
+from dsinspect.errors import IntegrityError, UserError
+from dsinspect.loaders import Catalog, Field, Loader, WriteOptions
+from dsinspect.loaders.audit.logcheck import check_log
+from dsinspect.loaders.order.packing import SequenceSpec
+from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.read.cache import ShardCache
+from dsinspect.loaders.read.packed_loader import PackedLoader
+from dsinspect.loaders.sequences.packed import PackedRun
+from dsinspect.loaders.sequences.segments import assemble
+
+EOS = 65_535
+FIELDS = [Field("id", pa.int64(), "scalar", False), Field("tokens", pa.list_(pa.uint16()), "tokens")]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """150 documents of 0-299 tokens (two null ones) in 6 shards of 25, row groups of 10."""
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(0, 300, 150)]
+    docs[3] = docs[77] = None
+    root = tmp_path_factory.mktemp("packed")
+    catalog = Catalog(str(root / "cat"))
+    catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
+                          options=WriteOptions(shard_rows=25, row_group_rows=10))
+    return catalog, [d or [] for d in docs], root
+
+
+def spec_of(catalog, **options) -> RunSpec:
+    seq = SequenceSpec(length=64, labels=True, eos=EOS, shuffle_documents=True)
+    defaults = dict(seed=5, batch_size=3, world_size=2, shuffle="global", last_batch="pad", sequences=seq)
+    return RunSpec.create(catalog, "corpus", **{**defaults, **options})
+
+
+def stream_of(loader):
+    while True:  # each `for` yields the rest of one epoch
+        yield from loader
+
+
+def test_every_batch_holds_the_windows_the_arithmetic_names_and_what_a_model_takes(corpus, tmp_path):
+    catalog, docs, _ = corpus
+    spec = spec_of(catalog)
+    arithmetic = PackedRun(spec, lambda k, shard: np.array([len(d) for d in docs[shard * 25:(shard + 1) * 25]]))
+    version = catalog.resolve("corpus")
+    read: dict[int, int] = {}
+    for rank in range(2):
+        with PackedLoader(spec, rank, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+            stream = stream_of(loader)
+            for step in range(-(-spec.epoch_length // 6) + 2):  # through the first epoch's padded tail, on
+                batch = next(stream)
+                expected = arithmetic.batch(step, rank)
+                assert (batch.step, batch.rank, batch.tokens.shape) == (step, rank, (3, 65))
+                assert batch.tokens.dtype == np.uint16  # as stored
+                assert [(s.source_epoch, s.sequence, s.padding) for s in batch.sequences] == \
+                    [(s.source_epoch, s.sequence, s.padding) for s in expected]
+                for i, s in enumerate(expected):
+                    want = assemble(s.segments, lambda d: np.asarray(docs[d], np.int64), EOS)
+                    np.testing.assert_array_equal(batch.tokens[i], want)
+                    segments = batch.segments(i)
+                    assert [g.address for g in segments] == [f"corpus@{version.id}:{d}" for d in s.segments.docs]
+                    assert [(g.start, g.stop) for g in segments] == list(zip(s.segments.starts, s.segments.stops))
+                    for g in segments:  # positions restart at each document; the EOS counts in it
+                        size = g.stop - g.start
+                        np.testing.assert_array_equal(batch.position_ids[i, g.offset:g.offset + size], np.arange(size))
+                        assert g.stop <= len(docs[int(g.address.rsplit(":", 1)[1])]) + 1
+                    if not s.padding and s.source_epoch == 0:
+                        read[s.sequence] = read.get(s.sequence, 0) + 1
+                # cu_seqlens: every segment's bounds in the flattened batch, from 0 to B * W
+                sizes = np.concatenate([s.segments.sizes for s in expected])
+                np.testing.assert_array_equal(batch.cu_seqlens, np.concatenate([[0], np.cumsum(sizes)]))
+                assert batch.cu_seqlens[-1] == 3 * 65 and batch.max_seqlen == sizes.max()
+                np.testing.assert_array_equal(batch.loss_mask, ~np.array([[s.padding] * 65 for s in expected]))
+    assert read == dict.fromkeys(range(spec.epoch_length), 1)  # the first epoch: each sequence once over the ranks
+
+
+def test_exact_and_elastic_resume_continue_the_same_sequences(corpus, tmp_path):
+    catalog, _, _ = corpus
+    spec = spec_of(catalog, batch_size=4, last_batch="drop")
+    cache = ShardCache(tmp_path / "cache")
+
+    def global_order(spec, steps, states=None):
+        """(tokens, digest) of each sequence the ranks read over `steps`, in global order."""
+        out = []
+        loaders = [PackedLoader(spec, r, catalog, cache=cache) for r in range(spec.world_size)]
+        for r, loader in enumerate(loaders):
+            if states is not None:
+                loader.load_state_dict(states[min(r, len(states) - 1)])
+        streams = [stream_of(loader) for loader in loaders]
+        for _ in range(steps):
+            for batch in [next(s) for s in streams]:
+                out += [(bytes(t), bytes(d)) for t, d in zip(batch.tokens, batch.digests)]
+        states = [loader.state_dict() for loader in loaders]
+        for loader in loaders:
+            loader.close()
+        return out, states
+
+    whole, _ = global_order(spec, 9)  # 72 sequences
+    first, states = global_order(spec, 3)
+    assert first == whole[:24]
+    for world, batch in [(2, 4), (1, 8), (4, 2), (1, 3)]:
+        resumed, _ = global_order(spec.replace(world_size=world, batch_size=batch), 48 // (world * batch), states)
+        assert resumed == whole[24:24 + 48 // (world * batch) * world * batch], (world, batch)
+    other = RunSpec.create(catalog, "corpus", seed=6, batch_size=4, world_size=2, shuffle="global",
+                           sequences=spec.sequences)
+    with pytest.raises(UserError, match="another data order"):
+        PackedLoader(other, 0, catalog, cache=cache).load_state_dict(states[0])
+
+
+def test_a_record_of_packed_batches_passes_the_check_and_an_edited_document_is_named(tmp_path, cli):
+    catalog = Catalog(str(tmp_path / "cat"))
+    rng = np.random.default_rng(11)
+    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(1, 120, 60)]
+    version = catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
+                                    options=WriteOptions(shard_rows=20, row_group_rows=10))
+    spec = spec_of(catalog, batch_size=2, last_batch="drop")
+    record = str(tmp_path / "run")
+    cache = ShardCache(tmp_path / "cache")
+    states, seen = [], []
+    for rank in range(2):  # 3 steps on two ranks, then the rest of the epoch on one with batch 4
+        with PackedLoader(spec, rank, catalog, cache=cache, record_dir=record, record_samples=True) as loader:
+            stream = stream_of(loader)
+            seen.append([next(stream) for _ in range(3)])
+            states.append(loader.state_dict())
+    with PackedLoader(spec.replace(world_size=1, batch_size=4), 0, catalog, cache=cache, record_dir=record,
+                      record_samples=True) as loader:
+        loader.load_state_dict(states[0])
+        later = list(loader)
+    result = check_log(record, record, catalog=catalog)
+    assert result.ok and result.segments == 2 and result.checked == 6 + len(later), result.to_json()
+    code, out, err = cli("replay", "--spec", record, "--check-log", record, "--catalog", catalog.url)
+    assert code == 0, err
+    # a document the run read at step 1 on rank 0 edited in place (its stored row hash rewritten too)
+    target = int(seen[0][1].sequences[0].segments.docs[0])
+    rewrite_shard(version, target, "tokens", [t ^ 1 for t in docs[target]], rehash=True)
+    result = check_log(record, record, catalog=catalog)
+    div = result.divergence
+    assert not result.ok and (div.step, div.rank) == (1, 0) and 0 in div.positions
+    assert f"{version.address}:{target} tokens" in div.reason
+    code, out, err = cli("replay", "--spec", record, "--check-log", record, "--catalog", catalog.url)
+    assert code == 1 and f":{target} tokens" in out + err
+    # one that no longer has the length the manifest counted: the check fails naming the shard
+    rewrite_shard(version, target, "tokens", docs[target] + [5], rehash=True)
+    div = check_log(record, record, catalog=catalog).divergence
+    assert (div.step, div.rank) == (0, 0) and "no longer holds the documents" in div.reason
+
+
+def test_a_damaged_cached_shard_is_refused_not_read(corpus, tmp_path):
+    catalog, _, _ = corpus
+    spec = spec_of(catalog)
+    cache = ShardCache(tmp_path / "cache")
+    with PackedLoader(spec, 0, catalog, cache=cache) as loader:
+        clean = loader.batch_at(0).tokens.copy()
+    cached = sorted((tmp_path / "cache").rglob("*.arrow"))
+    assert cached
+    for path in cached:  # flip one byte in the middle of every cached shard (where tokens are)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    refused = []
+    for _ in range(len(cached) + 1):  # as a job restarted after each refusal: a damaged shard is dropped once
+        cache = ShardCache(tmp_path / "cache")  # a new process: blocks checked by the last one are checked again
+        with PackedLoader(spec, 0, catalog, cache=cache) as loader:
+            try:
+                got = loader.batch_at(0).tokens
+                break
+            except IntegrityError as e:
+                assert "do not match the hash taken when it was cached" in str(e)
+                refused.append(e)
+    assert 1 <= len(refused) <= len(cached)
+    np.testing.assert_array_equal(got, clean)  # fetched again, read exactly
+
+
+def test_what_cannot_be_read_as_packed_batches_is_refused_in_one_line(corpus):
+    catalog, _, _ = corpus
+    with pytest.raises(UserError, match="eos 70000 does not fit the stored token type uint16"):
+        PackedLoader(spec_of(catalog, sequences=SequenceSpec(length=64, eos=70_000)), 0, catalog)
+    with pytest.raises(UserError, match="reads rows, not packed sequences"):
+        PackedLoader(RunSpec.create(catalog, "corpus", batch_size=2), 0, catalog)
+    with pytest.raises(UserError, match="PackedLoader"):
+        Loader(spec_of(catalog), 0, catalog=catalog)
+    with pytest.raises(UserError, match="rank 2 is outside the world size 2"):
+        PackedLoader(spec_of(catalog), 2, catalog)
