@@ -6,6 +6,8 @@ links here."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -192,3 +194,69 @@ def test_what_cannot_be_read_as_packed_batches_is_refused_in_one_line(corpus):
         Loader(spec_of(catalog), 0, catalog=catalog)
     with pytest.raises(UserError, match="rank 2 is outside the world size 2"):
         PackedLoader(spec_of(catalog), 2, catalog)
+
+
+# -- replay: the batch of any step, by arithmetic, from the catalog ----------------------------------
+
+def test_replay_gives_the_loaders_packed_batch_and_names_a_damaged_document(tmp_path, cli):
+    from dsinspect.loaders.audit.packed_replay import replay_packed
+
+    catalog = Catalog(str(tmp_path / "cat"))
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(1, 90, 50)]
+    version = catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
+                                    options=WriteOptions(shard_rows=20, row_group_rows=10))
+    spec = spec_of(catalog, batch_size=2)
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    for step in (0, 7, spec.epoch_length // 4 + 3):  # the last one in the second epoch
+        replayed = replay_packed(spec, step, "all", catalog)
+        assert [b.rank for b in replayed.batches] == [0, 1] and not replayed.damaged
+        for b in replayed.batches:
+            with PackedLoader(spec, b.rank, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+                read = loader.batch_at(step)
+            np.testing.assert_array_equal(b.tokens, read.tokens)
+            assert b.tokens.dtype == read.tokens.dtype and b.fingerprint == read.fingerprint
+            assert [b.segments(i) for i in range(len(b))] == [read.segments(i) for i in range(len(read))]
+    code, out, err = cli("replay", "--spec", path, "--step", 7, "--catalog", catalog.url)
+    assert code == 0, err
+    read = replay_packed(spec, 7, 0, catalog).batches[0]
+    assert f"rank 0: {read.fingerprint}" in out and "sequences of 64 tokens" in out
+    first = read.segments(0)[0]
+    assert f"corpus@{version.id[:12]}:{first.address.rsplit(':', 1)[1]} [{first.start}, {first.stop})" in out
+    code, out, err = cli("replay", "--spec", path, "--step", 7, "--rank", "all", "--json", "--catalog", catalog.url)
+    data = json.loads(out)
+    assert code == 0 and [b["fingerprint"] for b in data["batches"]] == \
+        [b.fingerprint for b in replay_packed(spec, 7, "all", catalog).batches]
+    assert data["batches"][0]["sequences"][0]["tokens"] == read.tokens[0].tolist()
+    # a document edited in place, its stored row hash left as it was: named, exit 1, the batch still shown
+    target = int(read.sequences[1].segments.docs[0])
+    rewrite_shard(version, target, "tokens", [t ^ 1 for t in docs[target]], rehash=False)
+    code, out, err = cli("replay", "--spec", path, "--step", 7, "--catalog", catalog.url)
+    assert code == 1 and f"rank 0: {read.fingerprint}" in out  # the stored row hashes: as the job read it
+    assert f"sequence 1 took tokens from corpus@{version.id}:{target}, whose bytes no longer hash" in err
+    assert err.count("\n") == 1
+
+
+def test_replay_decodes_each_sequence_with_the_stored_tokenizer(tmp_path, cli):
+    from dsinspect.defaults import open_catalog
+    from dsinspect.loaders.audit.packed_replay import replay_packed
+
+    catalog = open_catalog()  # demo-text: a Hugging Face tokenizer stored with its tokens field
+    spec = RunSpec.create(catalog, "demo-text@v1", batch_size=2, shuffle="none",
+                          sequences=SequenceSpec(length=48, eos=0))
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    code, out, err = cli("replay", "--spec", path, "--step", 0, "--catalog", catalog.url)
+    assert code == 0, err
+    version = catalog.resolve("demo-text@v1")
+    assert "A simple bread: 500 g strong flour" in out  # decoded words, not ids
+    # a sequence holding the end of one document and the start of the next: ` │ ` between their texts
+    step = next(s for s in range(40) if len(replay_packed(spec, s, 0, catalog).batches[0].segments(0)) > 1)
+    code, out, err = cli("replay", "--spec", path, "--step", step, "--json", "--catalog", catalog.url)
+    shown = json.loads(out)["batches"][0]["sequences"][0]
+    doc = int(shown["segments"][1]["address"].rsplit(":", 1)[1])
+    second = shown["text"].split(" │ ")[1]
+    assert version.row(doc)["text"].startswith(second[:20]) and len(second) >= 20
+    code, out, err = cli("replay", "--spec", path, "--step", 0, "--export", tmp_path / "x", "--catalog", catalog.url)
+    assert code == 2 and "a packed run's batch is its sequences" in err

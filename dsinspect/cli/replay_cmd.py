@@ -69,7 +69,7 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     from dsinspect.cli.runs_cmd import run_path
     from dsinspect.inspect.runs import default_runs_dir, path_exists
     from dsinspect.loaders.audit.bounds import BatchTooLarge
-    from dsinspect.loaders.audit.replay import replay
+    from dsinspect.loaders.audit.replay import replay, resolve
     from dsinspect.loaders.records.run import is_run_dir
     from dsinspect.loaders.records.transforms import guarded
 
@@ -95,6 +95,12 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     if allow_gaps:
         raise UserError("--allow-gaps goes with --check-log")
     rank = rank if rank is not None else "0"
+    if resolve(specs, step)[0].sequences is not None:  # a packed run: its batch is sequences of documents
+        from dsinspect.cli.replay_packed import replay_packed_cmd
+
+        if fn or export_dir or picked:
+            raise UserError("--transform, --export and --columns replay rows; a packed run's batch is its sequences")
+        return replay_packed_cmd(catalog, specs, step, rank, as_json, SHOWN_BYTES)
     try:
         result = guarded(lambda: replay(specs, step, rank, catalog, fn, columns=picked, max_bytes=SHOWN_BYTES),
                          transform)

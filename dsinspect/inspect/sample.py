@@ -18,14 +18,7 @@ from dsinspect.inspect.tokens import tokens_view
 from dsinspect.inspect.trajectory import trajectory_view
 from dsinspect.inspect.video import video_view
 from dsinspect.inspect.views import ErrorView, Finding, NullView, Severity, View, no_json, reason_of, safely
-from dsinspect.inspect.vocab import (
-    TIKTOKEN_ENCODINGS,
-    Vocab,
-    cached_vocab,
-    huggingface_vocab,
-    tiktoken_document_vocab,
-    tiktoken_vocab,
-)
+from dsinspect.inspect.vocab import TIKTOKEN_ENCODINGS, Vocab, tokenizer_vocab
 from dsinspect.loaders.format.arrow_errors import NOT_CONVERTIBLE
 from dsinspect.loaders.format.canonical import combine_row_hash, encode_column, field_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
@@ -190,22 +183,13 @@ class Sample(View):
             return None, Finding(Severity.WARNING, "token-no-tokenizer",
                                  f"field {f.name!r} names no tokenizer: ids only")
         try:
-            if kind == "huggingface":
-                sha = spec["blob"]
-                return cached_vocab(("huggingface", sha, spec.get("pad_id")), lambda: huggingface_vocab(
-                    self.version.catalog.read_blob(self.dataset, sha, ".json"), f"tokenizer.json {sha[:12]}",
-                    spec.get("pad_id"))), None
-            if kind == "tiktoken" and spec.get("blob"):  # stored at ingest: exact, offline, no package data
-                sha = spec["blob"]
-                return cached_vocab(("tiktoken", sha), lambda: tiktoken_document_vocab(
-                    self.version.catalog.read_blob(self.dataset, sha, ".json"))), None
-            if kind == "tiktoken":
-                name = spec.get("name") or spec.get("encoding")
-                return cached_vocab(("tiktoken", name), lambda: tiktoken_vocab(name)), None
+            vocab = tokenizer_vocab(self.version.catalog, self.dataset, spec)
         except Exception as e:  # noqa: BLE001 - a missing or broken tokenizer leaves the ids visible
             return None, Finding(Severity.ERROR, "token-tokenizer-unavailable",
                                  f"the {kind} tokenizer could not be loaded: {reason_of(e)}")
-        return None, Finding(Severity.WARNING, "token-tokenizer-kind", f"unknown tokenizer kind {kind!r}: ids only")
+        if vocab is None:
+            return None, Finding(Severity.WARNING, "token-tokenizer-kind", f"unknown tokenizer kind {kind!r}: ids only")
+        return vocab, None
 
     def _trajectory(self, name: str) -> View:
         view = trajectory_view(self.value(name) or {})

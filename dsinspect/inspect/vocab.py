@@ -24,7 +24,7 @@ from dsinspect.loaders.format.tokenizer_docs import (
 from dsinspect.lru import LRU
 
 __all__ = ["Vocab", "huggingface_vocab", "tiktoken_vocab", "tiktoken_encoding", "tiktoken_document",
-           "tiktoken_document_vocab", "TIKTOKEN_ENCODINGS", "cached_vocab", "byte_level_decode"]
+           "tiktoken_document_vocab", "TIKTOKEN_ENCODINGS", "cached_vocab", "byte_level_decode", "tokenizer_vocab"]
 
 PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>", "<PAD>")
 _CACHE_SIZE = 6
@@ -189,3 +189,22 @@ def cached_vocab(key: tuple, build: Callable[[], Vocab]) -> Vocab:
     with _lock:
         _cache.put(key, vocab)
     return vocab
+
+
+def tokenizer_vocab(catalog: Any, dataset: str, spec: dict) -> Vocab | None:
+    """The vocabulary a field's stored tokenizer spec names (its `tokenizer` option): a tokenizer
+    stored at ingest (read from the catalog's blobs) or a tiktoken encoding by name; None for a kind
+    not known here. Raises when it cannot be loaded."""
+    kind = spec.get("kind")
+    if kind == "huggingface":
+        sha = spec["blob"]
+        return cached_vocab(("huggingface", sha, spec.get("pad_id")), lambda: huggingface_vocab(
+            catalog.read_blob(dataset, sha, ".json"), f"tokenizer.json {sha[:12]}", spec.get("pad_id")))
+    if kind == "tiktoken" and spec.get("blob"):  # stored at ingest: exact, offline, no package data
+        sha = spec["blob"]
+        return cached_vocab(("tiktoken", sha),
+                            lambda: tiktoken_document_vocab(catalog.read_blob(dataset, sha, ".json")))
+    if kind == "tiktoken":
+        name = spec.get("name") or spec.get("encoding")
+        return cached_vocab(("tiktoken", name), lambda: tiktoken_vocab(name))
+    return None
