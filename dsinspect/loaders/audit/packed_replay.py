@@ -15,6 +15,7 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.audit.bounds import ReadBound
 from dsinspect.loaders.audit.replay import SpecSource, parse_rank, resolve
 from dsinspect.loaders.audit.rows import RowReader
+from dsinspect.loaders.format.token_counts import list_items, list_parts
 from dsinspect.loaders.order.plan import BatchPlan, locate_step
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Start
 from dsinspect.loaders.read.packed import packed_run
@@ -86,8 +87,10 @@ def _read_rank(sequences: list, documents: RowReader, field: str, eos: int | Non
     plan = BatchPlan(step, epoch, rank, zeros, np.array([k for k, _ in keys], np.int64),
                      np.array([d for _, d in keys], np.int64), zeros.astype(bool), zeros, zeros)
     rows = documents.read(plan, rehash=True, bound=bound)
-    column = rows.table.column(field)
-    values = {key: _tokens(column[i]) for i, key in enumerate(keys)}
+    column = rows.table.column(field).combine_chunks()
+    starts, sizes = list_parts(column)
+    items = list_items(column)
+    values = {key: items[a:a + n] for key, a, n in zip(keys, starts.tolist(), sizes.tolist())}
     stored = dict(zip(keys, rows.stored))
     intact = dict(zip(keys, rows.verified.tolist()))
     tokens = np.stack([assemble(s.segments, partial(_of, values, s.source), eos) for s in sequences])
@@ -101,11 +104,6 @@ def _read_rank(sequences: list, documents: RowReader, field: str, eos: int | Non
 
 def _of(values: dict, source: int, doc: int) -> np.ndarray:
     return values[(source, doc)]
-
-
-def _tokens(value: Any) -> np.ndarray:
-    """A document's tokens (none for a null document)."""
-    return np.zeros(0, np.int64) if not value.is_valid else value.values.to_numpy(zero_copy_only=False)
 
 
 def documents_spec(spec: RunSpec) -> RunSpec:

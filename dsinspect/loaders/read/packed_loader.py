@@ -12,7 +12,7 @@ import time
 from typing import Any, Iterator
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.order.plan import locate_step
+from dsinspect.loaders.order.plan import BatchPlan, locate_step, plan_batch, plan_steps
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.cache import ShardCache
@@ -24,6 +24,7 @@ from dsinspect.loaders.store.catalog import Catalog
 __all__ = ["PackedLoader"]
 
 _AHEAD = 8  # steps whose shards are fetched ahead of the one read
+_PLAN_CHUNK = 64  # steps planned per vectorised pass
 
 
 class PackedLoader:
@@ -43,6 +44,8 @@ class PackedLoader:
         self._step = spec.start.step
         self._recorder = RunRecorder(record_dir, rank, samples=record_samples) if record_dir else None
         self._parent: str | None = None  # the segment whose state this loader resumed from
+        self._warmed = 0  # the steps before it had their shards looked ahead at
+        self._plans: dict[int, BatchPlan] = {}
 
     @property
     def step(self) -> int:
@@ -61,12 +64,24 @@ class PackedLoader:
 
     def batch_at(self, step: int) -> PackedBatch:
         """The batch of any step, read now (no effect on the iteration position)."""
-        return self._reader.read(step, self.rank)
+        return self._reader.read(self._plans.get(step) or plan_batch(self.spec, step, self.rank))
+
+    def _plan(self, step: int) -> BatchPlan:
+        """Plans come in vectorised chunks (one pass serves many steps), from the asked step on."""
+        plan = self._plans.get(step)
+        if plan is None:
+            self._plans = {p.step: p for p in plan_steps(self.spec, range(step, step + _PLAN_CHUNK), self.rank)}
+            plan = self._plans[step]
+        return plan
 
     def _next(self) -> PackedBatch:
         step, asked = self._step, time.monotonic()
-        self._reader.warm(range(step, step + _AHEAD + 1), self.rank)
-        batch = self._reader.read(step, self.rank)
+        plan = self._plan(step)
+        ahead = min(step + _AHEAD + 1, max(self._plans) + 1)
+        if ahead > self._warmed:  # the steps not looked ahead at yet (each is looked at once)
+            if self._reader.warm([self._plans[s] for s in range(max(step, self._warmed), ahead)]):
+                self._warmed = ahead
+        batch = self._reader.read(plan)
         self._step = step + 1  # consumed: a state saved now resumes after this batch
         if self._recorder:
             self._recorder.begin(self.spec, self._parent)
@@ -97,6 +112,7 @@ class PackedLoader:
         self._reader.close()
         self.spec, self._step, self._parent = resumed, resumed.start.step, saved.segment
         self._reader = PackedReader(self.catalog, resumed, cache, fill=fill)
+        self._warmed, self._plans = 0, {}
         if self._recorder:
             self._recorder.begin(resumed, self._parent)
 

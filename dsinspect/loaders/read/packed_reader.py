@@ -20,7 +20,8 @@ import pyarrow as pa
 from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN
-from dsinspect.loaders.order.plan import locate_step
+from dsinspect.loaders.format.token_counts import list_items, list_parts
+from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.read.cache import CachedShard, ShardCache
 from dsinspect.loaders.read.packed_batch import PackedBatch
@@ -38,7 +39,8 @@ class _Columns(NamedTuple):
     """One open shard's documents: list offsets into the flat tokens, and the stored row hashes."""
 
     shard: CachedShard
-    offsets: np.ndarray
+    offsets: np.ndarray  # where each document's tokens start in `tokens`
+    sizes: np.ndarray    # tokens of each document (0 for a null one)
     tokens: np.ndarray
     hashes: np.ndarray  # (rows, 16) uint8
 
@@ -67,9 +69,11 @@ class PackedReader:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def read(self, step: int, rank: int) -> PackedBatch:
-        """`rank`'s batch at `step`: each sequence's tokens, document segments and digest."""
-        sequences = self.run.batch(step, rank)
+    def read(self, plan: BatchPlan) -> PackedBatch:
+        """The batch of a plan (`plan_batch(spec, step, rank)`, or many from `plan_steps`): each
+        sequence's tokens, document segments and digest."""
+        step, rank = plan.step, plan.rank
+        sequences = self.run.sequences_of(plan)
         width, eos = self.spec.sequences.width, self.spec.sequences.eos
         where = []  # per sequence: (source, shard, row) of each segment's document
         rows: dict[tuple[int, int], list[np.ndarray]] = {}
@@ -91,7 +95,7 @@ class PackedReader:
             for j, (s, row, start, stop) in enumerate(zip(shards, local.tolist(), seq.segments.starts.tolist(),
                                                           seq.segments.stops.tolist())):
                 cols = opened[(k, s)]
-                first, size = int(cols.offsets[row]), int(cols.offsets[row + 1] - cols.offsets[row])
+                first, size = int(cols.offsets[row]), int(cols.sizes[row])
                 take = min(stop, size) - start
                 tokens[i, at:at + take] = cols.tokens[first + start:first + start + take]
                 at += take
@@ -104,18 +108,18 @@ class PackedReader:
                                      f"tokens, not {width}")
             hashes.append(seq_hashes)
         tokens.flags.writeable = False
-        epoch = locate_step(self.spec, step)[0]
         digests = sequence_digests([s.segments for s in sequences], hashes)
-        return PackedBatch(step, epoch, rank, tokens, sequences, self.sources, digests)
+        return PackedBatch(step, plan.epoch, rank, tokens, sequences, self.sources, digests)
 
-    def warm(self, steps: Sequence[int], rank: int) -> None:
-        """Start fetching the shards `rank`'s batches at `steps` need and the cache lacks."""
-        if not self.fill or not steps:
-            return
-        for key in self.run.shards(steps, rank):
+    def warm(self, plans: Sequence[BatchPlan]) -> bool:
+        """Start fetching the shards the batches of these plans need and the cache lacks; False when
+        some were left for later (at most two fetches per thread in flight)."""
+        if not self.fill or not plans:
+            return True
+        for key in self.run.shards_of(plans):
             with self._lock:
                 if len(self._pending) >= 2 * self._fetch_threads:
-                    return
+                    return False
                 if key in self._pending or self._open.peek(key) is not None:
                     continue
                 if self.cache.holds(self.versions[key[0]].manifest.shards[key[1]].sha256):
@@ -123,6 +127,7 @@ class PackedReader:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._fetch_threads, thread_name_prefix="dsinspect-fetch")
                 self._pending[key] = self._pool.submit(self.cache.open, self.versions[key[0]], key[1])
+        return True
 
     def close(self) -> None:
         if self._pool is not None:
@@ -157,19 +162,19 @@ class PackedReader:
 
     def _lengths(self, source: int, shard: int) -> np.ndarray:
         """A shard's document lengths from its verified list offsets (TokenLayout checks them)."""
-        offsets = self._columns((source, shard)).offsets
-        return np.diff(offsets).astype(np.int64)
+        return self._columns((source, shard)).sizes
 
 
 def _columns_of(shard: CachedShard, field: str) -> _Columns:
+    """Zero-copy numpy views of one cached shard's documents (token_counts.py says why not `to_numpy`)."""
     shard.view(field)  # verifies the whole offsets buffer (and refuses a damaged one)
     column = shard.batch.column(field)
-    offsets = column.offsets.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    tokens = column.values.to_numpy(zero_copy_only=False)
+    offsets, sizes = list_parts(column)
+    tokens = list_items(column)
     hash_column = shard.batch.column(HASH_COLUMN)
     raw = np.frombuffer(hash_column.buffers()[1], np.uint8)
     hashes = raw[hash_column.offset * 16:(hash_column.offset + len(hash_column)) * 16].reshape(-1, 16)
-    return _Columns(shard, offsets, tokens, hashes)
+    return _Columns(shard, offsets, sizes, tokens, hashes)
 
 
 def _token_type(versions: Sequence, field: str, eos: int | None) -> np.dtype:

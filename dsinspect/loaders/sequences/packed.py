@@ -12,7 +12,7 @@ import numpy as np
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.inverse import Reading, reading_in, source_epoch_begins_before
-from dsinspect.loaders.order.plan import plan_batch, plan_steps
+from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
@@ -54,16 +54,19 @@ class PackedRun:
 
     def batch(self, step: int, rank: int) -> list[PackedSequence]:
         """Each slot of `rank`'s batch at `step`: its sequence and that sequence's document segments."""
-        plan = plan_batch(self.spec, step, rank)
+        return self.sequences_of(plan_batch(self.spec, step, rank))
+
+    def sequences_of(self, plan: BatchPlan) -> list[PackedSequence]:
+        """The sequences a batch plan names (plans of many steps come at once from `plan_steps`)."""
         slots = zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist(), plan.padding.tolist())
         return [PackedSequence(slot, k, epoch, j, padding, self.plans[k].segments(epoch, j))
                 for slot, (k, epoch, j, padding) in enumerate(slots)]
 
-    def shards(self, steps: Sequence[int], rank: int) -> list[tuple[int, int]]:
-        """The (source, shard) pairs `rank`'s batches at `steps` take tokens from, in order of first
-        need: from the per-shard counts alone, no document length read (what a reader fetches ahead)."""
+    def shards_of(self, plans: Sequence[BatchPlan]) -> list[tuple[int, int]]:
+        """The (source, shard) pairs the batches of `plans` take tokens from, in order of first need:
+        from the per-shard counts alone, no document length read (what a reader fetches ahead)."""
         wanted: dict[tuple[int, int], None] = {}
-        for plan in plan_steps(self.spec, steps, rank):
+        for plan in plans:
             for k, epoch, j in zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist()):
                 wanted.update(dict.fromkeys((k, s) for s in self.plans[k].shards(epoch, j)))
         return list(wanted)
