@@ -87,6 +87,21 @@ def test_every_batch_holds_the_windows_the_arithmetic_names_and_what_a_model_tak
     assert read == dict.fromkeys(range(spec.epoch_length), 1)  # the first epoch: each sequence once over the ranks
 
 
+def test_a_sequence_digest_is_its_documents_row_hashes_and_token_ranges(corpus, tmp_path):
+    """docs/PRETRAINING.md: xxh3-128 over each segment's stored row hash, start and stop (int64, little-endian)."""
+    import xxhash
+
+    catalog, _, _ = corpus
+    version = catalog.resolve("corpus")
+    with PackedLoader(spec_of(catalog), 1, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        batch = loader.batch_at(5)
+    for i, s in enumerate(batch.sequences):
+        record = b"".join(version.row_hash(int(d)) + int(a).to_bytes(8, "little") + int(b).to_bytes(8, "little")
+                          for d, a, b in zip(s.segments.docs, s.segments.starts, s.segments.stops))
+        assert bytes(batch.digests[i]) == xxhash.xxh3_128_digest(record)
+    assert batch.fingerprint == xxhash.xxh3_128_hexdigest(batch.digests.tobytes())
+
+
 def test_exact_and_elastic_resume_continue_the_same_sequences(corpus, tmp_path):
     catalog, _, _ = corpus
     spec = spec_of(catalog, batch_size=4, last_batch="drop")

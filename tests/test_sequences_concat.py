@@ -49,6 +49,16 @@ def test_sequences_and_spans_are_the_stream_they_describe(lengths, spec, seed, e
             offset += stop - start
     for doc in range(sum(len(x) for x in lengths)):
         assert [(s.sequence, s.start, s.stop, s.offset) for s in plan.spans(epoch, doc)] == spans.get(doc, [])
+    # many sequences at once (in any order) are each one's segments, and name the shards they take from
+    picked = np.random.default_rng(seed).permutation(plan.sequences)[:7]
+    owner_of, docs, starts, stops = plan.segments_many(epoch, picked)
+    for i, j in enumerate(picked.tolist()):
+        one = plan.segments(epoch, j)
+        mine = owner_of == i
+        assert (docs[mine].tolist(), starts[mine].tolist(), stops[mine].tolist()) == \
+            (one.docs.tolist(), one.starts.tolist(), one.stops.tolist())
+    first_need = [plan.layout.shard_of(int(d)) for d in docs]
+    assert plan.shards(epoch, picked) == list(dict.fromkeys(first_need))
 
 
 def test_a_document_order_is_a_permutation_that_changes_with_the_epoch_and_the_seed():

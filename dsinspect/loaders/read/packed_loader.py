@@ -9,10 +9,11 @@ step whose per-sample digests are the sequences' (sequences/digests.py).
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any, Iterator
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.order.plan import BatchPlan, locate_step, plan_batch, plan_steps
+from dsinspect.loaders.order.plan import BatchPlan, epoch_end, locate_step, plan_batch, plan_steps
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.order.state import LoaderState
 from dsinspect.loaders.read.cache import ShardCache
@@ -25,6 +26,7 @@ __all__ = ["PackedLoader"]
 
 _AHEAD = 8  # steps whose shards are fetched ahead of the one read
 _PLAN_CHUNK = 64  # steps planned per vectorised pass
+_RUN = 16  # steps read together (runs grow 1, 2, 4, ... after a start or jump)
 
 
 class PackedLoader:
@@ -46,6 +48,8 @@ class PackedLoader:
         self._parent: str | None = None  # the segment whose state this loader resumed from
         self._warmed = 0  # the steps before it had their shards looked ahead at
         self._plans: dict[int, BatchPlan] = {}
+        self._run: deque[PackedBatch] = deque()  # batches read with an earlier step's, not yet yielded
+        self._run_len, self._run_next = 0, -1  # the last run's length, and the step after it
 
     @property
     def step(self) -> int:
@@ -74,14 +78,25 @@ class PackedLoader:
             plan = self._plans[step]
         return plan
 
+    def _from_run(self, step: int, plan: BatchPlan) -> PackedBatch:
+        """The batch of `step` from the run of steps read with it: up to _RUN steps (not past the
+        epoch's end or the planned chunk), twice as many as the last run, so a start or a jump reads
+        one batch first."""
+        if not self._run or self._run[0].step != step:
+            self._run_len = min(_RUN, 2 * self._run_len) if step == self._run_next else 1
+            k = max(1, min(self._run_len, epoch_end(self.spec, step) - step, max(self._plans) + 1 - step))
+            self._run = deque(self._reader.read_many([self._plans[s] for s in range(step, step + k)]))
+            self._run_next = step + k
+        return self._run.popleft()
+
     def _next(self) -> PackedBatch:
         step, asked = self._step, time.monotonic()
         plan = self._plan(step)
-        ahead = min(step + _AHEAD + 1, max(self._plans) + 1)
-        if ahead > self._warmed:  # the steps not looked ahead at yet (each is looked at once)
+        ahead = min(step + 2 * _AHEAD, max(self._plans) + 1)
+        if step + _AHEAD >= self._warmed:  # look _AHEAD steps further at once (each step is looked at once)
             if self._reader.warm([self._plans[s] for s in range(max(step, self._warmed), ahead)]):
                 self._warmed = ahead
-        batch = self._reader.read(plan)
+        batch = self._from_run(step, plan)
         self._step = step + 1  # consumed: a state saved now resumes after this batch
         if self._recorder:
             self._recorder.begin(self.spec, self._parent)
@@ -112,7 +127,7 @@ class PackedLoader:
         self._reader.close()
         self.spec, self._step, self._parent = resumed, resumed.start.step, saved.segment
         self._reader = PackedReader(self.catalog, resumed, cache, fill=fill)
-        self._warmed, self._plans = 0, {}
+        self._warmed, self._plans, self._run = 0, {}, deque()
         if self._recorder:
             self._recorder.begin(resumed, self._parent)
 

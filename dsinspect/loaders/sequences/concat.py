@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from dsinspect.arrays import distinct, ranges
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.packing import SequenceSpec, sequence_count
 from dsinspect.loaders.order.permutation import Permutation, key_of
@@ -85,14 +86,24 @@ class ConcatPlan:
 
     # -- sequence -> documents ---------------------------------------------------------------------
 
-    def shards(self, epoch: int, sequence: int) -> list[int]:
-        """The shards sequence `sequence` of `epoch` takes tokens from, in stream order: from the
+    def shards(self, epoch: int, sequences: np.ndarray) -> list[int]:
+        """The shards these sequences of `epoch` take tokens from, in order of first need: from the
         per-shard counts alone (what a reader fetches ahead before any document length is known)."""
-        lo, hi = self._window(sequence)
+        _, place = self._places(epoch, np.asarray(sequences, np.int64))
+        return list(dict.fromkeys(self._epoch(epoch)[0][place].tolist()))
+
+    def _places(self, epoch: int, sequences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, place): each (sequence, place in the epoch's shard order) a window overlaps, in order,
+        but for places whose shard adds nothing to the stream; `owner` is the sequence's position."""
+        lo = sequences * self.spec.length
         shards, offsets = self._epoch(epoch)
-        first = int(np.searchsorted(offsets, lo, side="right")) - 1
-        last = int(np.searchsorted(offsets, hi - 1, side="right")) - 1
-        return [int(shards[p]) for p in range(first, last + 1) if offsets[p] < offsets[p + 1]]
+        first = np.searchsorted(offsets, lo, side="right") - 1
+        last = np.searchsorted(offsets, lo + self.spec.width - 1, side="right") - 1
+        counts = last - first + 1
+        owner = np.repeat(np.arange(len(lo), dtype=np.int64), counts)
+        place = ranges(first, counts)
+        keep = offsets[place] < offsets[place + 1]
+        return owner[keep], place[keep]
 
     def _window(self, sequence: int) -> tuple[int, int]:
         """The stream range [lo, hi) of a sequence."""
@@ -103,25 +114,40 @@ class ConcatPlan:
 
     def segments(self, epoch: int, sequence: int) -> Segments:
         """The document segments of sequence `sequence` of `epoch`, in stream order."""
-        lo, hi = self._window(sequence)
+        self._window(sequence)  # refuses a sequence outside the epoch
+        _, docs, starts, stops = self.segments_many(epoch, np.array([sequence], np.int64))
+        return Segments(docs, starts, stops)
+
+    def segments_many(self, epoch: int, sequences: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Every segment of many sequences of `epoch` at once, as flat arrays (owner, docs, starts, stops)
+        grouped by sequence in the given order, within each in stream order (`owner[i]`: the position in
+        `sequences` of segment i's). Vectorised: one pass per distinct shard touched, not per sequence."""
+        lo = np.asarray(sequences, np.int64) * self.spec.length
+        hi = lo + self.spec.width
         shards, offsets = self._epoch(epoch)
-        first = int(np.searchsorted(offsets, lo, side="right")) - 1
-        last = int(np.searchsorted(offsets, hi - 1, side="right")) - 1
-        docs, starts, stops = [], [], []
-        for place in range(first, last + 1):
-            if offsets[place] == offsets[place + 1]:
-                continue  # a shard that adds nothing to the stream
-            shard, begin, end = int(shards[place]), int(offsets[place]), int(offsets[place + 1])
-            a, b = max(lo, begin) - begin, min(hi, end) - begin  # the window's part of this shard
-            local, within = self._shard(epoch, shard)
-            q = np.arange(np.searchsorted(within, a, side="right") - 1, np.searchsorted(within, b - 1, side="right"))
-            seg_start = np.maximum(a - within[q], 0)
-            seg_stop = np.minimum(b - within[q], within[q + 1] - within[q])
-            keep = seg_stop > seg_start
-            docs.append(self.layout.doc_starts[shard] + local[q[keep]])
-            starts.append(seg_start[keep])
-            stops.append(seg_stop[keep])
-        return Segments(np.concatenate(docs), np.concatenate(starts), np.concatenate(stops))
+        owner, place = self._places(epoch, np.asarray(sequences, np.int64))
+        begin = offsets[place]
+        a = np.maximum(lo[owner], begin) - begin  # the window's part of this shard
+        b = np.minimum(hi[owner], offsets[place + 1]) - begin
+        shard = shards[place]
+        parts = []
+        for s in distinct(shard).tolist():
+            pick = np.flatnonzero(shard == s)
+            local, within = self._shard(epoch, s)
+            qa = np.searchsorted(within, a[pick], side="right") - 1
+            qb = np.searchsorted(within, b[pick] - 1, side="right")
+            n = qb - qa
+            pair = np.repeat(pick, n)
+            q = ranges(qa, n)
+            seg_start = np.maximum(a[pair] - within[q], 0)
+            seg_stop = np.minimum(b[pair] - within[q], within[q + 1] - within[q])
+            parts.append((pair, self.layout.doc_starts[s] + local[q], seg_start, seg_stop))
+        pair, docs, starts, stops = (np.concatenate(x) for x in zip(*parts)) if parts else \
+            (np.zeros(0, np.int64) for _ in range(4))
+        order = np.argsort(pair, kind="stable")  # by (sequence, place): within a pair q already ascends
+        pair, docs, starts, stops = pair[order], docs[order], starts[order], stops[order]
+        keep = stops > starts
+        return owner[pair[keep]], docs[keep], starts[keep], stops[keep]
 
     # -- document -> sequences ---------------------------------------------------------------------
 

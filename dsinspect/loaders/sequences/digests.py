@@ -15,12 +15,20 @@ from dsinspect.loaders.sequences.segments import Segments
 __all__ = ["sequence_digests"]
 
 
-def sequence_digests(segments: Sequence[Segments], doc_hashes: Sequence[np.ndarray]) -> np.ndarray:
+def sequence_digests(segments: Sequence[Segments], doc_hashes: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
     """(n, 16) uint8: per sequence, xxh3-128 of its segments' (row hash, start, stop) in order, the
-    row hashes (k, 16) uint8 of its k documents and the range as two little-endian int64."""
-    out = np.empty((len(segments), 16), np.uint8)
-    for i, (seg, hashes) in enumerate(zip(segments, doc_hashes)):
-        ranges = np.stack([seg.starts, seg.stops], axis=1).astype("<i8").view(np.uint8)
-        record = np.concatenate([np.asarray(hashes, np.uint8).reshape(len(seg), 16), ranges], axis=1)
-        out[i] = np.frombuffer(xxhash.xxh3_128_digest(record.tobytes()), np.uint8)
-    return out
+    row hashes (k, 16) uint8 of its k documents and the range as two little-endian int64. `doc_hashes`
+    is one array per sequence, or one (total segments, 16) array of all of them in order."""
+    counts = np.array([len(seg) for seg in segments], np.int64)
+    hashes = np.asarray(doc_hashes, np.uint8) if isinstance(doc_hashes, np.ndarray) else \
+        (np.concatenate(doc_hashes) if len(doc_hashes) else np.zeros((0, 16), np.uint8))
+    starts = np.concatenate([seg.starts for seg in segments]) if segments else np.zeros(0, np.int64)
+    stops = np.concatenate([seg.stops for seg in segments]) if segments else np.zeros(0, np.int64)
+    record = np.empty((len(starts), 32), np.uint8)  # 32 bytes a segment: its whole record in one buffer
+    record[:, :16] = hashes.reshape(len(starts), 16)
+    record[:, 16:] = np.stack([starts, stops], axis=1).astype("<i8").view(np.uint8).reshape(len(starts), 16)
+    raw = record.tobytes()
+    ends = np.cumsum(counts) * 32
+    out = np.frombuffer(b"".join(xxhash.xxh3_128_digest(raw[b - 32 * n:b]) for b, n in
+                                 zip(ends.tolist(), counts.tolist())), np.uint8)
+    return out.reshape(len(segments), 16)

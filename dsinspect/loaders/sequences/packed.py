@@ -54,21 +54,40 @@ class PackedRun:
 
     def batch(self, step: int, rank: int) -> list[PackedSequence]:
         """Each slot of `rank`'s batch at `step`: its sequence and that sequence's document segments."""
-        return self.sequences_of(plan_batch(self.spec, step, rank))
+        return self.sequences_of([plan_batch(self.spec, step, rank)])[0]
 
-    def sequences_of(self, plan: BatchPlan) -> list[PackedSequence]:
-        """The sequences a batch plan names (plans of many steps come at once from `plan_steps`)."""
-        slots = zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist(), plan.padding.tolist())
-        return [PackedSequence(slot, k, epoch, j, padding, self.plans[k].segments(epoch, j))
-                for slot, (k, epoch, j, padding) in enumerate(slots)]
+    def sequences_of(self, plans: Sequence[BatchPlan]) -> list[list[PackedSequence]]:
+        """The sequences each batch plan names (plans of many steps come at once from `plan_steps`), the
+        segments of all those of one source epoch located together."""
+        sources = np.concatenate([p.sources for p in plans]).tolist()
+        epochs = np.concatenate([p.source_epochs for p in plans]).tolist()
+        indices = np.concatenate([p.indices for p in plans])
+        segments: list[Segments | None] = [None] * len(indices)
+        for k, epoch in dict.fromkeys(zip(sources, epochs)):
+            picked = [i for i, key in enumerate(zip(sources, epochs)) if key == (k, epoch)]
+            owner, docs, starts, stops = self.plans[k].segments_many(epoch, indices[picked])
+            cuts = np.searchsorted(owner, np.arange(len(picked) + 1)).tolist()
+            for i, at in enumerate(picked):
+                a, b = cuts[i], cuts[i + 1]
+                segments[at] = Segments(docs[a:b], starts[a:b], stops[a:b])
+        out, at = [], 0
+        for plan in plans:
+            n = len(plan.indices)
+            out.append([PackedSequence(slot, sources[at + slot], epochs[at + slot], j, padding, segments[at + slot])
+                        for slot, (j, padding) in enumerate(zip(plan.indices.tolist(), plan.padding.tolist()))])
+            at += n
+        return out
 
     def shards_of(self, plans: Sequence[BatchPlan]) -> list[tuple[int, int]]:
         """The (source, shard) pairs the batches of `plans` take tokens from, in order of first need:
         from the per-shard counts alone, no document length read (what a reader fetches ahead)."""
+        sources = np.concatenate([p.sources for p in plans]).tolist()
+        epochs = np.concatenate([p.source_epochs for p in plans]).tolist()
+        indices = np.concatenate([p.indices for p in plans])
         wanted: dict[tuple[int, int], None] = {}
-        for plan in plans:
-            for k, epoch, j in zip(plan.sources.tolist(), plan.source_epochs.tolist(), plan.indices.tolist()):
-                wanted.update(dict.fromkeys((k, s) for s in self.plans[k].shards(epoch, j)))
+        for k, epoch in dict.fromkeys(zip(sources, epochs)):
+            picked = [i for i, key in enumerate(zip(sources, epochs)) if key == (k, epoch)]
+            wanted.update(dict.fromkeys((k, s) for s in self.plans[k].shards(epoch, indices[picked])))
         return list(wanted)
 
     def where(self, source: int, doc: int, until_step: int) -> list[DocumentReading]:
