@@ -275,3 +275,39 @@ def test_replay_decodes_each_sequence_with_the_stored_tokenizer(tmp_path, cli):
     assert version.row(doc)["text"].startswith(second[:20]) and len(second) >= 20
     code, out, err = cli("replay", "--spec", path, "--step", 0, "--export", tmp_path / "x", "--catalog", catalog.url)
     assert code == 2 and "a packed run's batch is its sequences" in err
+
+
+def test_torch_tensors_shift_labels_and_keep_attention_inside_each_document(corpus, tmp_path):
+    torch = pytest.importorskip("torch")
+    from dsinspect.loaders.pytorch import packed_to_torch
+
+    catalog, docs, _ = corpus
+    spec = spec_of(catalog)  # 64 tokens + 1 label token a sequence
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        batch = loader.batch_at(4)
+    t = packed_to_torch(batch)
+    assert t["input_ids"].shape == t["labels"].shape == t["position_ids"].shape == t["loss_mask"].shape == (3, 64)
+    assert t["input_ids"].dtype == t["labels"].dtype == torch.int64
+    assert torch.equal(t["input_ids"][:, 1:], t["labels"][:, :-1])  # labels: the inputs shifted by one
+    assert t["labels"][:, -1].tolist() == batch.tokens[:, 64].tolist()
+    cu = t["cu_seqlens"].tolist()
+    assert cu[0] == 0 and cu[-1] == 3 * 64 and all(b > a for a, b in zip(cu, cu[1:]))
+    assert t["max_seqlen"] == max(b - a for a, b in zip(cu, cu[1:]))
+    flat_positions = t["position_ids"].reshape(-1)
+    assert all(flat_positions[a] == 0 for a in cu[:-1])  # every segment starts at position 0
+    # attention masked by cu_seqlens: a document's outputs do not depend on any other document's tokens
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(65_536, 8)
+
+    def attend(ids: torch.Tensor) -> torch.Tensor:
+        doc = torch.bucketize(torch.arange(3 * 64), t["cu_seqlens"][1:], right=True)
+        mask = (doc[:, None] == doc[None, :]) & torch.ones(3 * 64, 3 * 64, dtype=torch.bool).tril()
+        x = embed(ids.reshape(-1))[None]
+        return torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=mask)[0]
+
+    with torch.no_grad():
+        before = attend(t["input_ids"])
+        changed = t["input_ids"].clone().reshape(-1)
+        changed[cu[1]:] = (changed[cu[1]:] + 1) % 65_536  # every token after the first segment
+        after = attend(changed.reshape(3, 64))
+    assert torch.equal(before[:cu[1]], after[:cu[1]]) and not torch.equal(before[cu[1]:], after[cu[1]:])

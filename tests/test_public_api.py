@@ -24,7 +24,7 @@ PUBLIC = {
         "read_run", "RunRecord", "ShardCache", "SequenceSpec", "PackedRun", "packed_run",
         "PackedLoader", "PackedBatch",
     ],
-    "dsinspect.loaders.pytorch": ["TorchBatches", "TorchLoader", "batch_to_torch"],
+    "dsinspect.loaders.pytorch": ["TorchBatches", "TorchLoader", "batch_to_torch", "packed_to_torch"],
     "dsinspect.loaders.jax": ["JaxBatches"],
     "dsinspect.loaders.grain": ["StepSource", "grain_state", "loader_state"],
     "dsinspect.loaders.hf": ["as_dataset", "as_iterable", "resume_state", "push_dataset"],

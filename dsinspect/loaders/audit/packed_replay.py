@@ -72,15 +72,18 @@ def replay_packed(spec: SpecSource, step: int, rank: int | str, catalog: Catalog
     bound = None if max_bytes is None else ReadBound(max_bytes, f"step {step}: the documents of the packed batch")
     batches, damaged = [], []
     for r in ranks:
-        batch, bad = _read_rank(run.batch(step, r), documents, field, eos, (step, epoch, r), names, bound)
+        batch, bad = _read_rank(run.batch(step, r), documents, (field, eos, run_spec.sequences.length),
+                                (step, epoch, r), names, bound)
         batches.append(batch)
         damaged += bad
     return PackedReplay(run_spec, step, epoch, batches, damaged, record.end if record is not None else None)
 
 
-def _read_rank(sequences: list, documents: RowReader, field: str, eos: int | None, at: tuple[int, int, int],
+def _read_rank(sequences: list, documents: RowReader, packing: tuple[str, int | None, int], at: tuple[int, int, int],
                names: tuple[str, ...], bound: ReadBound | None) -> tuple[PackedBatch, list[tuple[int, int, str]]]:
-    """One rank's packed batch from its located sequences: each document read (and re-hashed) once."""
+    """One rank's packed batch from its located sequences: each document read (and re-hashed) once.
+    `packing`: the field, EOS and sequence length; `at`: step, epoch and rank."""
+    field, eos, length = packing
     step, epoch, rank = at
     keys = sorted({(s.source, d) for s in sequences for d in s.segments.docs.tolist()})
     zeros = np.zeros(len(keys), np.int64)
@@ -99,7 +102,7 @@ def _read_rank(sequences: list, documents: RowReader, field: str, eos: int | Non
     damaged = [(rank, i, f"{names[s.source]}:{d}") for i, s in enumerate(sequences)
                for d in s.segments.docs.tolist() if not intact[(s.source, d)]]
     digests = sequence_digests([s.segments for s in sequences], hashes)
-    return PackedBatch(step, epoch, rank, tokens, sequences, names, digests), damaged
+    return PackedBatch(step, epoch, rank, tokens, sequences, names, digests, length), damaged
 
 
 def _of(values: dict, source: int, doc: int) -> np.ndarray:

@@ -6,7 +6,8 @@ loads it.
 Modules: `dataset` (TorchBatches and the producers its workers run), `conversion` (Arrow and numpy
 columns -> tensors), `loader` (TorchLoader), `transfer` (worker -> main process), `ring` (the
 shared-memory ring), `recording` (which process writes a rank's run record lines), `consistency`
-(the ranks' check that they resume from one checkpoint, at a load and at the start of a pass).
+(the ranks' check that they resume from one checkpoint, at a load and at the start of a pass),
+`packed` (a packed-sequence batch as a language model step's tensors).
 May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
@@ -17,5 +18,6 @@ _require("torch", "torch", "dsinspect.loaders.pytorch")  # without the extra: on
 from dsinspect.loaders.pytorch.conversion import batch_to_torch  # noqa: E402
 from dsinspect.loaders.pytorch.dataset import TorchBatches  # noqa: E402
 from dsinspect.loaders.pytorch.loader import TorchLoader  # noqa: E402
+from dsinspect.loaders.pytorch.packed import packed_to_torch  # noqa: E402
 
-__all__ = ["TorchBatches", "TorchLoader", "batch_to_torch"]
+__all__ = ["TorchBatches", "TorchLoader", "batch_to_torch", "packed_to_torch"]

@@ -39,6 +39,7 @@ class PackedBatch:
     sequences: list[PackedSequence]
     sources: tuple[str, ...]      # each source's dataset@version
     digests: np.ndarray           # [B, 16] uint8: each sequence's digest (sequences/digests.py)
+    length: int                   # L: W is L + 1 when the sequences carry a label token
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -66,12 +67,14 @@ class PackedBatch:
     def cu_seqlens(self) -> np.ndarray:
         """int32 offsets of every document segment in the flattened `[B * W]` tokens, from 0 to B * W
         (FlashAttention's varlen `cu_seqlens`: one attention block per segment, none across)."""
-        width = self.tokens.shape[1]
-        sizes = [s.segments.sizes for s in self.sequences]
-        if not sizes:
-            return np.zeros(1, np.int32)
-        ends = np.concatenate([i * width + np.cumsum(x) for i, x in enumerate(sizes)])
-        return np.concatenate([[0], ends]).astype(np.int32)
+        return self.cu_seqlens_of(self.tokens.shape[1])
+
+    def cu_seqlens_of(self, length: int) -> np.ndarray:
+        """`cu_seqlens` of the first `length` tokens of each sequence, flattened to `[B * length]` (the
+        model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L)."""
+        ends = [np.unique(np.minimum(np.cumsum(s.segments.sizes), length)) + i * length
+                for i, s in enumerate(self.sequences)]
+        return np.concatenate([[0], *ends]).astype(np.int32)
 
     @property
     def max_seqlen(self) -> int:

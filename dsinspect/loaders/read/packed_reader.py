@@ -122,7 +122,7 @@ class PackedReader:
         for plan, mine in zip(plans, per_plan):
             n = len(mine)
             batches.append(PackedBatch(plan.step, plan.epoch, plan.rank, tokens[at:at + n], mine, self.sources,
-                                       digests[at:at + n]))
+                                       digests[at:at + n], self.spec.sequences.length))
             at += n
         return batches
 
