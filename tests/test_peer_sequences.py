@@ -39,9 +39,7 @@ add_extra_token_to_sequence=True, random_seed=SEED, path_to_cache=...)`, the nul
     document_index[rows of sequence shuffle_index[k]'s segments]; the same count (tokens - 1) // L.
     (0.16.1's dataset[k] has no `text`: it is `tokens` followed by the last of `labels`.)
   - checked twice: by dsinspect's arithmetic (packed_run's segments, the tokens cut from the documents)
-    and as PackedLoader reads them; the second is marked xfail(strict, TypeError) while dsinspect's
-    reader fails every read with eos=None (the mark's reason says where); a fix makes it XPASS, which
-    fails the run until the mark is removed.
+    and as PackedLoader reads them (the second caught a reader that failed every read without eos).
   - not compared: beyond one epoch (num_samples larger than an epoch) Megatron shuffles the documents of
     all its epochs in one permutation and its samples run on across epoch boundaries, where dsinspect
     starts each epoch's stream afresh; its shuffle_index is not dsinspect's `shuffle=global` order.
@@ -267,10 +265,6 @@ def test_concat_with_labels_is_megatron_core_gpt_dataset(megatron):
     assert_megatron_samples(meg, stored, ours, segments)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "dsinspect bug since 8198b27: PackedReader writes `flat[dest[sel][ends] + take[ends]] = eos` "
-    "(read/packed_reader.py) also when eos is None, and numpy converts None before indexing, so every "
-    "packed read without eos raises TypeError; remove this mark when fixed"))
 def test_packed_loader_reads_megatron_core_gpt_dataset_samples(megatron, peers):
     """The same through PackedLoader: the tokens as read from the verified cache."""
     meg, stored, catalog, spec = megatron

@@ -113,7 +113,8 @@ class PackedReader:
             for at, first, n in zip(dest[sel].tolist(), (cols.offsets[rows] + starts[sel]).tolist(), take.tolist()):
                 flat[at:at + n] = items[first:first + n]
             ends = stops[sel] > size  # a segment that runs past its document: its EOS
-            flat[dest[sel][ends] + take[ends]] = eos
+            if eos is not None:  # without one, a segment never runs past its document
+                flat[dest[sel][ends] + take[ends]] = eos
             hashes[sel] = cols.hashes[rows]
         tokens = flat.reshape(len(sequences), width)
         tokens.flags.writeable = False
