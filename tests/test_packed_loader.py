@@ -87,6 +87,17 @@ def test_every_batch_holds_the_windows_the_arithmetic_names_and_what_a_model_tak
     assert read == dict.fromkeys(range(spec.epoch_length), 1)  # the first epoch: each sequence once over the ranks
 
 
+def test_documents_concatenated_as_stored_without_an_eos(corpus, tmp_path):
+    """eos=None: corpora tokenized by Megatron's or OLMo's tools already end each document with it."""
+    catalog, docs, _ = corpus
+    spec = spec_of(catalog, sequences=SequenceSpec(length=50, labels=True, eos=None))
+    stream = np.concatenate([np.asarray(d, np.int64) for d in docs])
+    with PackedLoader(spec, 1, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        for batch in loader:
+            for i, s in enumerate(batch.sequences):
+                np.testing.assert_array_equal(batch.tokens[i], stream[s.sequence * 50:s.sequence * 50 + 51])
+
+
 def test_a_sequence_digest_is_its_documents_row_hashes_and_token_ranges(corpus, tmp_path):
     """docs/PRETRAINING.md: xxh3-128 over each segment's stored row hash, start and stop (int64, little-endian)."""
     import xxhash
