@@ -1,4 +1,6 @@
-"""The CLI as a person and a script use it: real processes, real exit codes, one-line errors."""
+"""The CLI as a person and a script use it: real exit codes, one-line errors. Most commands run in
+this process (tests/cli_inprocess.py); real processes where the process is the subject: a failed
+verify's exit code as a shell sees it, DSINSPECT_CATALOG from the environment, `--version`."""
 
 import json
 import os
@@ -7,13 +9,20 @@ import subprocess
 import sys
 
 import pytest
+from cli_inprocess import run_cli
 from conftest import forge_rl_version
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.demo.build import DATASETS
 
 
-def run(*args, catalog=None, env_catalog=None):
+def run(*args, catalog=None):
+    """`dsinspect ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli(*(["--catalog", str(catalog)] if catalog else []), *args)
+
+
+def run_process(*args, catalog=None, env_catalog=None):
+    """`dsinspect ARGS` in a real process, with DSINSPECT_CATALOG=`env_catalog` if given."""
     env = {k: v for k, v in os.environ.items() if k != "DSINSPECT_CATALOG"}
     if env_catalog:
         env["DSINSPECT_CATALOG"] = env_catalog
@@ -78,7 +87,7 @@ def test_verify_names_the_shard_with_a_flipped_byte(catalog_copy):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-    done = run("verify", "demo-images@v2", "--json", catalog=catalog_copy)
+    done = run_process("verify", "demo-images@v2", "--json", catalog=catalog_copy)  # exit 1 as a shell sees it
     assert done.returncode == 1
     report = json.loads(done.stdout)
     bad = [s for s in report["shards"] if not s["ok"]]
@@ -128,7 +137,7 @@ def test_malformed_manifest_is_one_line_naming_the_file(catalog_copy):
 
 
 def test_catalog_from_environment_and_flag(tmp_path):
-    assert "has no datasets" in run("ls", env_catalog=str(tmp_path)).stdout
+    assert "has no datasets" in run_process("ls", env_catalog=str(tmp_path)).stdout
     assert "has no datasets" in run("ls", "--catalog", str(tmp_path)).stdout
 
 
@@ -143,6 +152,6 @@ def test_sample_data_command_writes_a_usable_catalog(tmp_path):
 
 
 def test_version_and_help():
-    assert run("--version").returncode == 0
+    assert run_process("--version").returncode == 0
     done = run("--help")
     assert done.returncode == 0 and all(c in done.stdout for c in ("ls", "info", "tag", "verify", "sample-data"))

@@ -1,6 +1,9 @@
 """`dsinspect runs [DIR]`: run records listed (sources, world sizes, segments, steps, superseded lines,
 gaps, wait per step), one record in detail with its steps × ranks grid, and the grid's bucketing,
-on records written by real Loaders; bad input is one line and exit 2, an unreadable record exit 1."""
+on records written by real Loaders; bad input is one line and exit 2, an unreadable record exit 1.
+The commands run in this process (tests/cli_inprocess.py), but where the process is the subject: an
+unreadable record's exit 1 as a shell sees it, a name looked up from another working directory, and
+`tui` without a terminal."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_inprocess import run_cli
 from run_fixtures import toy_catalog, write_run
 
 from dsinspect.inspect.runs import GAP, KEPT, NONE, SUPERSEDED, list_runs, open_run
@@ -36,6 +40,12 @@ def runs_dir(tmp_path_factory):
 
 
 def dsinspect(*args, catalog=None):
+    """`dsinspect ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli(*(["--catalog", str(catalog)] if catalog else []), *args)
+
+
+def dsinspect_process(*args, catalog=None):
+    """`dsinspect ARGS` in a real process."""
     env = {k: v for k, v in os.environ.items() if k != "DSINSPECT_CATALOG"}
     cmd = [sys.executable, "-m", "dsinspect", *(["--catalog", str(catalog)] if catalog else []), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
@@ -125,7 +135,7 @@ def test_a_record_that_cannot_be_read_is_listed_and_the_exit_is_1(runs_dir, tmp_
     found, broken = list_runs(str(folder))
     assert [s.name for s in found] == ["clean"] and broken == [("lost", f"{folder}/lost: not a run record "
                                                                         "(no specs/ folder)")]
-    done = dsinspect("runs", str(folder))
+    done = dsinspect_process("runs", str(folder))  # exit 1 as a shell sees it
     assert done.returncode == 1 and "clean" in done.stdout
     assert "dsinspect: runs: broken: lost:" in done.stderr and "1 run record cannot be read" in done.stderr
 
@@ -149,9 +159,7 @@ def test_tui_takes_a_run_record_directory(runs_dir):
     done = subprocess.run([sys.executable, "-m", "dsinspect", "tui", str(runs_dir / "runs" / "resumed")],
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert_one_line_error(done, 2, "dsinspect tui needs a terminal")
-    done = subprocess.run([sys.executable, "-m", "dsinspect", "tui", str(runs_dir / "runs" / "nope")],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert_one_line_error(done, 2, "bad dataset name")
+    assert_one_line_error(dsinspect("tui", str(runs_dir / "runs" / "nope")), 2, "bad dataset name")
 
 
 def test_a_run_is_named_by_its_folder_in_catalog_runs(runs_dir, tmp_path):

@@ -1,5 +1,6 @@
-"""`dsinspect show` as a person and a script use it: real processes, content a person recognises,
---field, --raw, --json, a loud row-hash mismatch, and one-line errors for mistakes."""
+"""`dsinspect show` as a person and a script use it: content a person recognises, --field, --raw,
+--json, a loud row-hash mismatch (also from a real process: its exit code as a shell sees it), and
+one-line errors for mistakes. The rest run the command in this process (tests/cli_inprocess.py)."""
 
 import json
 import os
@@ -9,15 +10,24 @@ import sys
 
 import pyarrow as pa
 import pytest
+from cli_inprocess import run_cli
 from conftest import forge_rl_version
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
 
+UNSET = ("DSINSPECT_CATALOG", "FORCE_COLOR", "COLUMNS")
+
 
 def show(*args, catalog=None):
-    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "FORCE_COLOR", "COLUMNS")}
+    """`dsinspect show ARGS`, run in this process: a CompletedProcess."""
+    return run_cli(*(["--catalog", str(catalog)] if catalog else []), "show", *args, unset=UNSET)
+
+
+def show_process(*args, catalog=None):
+    """`dsinspect show ARGS` in a real process."""
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
     cmd = [sys.executable, "-m", "dsinspect", *(["--catalog", str(catalog)] if catalog else []), "show", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
 
@@ -116,7 +126,7 @@ def test_another_tokenizer():
 def test_a_row_hash_mismatch_is_loud(tmp_path):
     shutil.copytree(BUNDLED / "datasets" / "demo-rl", tmp_path / "catalog" / "datasets" / "demo-rl")
     forge_rl_version(tmp_path / "catalog", tmp_path)
-    done = show("demo-rl@forged:3", catalog=tmp_path / "catalog")
+    done = show_process("demo-rl@forged:3", catalog=tmp_path / "catalog")  # exit 1 as a shell sees it
     assert_one_line_error(done, 1, "stored row hash", "does not match")
     assert done.stdout.count("ROW HASH MISMATCH") == 2  # at the top and again at the bottom
     assert "recomputed" in done.stdout and "trajectory-return-mismatch" in done.stdout

@@ -1,4 +1,7 @@
-"""`dsinspect ingest`, `export` and `verify --engine` as a person and a script use them (real processes)."""
+"""`dsinspect ingest`, `export` and `verify --engine` as a person and a script use them. Most commands run
+in this process (tests/cli_inprocess.py); real processes where the process is the subject: exit 2 as a
+shell sees it (a part that fails, a bad export), `verify --engine pool` (its workers started from a
+dsinspect process), and the command list of `--help` (click fits it to the width of the process's stdout)."""
 
 import json
 import os
@@ -7,16 +10,23 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from ingest_helpers import write_jsonl_source
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow  # every test starts real dsinspect processes
+pytestmark = pytest.mark.slow  # ingests, and some tests start real dsinspect processes
 
 
 def run(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli("--catalog", catalog, *args)
+
+
+def run_process(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS` in a real process, importing dsinspect from this tree."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DSINSPECT_CATALOG", None)
     return subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(catalog), *args], capture_output=True,
@@ -79,7 +89,7 @@ def test_export_then_ingest_from_the_shell_gives_the_same_id(ingested, tmp_path,
 def test_verify_with_the_pool_prints_what_serial_verify_prints(ingested):
     catalog, _ = ingested
     serial = run("verify", "docs", "--json", catalog=catalog)
-    pooled = run("verify", "docs", "--engine", "pool", "--workers", "2", "--json", catalog=catalog)
+    pooled = run_process("verify", "docs", "--engine", "pool", "--workers", "2", "--json", catalog=catalog)
     assert serial.returncode == pooled.returncode == 0
     assert json.loads(pooled.stdout) == json.loads(serial.stdout)
 
@@ -94,7 +104,8 @@ def test_user_mistakes_are_one_line_and_exit_2(source, tmp_path):
     (tmp_path / "bad-tok.json").write_text("{}")
     one_line_error(run("ingest", str(source), "x", "--tokenizer", str(tmp_path / "bad-tok.json"), "--engine", "inline",
                        catalog=catalog), 2, "bad-tok.json", "not a Hugging Face tokenizer.json")
-    one_line_error(run("export", "x", str(tmp_path / "o"), "--format", "parquet", catalog=catalog), 2, "'x'")
+    one_line_error(run_process("export", "x", str(tmp_path / "o"), "--format", "parquet", catalog=catalog), 2,
+                   "'x'")  # exit 2 as a shell sees it
     assert not (catalog / "datasets" / "x" / "versions").exists()
 
 
@@ -103,15 +114,15 @@ def test_a_failing_part_names_its_file_and_line_and_publishes_nothing(tmp_path):
     with open(src / "part-001.jsonl", "a") as f:
         f.write('{"id": 1, "text": 5, "input_ids": [], "score": 1.0}\n')
     catalog = tmp_path / "c"
-    one_line_error(run("ingest", str(src), "x", "--engine", "inline", catalog=catalog), 2,
-                   "part 1", "part-001.jsonl:1101")
+    one_line_error(run_process("ingest", str(src), "x", "--engine", "inline", catalog=catalog), 2,
+                   "part 1", "part-001.jsonl:1101")  # exit 2 as a shell sees it
     assert not (catalog / "datasets" / "x" / "versions").exists()
 
 
 def test_help_names_every_source_kind_and_the_key_rule(tmp_path):
     from dsinspect.loaders.ingest.sources import KINDS
 
-    listing = run("--help", catalog=tmp_path).stdout
+    listing = run_process("--help", catalog=tmp_path).stdout  # as wide as a piped process's command list
     lines = listing.splitlines()
     at = next(i for i, x in enumerate(lines) if x.strip().startswith("ingest "))
     line = " ".join(lines[at:at + 2])  # the command list's entry (it may wrap once)

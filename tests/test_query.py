@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("duckdb")
 
+from cli_inprocess import run_cli  # noqa: E402
 from stored_rows import stored_rows  # noqa: E402
 
 from dsinspect.errors import IntegrityError, UserError  # noqa: E402
@@ -242,7 +243,9 @@ def piped_query(*args, columns=None):
 
 
 def test_a_piped_table_is_whole_and_columns_is_honoured():
-    names = {c["name"] for c in json.loads("\n".join(piped_query("demo-video@v1", "--schema", "--json")))}
+    schema = run_cli("query", "demo-video@v1", "--schema", "--json", unset=("COLUMNS", "DSINSPECT_CATALOG"))
+    assert schema.returncode == 0, schema.stderr
+    names = {c["name"] for c in json.loads(schema.stdout)}  # the column names (in this process: no width involved)
     lines = piped_query("demo-video@v1", "--limit", "1")
     assert len(lines) == 6, lines  # top rule, one header line, rule, the row, bottom rule, the count: none folded
     shown = [h.strip() for h in lines[1].split("┃") if h.strip()]
