@@ -3,6 +3,7 @@ characters, zero-width and format characters, bidi overrides, private use, unass
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -81,30 +82,36 @@ def text_view(value: str | bytes) -> TextView:
     raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
     decoded = raw.decode("utf-8", "surrogateescape")
     notes: list[CodePointNote] = []
-    total, byte, last = 0, 0, 0
+    total, byte, end = 0, 0, 0
     for m in _NOT_PLAIN.finditer(decoded):  # only characters outside printable ASCII are looked at
         i = m.start()
-        byte += len(decoded[last:i].encode("utf-8", "surrogateescape"))
-        last = i
-        note = _note(i, byte, m.group())
-        if note is not None:
+        byte += i - end  # the plain run before it is ASCII: a byte a character
+        width, described = _describe(m.group())
+        if described is not None:
             total += 1
             if len(notes) < MAX_NOTES:
-                notes.append(note)
+                notes.append(CodePointNote(i, byte, *described))
+        byte += width
+        end = i + 1
     text = _SURROGATE.sub("\ufffd", decoded)
     return TextView(text, len(text), len(raw), text.count("\n") + 1 if text else 0, notes, total,
                     _summarise(notes, total))
 
 
-def _note(index: int, byte: int, ch: str) -> CodePointNote | None:
+@functools.lru_cache(maxsize=4096)
+def _describe(ch: str) -> tuple[int, tuple[int | None, str, str] | None]:
+    """A character's UTF-8 length (an escaped invalid byte: 1) and, when it is worth a note, its
+    (code point, category, label); per distinct character once (a text of random bytes notes most
+    of its characters, mostly the same few hundred)."""
+    width = len(ch.encode("utf-8", "surrogateescape"))
     category = _category(ch)
     if category is None:
-        return None
+        return width, None
     cp = ord(ch)
     if category == "invalid-utf8":
-        return CodePointNote(index, byte, None, category, f"byte 0x{cp - 0xDC00:02X}")
+        return width, (None, category, f"byte 0x{cp - 0xDC00:02X}")
     name = unicodedata.name(ch, "") or {"control": "<control>"}.get(category, "<unnamed>")
-    return CodePointNote(index, byte, cp, category, f"U+{cp:04X} {name}")
+    return width, (cp, category, f"U+{cp:04X} {name}")
 
 
 def _category(ch: str) -> str | None:
