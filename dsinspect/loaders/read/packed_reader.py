@@ -75,9 +75,9 @@ class PackedReader:
         return self.read_many([plan])[0]
 
     def read_many(self, plans: Sequence[BatchPlan]) -> list[PackedBatch]:
-        """The batches of several plans, read together: vectorised over all their segments, one
-        verification and one gather per shard touched (per batch, Python's overhead is what separates
-        a read from a bare numpy gather of the same windows)."""
+        """The batches of several plans, read together: their segments located at once, one
+        verification per shard touched, a slice copy per segment (per batch, Python's overhead is what
+        separates a read from a bare numpy gather of the same windows)."""
         per_plan = self.run.sequences_of(plans)
         sequences = [s for mine in per_plan for s in mine]
         width, eos = self.spec.sequences.width, self.spec.sequences.eos
