@@ -2,7 +2,10 @@
 (ENOSPC), a read-only bind mount (EROFS), and a write-protected tree written by a process without
 CAP_DAC_OVERRIDE (`setpriv`, so root is refused too: EACCES). Every failure is one clear line naming
 the path (CLI exit 2), and leaves no partial state: no temp files, no orphan manifest, tags unchanged.
-Leftover shard files are allowed only whole and unreferenced (content-addressed, harmless)."""
+Leftover shard files are allowed only whole and unreferenced (content-addressed, harmless).
+The commands run in this process (tests/cli_inprocess.py; the test process writes to the same mounts) except
+where the process is the subject: an ingest on a full disk and `ls` of a read-only catalog from real
+processes (exit codes as a shell sees them), and everything run without CAP_DAC_OVERRIDE (`setpriv`)."""
 
 from __future__ import annotations
 
@@ -20,12 +23,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cli_inprocess import run_cli
 
 from dsinspect.errors import DsinspectError, StorageError
 from dsinspect.loaders import Catalog, Field, Loader, RunSpec, WriteOptions
 from dsinspect.loaders.read.cache import ShardCache
 
-pytestmark = pytest.mark.slow  # real mounts and real CLI processes
+pytestmark = pytest.mark.slow  # real mounts, and some real CLI processes
 
 ROOT = str(Path(__file__).resolve().parents[1])
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("payload", pa.binary(), "bytes")]
@@ -94,7 +98,13 @@ def unprivileged(cmd: list[str]) -> list[str]:
     return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *cmd]
 
 
-def cli(*args: str, catalog: Catalog | None = None, privileged: bool = True) -> subprocess.CompletedProcess:
+def cli(*args: str, catalog: Catalog | None = None) -> subprocess.CompletedProcess:
+    """`dsinspect ARGS`, run in this process (COLUMNS=200): a CompletedProcess."""
+    return run_cli(*(["--catalog", catalog.url] if catalog else []), *args, env={"COLUMNS": "200"}, unset=())
+
+
+def cli_process(*args: str, catalog: Catalog | None = None, privileged: bool = True) -> subprocess.CompletedProcess:
+    """`dsinspect ARGS` in a real process; with `privileged=False`, one without root's permission override."""
     cmd = [sys.executable, "-m", "dsinspect", *(["--catalog", catalog.url] if catalog else []), *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
            "COLUMNS": "200"}
@@ -169,7 +179,7 @@ def test_ingest_on_a_full_disk_is_one_line_and_changes_nothing(tmp_path, full_ca
     rng = random.Random(5)
     source.write_text("".join(json.dumps({"id": i, "text": rng.randbytes(24000).hex()}) + "\n" for i in range(64)))
     before = catalog_state(full_catalog, "d")
-    done = cli("ingest", str(source), "d", "--engine", "inline", catalog=full_catalog)
+    done = cli_process("ingest", str(source), "d", "--engine", "inline", catalog=full_catalog)  # exit 2 from a shell
     assert_one_line_error(done, f"{full_catalog.root}/datasets/d/shards", "No space left on device (ENOSPC)")
     assert_unchanged(before, full_catalog, "d")
 
@@ -253,7 +263,8 @@ def test_read_only_catalog_reads_and_refuses_writes_cleanly(tmp_path):
     before = catalog_state(catalog, "d")
     with read_only(Path(catalog.root)):
         for args in (["ls"], ["info", "d@v1"], ["verify", "d@v1"], ["show", "d@v1:3"]):
-            done = cli(*args, catalog=catalog)
+            run = cli_process if args == ["ls"] else cli  # `ls`: from a real process
+            done = run(*args, catalog=catalog)
             assert done.returncode == 0, f"{args} on a read-only catalog: {done.stderr}"
         assert_one_line_error(cli("tag", "d@v1", "v2", catalog=catalog), f"{catalog.root}/datasets/d/tags.json",
                               "Read-only file system (EROFS)")
@@ -300,7 +311,7 @@ def test_permission_denied_catalog(shared_tmp):
     catalog.set_tag("d", "v1", version.id)
     before = catalog_state(catalog, "d")
     write_protect(Path(catalog.root))
-    assert_one_line_error(cli("tag", "d@v1", "v2", catalog=catalog, privileged=False),
+    assert_one_line_error(cli_process("tag", "d@v1", "v2", catalog=catalog, privileged=False),
                           f"{catalog.root}/datasets/d/tags.json", "Permission denied (EACCES)")
     done = run_write(catalog)
     assert done.returncode == 2 and "StorageError: cannot write" in done.stderr and "EACCES" in done.stderr, done.stderr

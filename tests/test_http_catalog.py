@@ -1,7 +1,9 @@
 """A catalog served read-only over HTTP by a plain static file server on 127.0.0.1 (directory index
 pages like `python -m http.server`, Range requests answered with 206): ls, info, verify, show,
 replay and a Loader epoch read it exactly as the local copy; every write is refused in one line.
-Every claim about I/O is checked on the server's own request counts."""
+Every claim about I/O is checked on the server's own request counts. The commands run in this process
+(tests/cli_inprocess.py) except where the process is the subject: `ls --json` over HTTP and a refused
+`tag` (exit 2 as a shell sees it) from real processes, and a process started without aiohttp."""
 
 import json
 import os
@@ -10,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_inprocess import run_cli
 from http_range_server import RangeHandler, serving
 
 from dsinspect.defaults import BUNDLED
@@ -35,6 +38,12 @@ def served(local):
 
 
 def cli(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli("--catalog", catalog, *args)
+
+
+def cli_process(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS` in a real process."""
     env = {k: v for k, v in os.environ.items() if k != "DSINSPECT_CATALOG"}
     return subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", catalog, *args], capture_output=True,
                           text=True, env=env, timeout=300)
@@ -42,7 +51,7 @@ def cli(*args, catalog):
 
 def test_ls_over_http_lists_what_the_local_copy_lists(served, local):
     url, _ = served
-    done = cli("ls", "--json", catalog=url)
+    done = cli_process("ls", "--json", catalog=url)  # a real process reading over HTTP
     assert done.returncode == 0, done.stderr
     remote = json.loads(done.stdout)
     assert remote["catalog"] == url and remote["broken"] == 0
@@ -92,7 +101,8 @@ def test_writes_to_an_http_catalog_are_refused_in_one_line(served, tmp_path, arg
     source.write_text('{"id": 1}\n')
     writes = sum(n for (method, _), n in counts.items() if method not in ("GET", "HEAD"))
     args = [a.format(url=url, source=source) for a in args]
-    done = cli(*args, catalog=url) if args[0] != "sample-data" else cli(*args, catalog="unused")
+    run = cli_process if args[0] == "tag" else cli  # `tag`: exit 2 as a shell sees it
+    done = run(*args, catalog=url) if args[0] != "sample-data" else run(*args, catalog="unused")
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "read-only" in lines[0] and "http://127.0.0.1" in lines[0], done.stderr

@@ -1,4 +1,5 @@
-"""The ingest engine: same version id on every engine, resume after SIGKILL, retried parts, one publish."""
+"""The ingest engine: same version id on every engine, resume after SIGKILL (a real process killed, the
+re-run in this process: tests/cli_inprocess.py), retried parts, one publish."""
 
 import json
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cli_inprocess import run_cli
 from ingest_helpers import OPENER, attempts, write_jsonl_source
 
 from dsinspect.errors import UserError
@@ -209,7 +211,7 @@ def test_an_ingest_killed_midway_resumes_and_gives_the_uninterrupted_version_id(
     done_before = len(list(staging.glob("*/part-*.json")))
     assert 3 <= done_before < 24
     assert _manifests(catalog, "text") == []  # nothing half-published
-    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    second = run_cli(*cmd[3:], unset=())  # the re-run: in this process (tests/cli_inprocess.py)
     assert second.returncode == 0, second.stderr
     result = json.loads(second.stdout)
     assert result["parts_skipped"] == done_before and result["parts_converted"] == 24 - done_before

@@ -1,4 +1,6 @@
-"""A new version ingested into an existing dataset keeps its parent's key, so `diff` matches by key."""
+"""A new version ingested into an existing dataset keeps its parent's key, so `diff` matches by key.
+From the shell: a lost key's exit 2 from a real process, the other commands in this process
+(tests/cli_inprocess.py)."""
 
 import json
 import os
@@ -7,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.diff.compare import diff
@@ -17,6 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli("--catalog", catalog, *args)
+
+
+def run_process(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS` in a real process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DSINSPECT_CATALOG", None)
     return subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(catalog), *args], capture_output=True,
@@ -85,7 +94,8 @@ def test_a_source_that_cannot_keep_the_key_is_refused_and_publishes_nothing(v1, 
 @pytest.mark.slow
 def test_from_the_shell_no_key_is_a_flag_and_a_lost_key_is_one_line_exit_2(v1, tmp_path):
     src = write_rows(tmp_path / "v2" / "a.jsonl", [{"doc": r["id"], "text": r["text"]} for r in rows_v2()])
-    one_line_error(run("ingest", str(src), "docs", "--engine", "inline", catalog=v1.url), "key 'id'", "--no-key")
+    one_line_error(run_process("ingest", str(src), "docs", "--engine", "inline", catalog=v1.url),  # as a shell sees it
+                   "key 'id'", "--no-key")
     one_line_error(run("ingest", str(src), "docs", "--key", "doc", "--no-key", catalog=v1.url), "--no-key")
     done = run("ingest", str(src), "docs", "--engine", "inline", "--no-key", "--json", catalog=v1.url)
     assert done.returncode == 0, done.stderr

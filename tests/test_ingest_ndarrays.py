@@ -1,5 +1,7 @@
 """NumPy arrays from other writers ingest bit-exact as arrays: MDS `ndarray` columns written by
-mosaicml-streaming's own `MDSWriter`, WebDataset `.npy` members written by webdataset's `TarWriter`."""
+mosaicml-streaming's own `MDSWriter`, WebDataset `.npy` members written by webdataset's `TarWriter`.
+The `--role F=tokens` refusals run the command in this process (tests/cli_inprocess.py), one of them in a
+real process (exit 2 as a shell sees it)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from cli_inprocess import run_cli
 from ingest_fixtures import mds_writer_class
 
 from dsinspect.errors import UserError
@@ -267,6 +270,12 @@ def test_webdataset_npy_is_never_unpickled(tmp_path):
 # -- --role F=tokens ---------------------------------------------------------------------------
 
 def cli(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS`, run in this process with no DSINSPECT_CATALOG: a CompletedProcess."""
+    return run_cli("--catalog", catalog, *args)
+
+
+def cli_process(*args, catalog):
+    """`dsinspect --catalog CATALOG ARGS` in a real process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DSINSPECT_CATALOG", None)
     return subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(catalog), *args], capture_output=True,
@@ -291,7 +300,8 @@ def test_tokens_role_takes_one_dimensional_integer_arrays_from_any_source(tmp_pa
                                          ("frame", "fixed_size_list")])
 def test_tokens_role_refuses_float_and_multidimensional_arrays_in_one_line(tmp_path, field, kind):
     write_mds(tmp_path / "mds", episodes(3))
-    done = cli("ingest", str(tmp_path / "mds"), "rl", "--engine", "inline", "--role", f"{field}=tokens",
+    run = cli_process if field == "obs" else cli  # one from a real process: exit 2 as a shell sees it
+    done = run("ingest", str(tmp_path / "mds"), "rl", "--engine", "inline", "--role", f"{field}=tokens",
                catalog=tmp_path / "c")
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()

@@ -1,5 +1,6 @@
 """No pickle or eval on any read path, names that cannot escape the catalog root, a loopback-only
-web app. (Sample text is escaped in the browser: tests/test_web_browser.py.)"""
+web app. (Sample text is escaped in the browser: tests/test_web_browser.py.) The tokenizer-blob commands
+run in this process (tests/cli_inprocess.py), `verify --engine pool` in a real one (its workers)."""
 
 import ast
 import json
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -488,9 +490,13 @@ def test_a_tokenizer_blob_that_climbs_out_is_a_failed_check_and_no_outside_file_
     vid = _hostile_text_version(root, "../../../../outside/secret")
     dest = tmp_path / "export"
     argv = [a.format(addr=f"demo-text@{vid[:16]}", dest=dest) for a in command]
-    env = {k: v for k, v in os.environ.items() if k not in ("DSINSPECT_CATALOG", "DSINSPECT_INJECT_FAULTS")}
-    done = subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(root), *argv], capture_output=True,
-                          text=True, env=env, timeout=180)
+    unset = ("DSINSPECT_CATALOG", "DSINSPECT_INJECT_FAULTS")
+    if "pool" in argv:  # a real process: its worker processes, and exit 1 as a shell sees it
+        env = {k: v for k, v in os.environ.items() if k not in unset}
+        done = subprocess.run([sys.executable, "-m", "dsinspect", "--catalog", str(root), *argv], capture_output=True,
+                              text=True, env=env, timeout=180)
+    else:  # in this process (tests/cli_inprocess.py)
+        done = run_cli("--catalog", root, *argv, unset=unset)
     assert digest not in done.stdout + done.stderr and digest[:16] not in done.stdout + done.stderr
     assert done.returncode == 1, (done.stdout, done.stderr)  # a stored manifest failing its check
     lines = done.stderr.strip().splitlines()
