@@ -107,6 +107,89 @@ def ray_instance():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def web_catalog_server(tmp_path_factory):
+    """`dsinspect web --allow-typed-transforms` on the web catalog with its recorded run job1 (web_fixtures.
+    write_web_run_catalog), the job's transform module importable: (base URL, catalog path). One per pytest
+    process, shared by the browser tests that only read it (test_web_browser, test_web_polish, test_web_query)."""
+    from web_fixtures import write_web_run_catalog
+    from web_server import artifact_log, running_web
+
+    root = tmp_path_factory.mktemp("webcat")
+    catalog = write_web_run_catalog(root)
+    with running_web(catalog, artifact_log("web-server"), env={"PYTHONPATH": str(root)},
+                     args=("--allow-typed-transforms",)) as base:
+        yield base, catalog
+
+
+@pytest.fixture(scope="session")
+def demo_web_server():
+    """`dsinspect web` on the sample catalog (web_fixtures.DEMO): its base URL.
+    One per pytest process, shared by test_web_navigation, test_web_polish and test_web_stats."""
+    from web_fixtures import DEMO
+    from web_server import artifact_log, running_web
+
+    with running_web(DEMO, artifact_log("web-server-demo")) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def ray_session(request):
+    """One small local Ray instance for the Ray tests of a pytest process (an xdist worker), made as
+    ray_instance makes it (its workers import the test helpers from tests/): ray.init takes ~10 s of a
+    2-core machine, so consecutive Ray test files share one. It is stopped as soon as the next test
+    to run is in a file without Ray tests (an idle Ray costs ~1 s of CPU every 30 s), and started
+    again for the next test that asks for it."""
+    ray = pytest.importorskip("ray")
+    tests = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    cache = os.environ["DSINSPECT_CACHE"]  # the session's (a session fixture is made before _fresh_node)
+    with_ray = {item.module for item in request.session.items if "ray_session" in item.fixturenames}
+
+    class OnDemand:
+        started = False
+
+        def start(self) -> None:
+            """ray.init with PYTHONPATH and DSINSPECT_CACHE in the environment Ray's processes inherit, rather
+            than a runtime_env: its workers are then the ones Ray starts with the instance (a runtime_env
+            makes it start more, ~4 s before the first task runs); this process's environment is put back."""
+            if self.started:
+                return
+            saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "DSINSPECT_CACHE")}
+            os.environ.update(PYTHONPATH=path, DSINSPECT_CACHE=cache)
+            try:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+            self.started = True
+
+        def stop(self) -> None:
+            if self.started:
+                ray.shutdown()
+                self.started = False
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_setup(self, item):
+            if "ray_session" in item.fixturenames:
+                self.start()
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_runtest_teardown(self, item, nextitem):
+            if nextitem is None or nextitem.module not in with_ray:
+                self.stop()
+
+    on_demand = OnDemand()
+    on_demand.start()
+    request.config.pluginmanager.register(on_demand, "dsinspect-ray-session")
+    yield ray
+    request.config.pluginmanager.unregister(on_demand)
+    on_demand.stop()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_node(tmp_path_factory, monkeypatch):
     """Each test starts on a fresh node: its own shard cache and copies of remote metadata (a test

@@ -30,7 +30,7 @@ def pooled(source, tmp_path_factory):
     return run_ingest(catalog, str(source), "text", engine="pool", workers=2, key="id")
 
 
-def test_ray_gives_the_same_version_id_as_the_pool(ray_instance, source, pooled, tmp_path):
+def test_ray_gives_the_same_version_id_as_the_pool(ray_session, source, pooled, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     result = run_ingest(catalog, str(source), "text", engine="ray", key="id")
     assert result.engine == "ray" and result.parts_converted == 4
@@ -39,7 +39,7 @@ def test_ray_gives_the_same_version_id_as_the_pool(ray_instance, source, pooled,
 
 
 @pytest.mark.parametrize("mode", ["raise", "kill"])
-def test_a_ray_task_that_raises_or_dies_is_retried_and_published_once(ray_instance, source, pooled, tmp_path, mode):
+def test_a_ray_task_that_raises_or_dies_is_retried_and_published_once(ray_session, source, pooled, tmp_path, mode):
     catalog = Catalog(str(tmp_path / "catalog"))
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -51,7 +51,7 @@ def test_a_ray_task_that_raises_or_dies_is_retried_and_published_once(ray_instan
     assert [p.stem for p in versions] == [pooled.version.id]
 
 
-def test_ray_verify_reports_exactly_what_serial_verify_reports(ray_instance, pooled):
+def test_ray_verify_reports_exactly_what_serial_verify_reports(ray_session, pooled):
     v = pooled.version
     assert verify_parallel(v, "ray", 2).to_json() == verify_version(v).to_json()
 

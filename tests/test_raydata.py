@@ -23,7 +23,7 @@ def catalog(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_version_reads_whole_in_parallel_with_its_columns(ray_instance, catalog):
+def test_a_version_reads_whole_in_parallel_with_its_columns(ray_session, catalog):
     version = catalog.written
     ds = read_version(version, override_num_blocks=3)
     rows = sorted(ds.take_all(), key=lambda r: r["id"])
@@ -38,7 +38,7 @@ def test_a_version_reads_whole_in_parallel_with_its_columns(ray_instance, catalo
 
 
 @pytest.mark.slow
-def test_a_shard_changed_on_storage_is_refused_by_its_read_task(ray_instance, catalog, tmp_path):
+def test_a_shard_changed_on_storage_is_refused_by_its_read_task(ray_session, catalog, tmp_path):
     changed = token_catalog(tmp_path / "catalog", "r", ROWS, WIDTH, 13, shard_rows=25, row_group_rows=5)
     version = changed.written
     path = Path(version.shard_path(2))

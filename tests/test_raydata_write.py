@@ -82,7 +82,7 @@ def written(catalog: Catalog, ds, name: str = "corpus") -> VersionDatasink:
 
 
 @pytest.mark.slow
-def test_one_worker_and_four_write_the_same_version_bit_exact(ray_instance, tmp_path):
+def test_one_worker_and_four_write_the_same_version_bit_exact(ray_session, tmp_path):
     one, four, both = (Catalog(str(tmp_path / n)) for n in ("one", "four", "both"))
     by_one = written(one, pipeline(blocks=1, workers=1))
     by_four = written(four, pipeline(blocks=7, workers=4, batch_size=50))
@@ -106,7 +106,7 @@ def slowly_tokenise(batch: pa.Table) -> pa.Table:
 
 
 @pytest.mark.slow
-def test_write_version_keeps_the_order_and_matches_ingesting_one_parquet_file(ray_instance, tmp_path):
+def test_write_version_keeps_the_order_and_matches_ingesting_one_parquet_file(ray_session, tmp_path):
     """The first half of the rows comes from a slow map, the second is ready at once: without
     preserve_order Ray hands the second half to the first write task (rows stored out of order)."""
     half = ROWS // 2
@@ -128,7 +128,7 @@ def test_write_version_keeps_the_order_and_matches_ingesting_one_parquet_file(ra
 
 
 @pytest.mark.slow
-def test_a_worker_that_raises_publishes_nothing_and_leaves_no_staging(ray_instance, tmp_path):
+def test_a_worker_that_raises_publishes_nothing_and_leaves_no_staging(ray_session, tmp_path):
     def tokenise_or_fail(batch: pa.Table) -> pa.Table:
         if max(batch["id"].to_pylist()) >= 600:
             raise ValueError("tokeniser broke on a late batch")
@@ -142,7 +142,7 @@ def test_a_worker_that_raises_publishes_nothing_and_leaves_no_staging(ray_instan
 
 
 @pytest.mark.slow
-def test_a_failing_ingest_part_publishes_nothing_and_removes_its_records(ray_instance, tmp_path):
+def test_a_failing_ingest_part_publishes_nothing_and_removes_its_records(ray_session, tmp_path):
     """Phase 2 fails in one part after another part finished (its record written): no version, and
     neither the pieces nor the records stay. Rows 0-299 are tiny; rows 300-599 carry 256 KiB each
     and the last 100 hold `x` as text, which does not fit the first piece's int64."""
@@ -161,7 +161,7 @@ def test_a_failing_ingest_part_publishes_nothing_and_removes_its_records(ray_ins
 
 
 @pytest.mark.slow
-def test_a_bad_role_publishes_nothing_and_leaves_no_pieces(ray_instance, tmp_path):
+def test_a_bad_role_publishes_nothing_and_leaves_no_pieces(ray_session, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     with pytest.raises(UserError, match="text"):
         write_version(pipeline(blocks=2, workers=2), catalog, "corpus", roles={"text": "tokens"})
@@ -169,7 +169,7 @@ def test_a_bad_role_publishes_nothing_and_leaves_no_pieces(ray_instance, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_dataset_without_rows_is_a_one_line_error(ray_instance, tmp_path):
+def test_a_dataset_without_rows_is_a_one_line_error(ray_session, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     with pytest.raises(UserError, match="the dataset has no rows"):
         write_version(ray.data.range(10).filter(lambda r: False), catalog, "corpus")
@@ -177,7 +177,7 @@ def test_a_dataset_without_rows_is_a_one_line_error(ray_instance, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_datasink_refuses_a_dataset_that_may_reorder_its_blocks(ray_instance, tmp_path):
+def test_the_datasink_refuses_a_dataset_that_may_reorder_its_blocks(ray_session, tmp_path):
     catalog = Catalog(str(tmp_path / "catalog"))
     sink = VersionDatasink(catalog, "corpus")
     with pytest.raises(Exception, match="preserve_order"):

@@ -10,10 +10,6 @@ import pytest
 from web_fixtures import IMG_PAYLOAD, SCRIPT_PAYLOAD, write_web_catalog
 from web_server import running_web
 
-from dsinspect.loaders.audit.replay import replay
-from dsinspect.loaders.order.spec import RunSpec
-from dsinspect.loaders.records.recorder import RunRecorder
-
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -32,29 +28,13 @@ def server_catalog(base: str) -> str:
     return _CATALOGS[base]
 
 
-XFORM = "def tag(batch):\n    return {'id_x10': [i * 10 for i in batch.table.column('id').to_pylist()]}\n"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture
+def server(web_catalog_server):
     """The web catalog with a recorded run (runs/job1: pics, 2 ranks, 2 steps), served with a job's
-    transform module (webxform) importable."""
-    root = tmp_path_factory.mktemp("webcat")
-    cat = write_web_catalog(str(root / "cat"))
-    spec = RunSpec.create(cat, "pics@v1", batch_size=1, world_size=2, shuffle="none")
-    for rank in (0, 1):  # what the job's Loader logs (tests/test_replay.py proves the two agree)
-        recorder = RunRecorder(str(root / "cat" / "runs" / "job1"), rank)
-        recorder.begin(spec)
-        for step in (0, 1):
-            batch = replay(spec, step, rank, catalog=cat)
-            recorder.record(step, batch.epoch, batch.fingerprints[rank], 1)
-        recorder.close()
-    (root / "webxform.py").write_text(XFORM)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with running_web(str(root / "cat"), str(ARTIFACTS / "web-server.log"), env={"PYTHONPATH": str(root)},
-                     args=("--allow-typed-transforms",)) as base:
-        _CATALOGS[base] = str(root / "cat")
-        yield base
+    transform module (webxform) importable: conftest's web_catalog_server, one per pytest process."""
+    base, catalog = web_catalog_server
+    _CATALOGS[base] = catalog
+    return base
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
-from web_fixtures import DEMO
-from web_server import running_web
 
 
-@pytest.fixture(scope="module")
-def demo_server():
+@pytest.fixture
+def demo_server(demo_web_server):
+    """conftest's server of the sample catalog, one per pytest process."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_web(DEMO, str(ARTIFACTS / "web-server-navigation.log")) as base:
-        yield base
+    return demo_web_server
 
 
 @pytest.fixture

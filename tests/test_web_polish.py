@@ -9,7 +9,6 @@ import pytest
 from test_web_browser import ARTIFACTS, browser, page, server, wait_ready  # noqa: F401  (fixtures)
 from test_web_browser import pytestmark as browser_marks
 from web_fixtures import DEMO, codes, run
-from web_server import running_web
 
 slow_browser = [browser_marks[0], browser_marks[1]]
 
@@ -19,11 +18,11 @@ def demo_env(monkeypatch):
     monkeypatch.setenv("DSINSPECT_CATALOG", DEMO)
 
 
-@pytest.fixture(scope="module")
-def demo_server():
+@pytest.fixture
+def demo_server(demo_web_server):
+    """conftest's server of the sample catalog, one per pytest process."""
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_web(DEMO, str(ARTIFACTS / "web-server-polish.log")) as base:
-        yield base
+    return demo_web_server
 
 
 # -- item 4: the Sample page ------------------------------------------------------------------------

@@ -147,15 +147,12 @@ def test_a_bad_address_is_one_error(demo_env):
 
 @browser_marks[0]
 @browser_marks[1]
-def test_the_statistics_page_draws_its_charts_in_chromium(page, tmp_path):  # noqa: F811
-    from web_server import running_web
-
+def test_the_statistics_page_draws_its_charts_in_chromium(demo_web_server, page, tmp_path):  # noqa: F811
     ARTIFACTS.mkdir(exist_ok=True)
-    with running_web(DEMO, str(ARTIFACTS / "web-server-stats.log")) as base:
-        page.goto(f"{base}/stats?a=demo-images@v1&b=demo-images@v2")
-        page.get_by_text("columns that moved", exact=False).wait_for()
-        page.locator('[data-testid="stVegaLiteChart"]').first.wait_for()
-        wait_ready(page)
-        page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').first.wait_for()
-        assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 10
-        page.screenshot(path=str(ARTIFACTS / "web-stats.png"))
+    page.goto(f"{demo_web_server}/stats?a=demo-images@v1&b=demo-images@v2")  # conftest's server of DEMO
+    page.get_by_text("columns that moved", exact=False).wait_for()
+    page.locator('[data-testid="stVegaLiteChart"]').first.wait_for()
+    wait_ready(page)
+    page.locator('[data-testid="stVegaLiteChart"] canvas, [data-testid="stVegaLiteChart"] svg').first.wait_for()
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 10
+    page.screenshot(path=str(ARTIFACTS / "web-stats.png"))

@@ -91,6 +91,29 @@ def write_markup_catalog(root: str) -> Catalog:
     return cat
 
 
+XFORM = "def tag(batch):\n    return {'id_x10': [i * 10 for i in batch.table.column('id').to_pylist()]}\n"
+
+
+def write_web_run_catalog(root: Path) -> str:
+    """The web catalog in ROOT/cat with a recorded run (runs/job1: pics, 2 ranks, 2 steps), and a job's
+    transform module (ROOT/webxform.py, `webxform:tag`); the catalog's path."""
+    from dsinspect.loaders.audit.replay import replay
+    from dsinspect.loaders.order.spec import RunSpec
+    from dsinspect.loaders.records.recorder import RunRecorder
+
+    cat = write_web_catalog(str(root / "cat"))
+    spec = RunSpec.create(cat, "pics@v1", batch_size=1, world_size=2, shuffle="none")
+    for rank in (0, 1):  # what the job's Loader logs (tests/test_replay.py proves the two agree)
+        recorder = RunRecorder(str(root / "cat" / "runs" / "job1"), rank)
+        recorder.begin(spec)
+        for step in (0, 1):
+            batch = replay(spec, step, rank, catalog=cat)
+            recorder.record(step, batch.epoch, batch.fingerprints[rank], 1)
+        recorder.close()
+    (root / "webxform.py").write_text(XFORM)
+    return str(root / "cat")
+
+
 # -- AppTest helpers -----------------------------------------------------------------------------
 
 def run(**params: str) -> AppTest:

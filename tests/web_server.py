@@ -19,6 +19,15 @@ def server_pid(base: str) -> int:
     return _PIDS[base]
 
 
+def artifact_log(name: str) -> str:
+    """test-artifacts/NAME-WORKER.log, for a session's server: one may run on every xdist worker at once."""
+    from pathlib import Path
+
+    artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    return str(artifacts / f"{name}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
