@@ -46,6 +46,16 @@ def spec_of(catalog, **options) -> RunSpec:
     return RunSpec.create(catalog, "corpus", **{**defaults, **options})
 
 
+def small_corpus(tmp_path, seed: int, count: int, longest: int):
+    """A catalog of its own (a test that edits shards in place): `count` documents of 1..longest tokens."""
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(1, longest, count)]
+    catalog = Catalog(str(tmp_path / "cat"))
+    version = catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
+                                    options=WriteOptions(shard_rows=20, row_group_rows=10))
+    return catalog, version, docs
+
+
 def stream_of(loader):
     while True:  # each `for` yields the rest of one epoch
         yield from loader
@@ -147,11 +157,7 @@ def test_exact_and_elastic_resume_continue_the_same_sequences(corpus, tmp_path):
 
 
 def test_a_record_of_packed_batches_passes_the_check_and_an_edited_document_is_named(tmp_path, cli):
-    catalog = Catalog(str(tmp_path / "cat"))
-    rng = np.random.default_rng(11)
-    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(1, 120, 60)]
-    version = catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
-                                    options=WriteOptions(shard_rows=20, row_group_rows=10))
+    catalog, version, docs = small_corpus(tmp_path, seed=11, count=60, longest=120)  # edited below: its own
     spec = spec_of(catalog, batch_size=2, last_batch="drop")
     record = str(tmp_path / "run")
     cache = ShardCache(tmp_path / "cache")
@@ -227,11 +233,7 @@ def test_what_cannot_be_read_as_packed_batches_is_refused_in_one_line(corpus):
 def test_replay_gives_the_loaders_packed_batch_and_names_a_damaged_document(tmp_path, cli):
     from dsinspect.loaders.audit.packed_replay import replay_packed
 
-    catalog = Catalog(str(tmp_path / "cat"))
-    rng = np.random.default_rng(4)
-    docs = [rng.integers(1, 50_000, int(n)).tolist() for n in rng.integers(1, 90, 50)]
-    version = catalog.write_version("corpus", [{"id": i, "tokens": d} for i, d in enumerate(docs)], FIELDS,
-                                    options=WriteOptions(shard_rows=20, row_group_rows=10))
+    catalog, version, docs = small_corpus(tmp_path, seed=4, count=50, longest=90)  # edited below: its own
     spec = spec_of(catalog, batch_size=2)
     path = tmp_path / "run.json"
     path.write_text(spec.dumps())
