@@ -94,19 +94,6 @@ def forge_rl_version(catalog_dir, tmp_path):
     return cat
 
 
-@pytest.fixture(scope="module")
-def ray_instance():
-    """One small local Ray instance for a module (tests/test_ingest_ray.py, test_raydata.py); its
-    workers import the test helpers from tests/."""
-    ray = pytest.importorskip("ray")
-    tests = Path(__file__).resolve().parent
-    path = os.pathsep.join([str(tests), str(tests.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path, "DSINSPECT_CACHE": os.environ["DSINSPECT_CACHE"]}})
-    yield ray
-    ray.shutdown()
-
-
 @pytest.fixture(scope="session")
 def web_catalog_server(tmp_path_factory):
     """`dsinspect web --allow-typed-transforms` on the web catalog with its recorded run job1 (web_fixtures.
@@ -135,9 +122,9 @@ def demo_web_server():
 
 @pytest.fixture(scope="session")
 def ray_session(request):
-    """One small local Ray instance for the Ray tests of a pytest process (an xdist worker), made as
-    ray_instance makes it (its workers import the test helpers from tests/): ray.init takes ~10 s of a
-    2-core machine, so consecutive Ray test files share one. It is stopped as soon as the next test
+    """One small local Ray instance for the Ray tests of a pytest process (an xdist worker); its workers
+    import the test helpers from tests/. ray.init takes ~10 s of a 2-core machine, so consecutive Ray
+    test files share one. It is stopped as soon as the next test
     to run is in a file without Ray tests (an idle Ray costs ~1 s of CPU every 30 s), and started
     again for the next test that asks for it."""
     ray = pytest.importorskip("ray")
