@@ -10,11 +10,24 @@ adapter's own tests go further (records, multi-process JAX, torchrun)."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from token_catalog import token_catalog
 
-from dsinspect.loaders import Catalog, Loader, LoaderState, RunSpec, batch_indices
+from dsinspect.loaders import (
+    Catalog,
+    Field,
+    Loader,
+    LoaderState,
+    PackedLoader,
+    RunSpec,
+    SequenceSpec,
+    WriteOptions,
+    batch_indices,
+    packed_run,
+)
 from dsinspect.loaders.audit.logcheck import check_log
+from dsinspect.loaders.sequences.segments import assemble
 
 ROWS, WIDTH, BATCH, WORLD = 96, 4, 4, 2
 
@@ -188,3 +201,180 @@ def test_a_state_saved_by_one_adapter_resumes_in_another(catalog, saver, resumer
     _, state = ADAPTERS[saver](catalog, spec, 1, 2, None)
     then, _ = ADAPTERS[resumer](catalog, spec, 1, 2, state)
     assert then == [(s, batch_indices(spec, s, 1).tolist()) for s in (2, 3)]
+
+
+# -- packed sequences: the same suite over the packed adapters (docs/PRETRAINING.md) ---------------
+# Each packed adapter: read(corpus, spec, rank, n, state, record) -> ([(step, tokens, segments), ...], state
+# after), tokens the [B, W] sequences (inputs with the last label token) and segments the rows of
+# `document_segments` (slot, source, document, start, stop, offset), compared with the run's arithmetic.
+
+EOS = 60_001
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """90 documents of 0-120 uint16 tokens in 5 shards of 18."""
+    rng = np.random.default_rng(4)
+    docs = [rng.integers(1, 60_000, int(n)).tolist() for n in rng.integers(0, 120, 90)]
+    catalog = Catalog(str(tmp_path_factory.mktemp("packed-conformance") / "catalog"))
+    fields = [Field("tokens", pa.list_(pa.uint16()), "tokens")]
+    catalog.write_version("docs", [{"tokens": d} for d in docs], fields,
+                          options=WriteOptions(shard_rows=18, row_group_rows=6))
+    catalog.docs = docs
+    return catalog
+
+
+def packed_spec_of(corpus, world=WORLD, batch=BATCH):
+    return RunSpec.create(corpus, "docs", seed=9, batch_size=batch, world_size=world, shuffle="global",
+                         sequences=SequenceSpec(length=32, labels=True, eos=EOS, shuffle_documents=True))
+
+
+def arithmetic(corpus, spec, step, rank):
+    """(step, tokens, segments) of `rank`'s batch at `step`, from the arithmetic and the documents written."""
+    sequences = packed_run(corpus, spec).batch(step, rank)
+    tokens = [assemble(s.segments, lambda d: np.asarray(corpus.docs[d], np.int64), EOS).tolist() for s in sequences]
+    segments = [(s.slot, s.source, int(d), int(a), int(b), int(o)) for s in sequences
+                for d, a, b, o in zip(s.segments.docs, s.segments.starts, s.segments.stops,
+                                      np.cumsum(s.segments.sizes) - s.segments.sizes)]
+    return step, tokens, segments
+
+
+def from_model_arrays(step, inputs, labels, segments):
+    inputs, labels = np.asarray(inputs), np.asarray(labels)
+    assert (labels[:, :-1] == inputs[:, 1:]).all(), "labels are the inputs shifted by one"
+    tokens = np.concatenate([inputs, labels[:, -1:]], axis=1)  # labels=True: W = L + 1
+    return int(step), tokens.tolist(), [tuple(r) for r in np.asarray(segments).tolist()]
+
+
+def packed_read_loader(corpus, spec, rank, n, state, record=None):
+    with PackedLoader(spec, rank, corpus, record_dir=record) as loader:
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)
+        got = [(b.step, b.tokens.astype(np.int64).tolist(), [tuple(r) for r in b.document_segments.tolist()])
+               for b in (next(it) for _ in range(n))]
+        return got, loader.state_dict()
+
+
+def packed_read_torch(workers):
+    def read(corpus, spec, rank, n, state, record=None):
+        pytest.importorskip("torch")
+        from dsinspect.loaders.pytorch import PackedTorchLoader
+        with PackedTorchLoader(spec, corpus, rank=rank, num_workers=workers, record_dir=record) as loader:
+            if state is not None:
+                loader.load_state_dict(state)
+            it = iter(loader)
+            got = [from_model_arrays(b["step"], b["input_ids"], b["labels"], b["document_segments"])
+                   for b in (next(it) for _ in range(n))]
+            return got, loader.state_dict()
+    return read
+
+
+def packed_read_jax(corpus, spec, rank, n, state, record=None):
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from dsinspect.loaders.jax import PackedJaxBatches
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data"))
+    with PackedJaxBatches(spec, corpus, sharding, ranks=range(spec.world_size), record_dir=record) as batches:
+        if state is not None:
+            batches.load_state_dict(state)
+        it = iter(batches)
+        per = batches.spec.batch_size
+        got = []
+        for b in (next(it) for _ in range(n)):
+            mine = slice(rank * per, (rank + 1) * per)  # one process holds every rank: `rank`'s rows are its slice
+            table = b["document_segments"][(b["document_segments"][:, 0] >= mine.start)
+                                           & (b["document_segments"][:, 0] < mine.stop)].copy()
+            table[:, 0] -= mine.start
+            got.append(from_model_arrays(b["step"], np.asarray(b["input_ids"])[mine], np.asarray(b["labels"])[mine],
+                                         table))
+        saved = LoaderState.from_json(batches.state_dict())
+        return got, LoaderState.at(batches.spec, saved.step, rank, saved.segment).to_json()
+
+
+def packed_read_grain(workers):
+    def read(corpus, spec, rank, n, state, record=None):
+        grain = pytest.importorskip("grain")
+        from absl import flags
+
+        from dsinspect.loaders.grain import PackedStepSource, loader_state
+        flags.FLAGS.mark_as_parsed()
+        source = PackedStepSource(spec, corpus, rank=rank, state=state, record_dir=record)
+        dataset = grain.MapDataset.source(source).to_iter_dataset()
+        if workers:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        it = iter(source.recorded(dataset))
+        got = [from_model_arrays(e["step"], e["input_ids"], e["labels"], e["document_segments"])
+               for e in (next(it) for _ in range(n))]
+        after = loader_state(it.get_state(), source)
+        del it
+        return got, after
+    return read
+
+
+PACKED = {
+    "packed-loader": packed_read_loader,
+    "packed-torch-0-workers": packed_read_torch(0),
+    "packed-torch-2-workers": packed_read_torch(2),
+    "packed-jax": packed_read_jax,
+    "packed-grain": packed_read_grain(0),
+    "packed-grain-2-workers": packed_read_grain(2),
+}
+
+
+def _packed_marks(name: str) -> list:
+    return _marks(name.removeprefix("packed-"))
+
+
+@pytest.fixture(params=[pytest.param(name, marks=_packed_marks(name)) for name in sorted(PACKED)])
+def read_packed(request):
+    return PACKED[request.param]
+
+
+def test_every_step_and_rank_reads_the_sequences_the_arithmetic_names(corpus, read_packed):
+    spec = packed_spec_of(corpus)
+    assert spec.epoch_length >= 6 * BATCH * WORLD  # six steps lie in the first epoch
+    for rank in range(WORLD):
+        got, _ = read_packed(corpus, spec, rank, 6, None)
+        assert got == [arithmetic(corpus, spec, s, rank) for s in range(6)]
+
+
+def test_a_packed_state_resumes_exactly_and_into_another_world_and_batch_size(corpus, read_packed):
+    two = packed_spec_of(corpus)
+    first, state = read_packed(corpus, two, 1, 3, None)
+    assert LoaderState.from_json(state).step == 3
+    then, _ = read_packed(corpus, two, 1, 2, state)
+    assert first + then == [arithmetic(corpus, two, s, 1) for s in range(5)]
+    one = packed_spec_of(corpus, world=1, batch=2 * BATCH)
+    [(_, tokens, _)], _ = read_packed(corpus, one, 0, 1, state)
+    both = [t for r in range(WORLD) for t in arithmetic(corpus, two, 3, r)[1]]
+    assert sorted(tokens) == sorted(both), "the next global batch: the same sequences"
+
+
+def test_the_record_of_a_packed_read_and_an_elastic_resume_passes_the_log_check(corpus, read_packed, tmp_path):
+    record = str(tmp_path / "run")
+    two = packed_spec_of(corpus)
+    states = [read_packed(corpus, two, rank, 3, None, record)[1] for rank in range(WORLD)]
+    assert all(LoaderState.from_json(s).segment for s in states), "a state names the segment it continues"
+    read_packed(corpus, packed_spec_of(corpus, world=1, batch=2 * BATCH), 0, 2, states[0], record)
+    result = check_log(record, record, catalog=Catalog(corpus.url))
+    assert result.ok, result.to_json()
+    assert (result.segments, result.steps, result.checked) == (2, (0, 4), 3 * WORLD + 2)
+    other = RunSpec.create(corpus, "docs", seed=10, batch_size=BATCH, world_size=WORLD, shuffle="global",
+                           sequences=two.sequences)
+    assert check_log(other, record, range(0, 3), catalog=Catalog(corpus.url)).divergence, \
+        "the lines name the sequences read: another order does not pass"
+
+
+PACKED_RING = sorted(PACKED)
+
+
+@pytest.mark.parametrize("saver,resumer", [
+    pytest.param(a, b, marks=_packed_marks(a) + _packed_marks(b), id=f"{a}-to-{b}")
+    for a, b in zip(PACKED_RING, PACKED_RING[1:] + PACKED_RING[:1])])
+def test_a_packed_state_saved_by_one_adapter_resumes_in_another(corpus, saver, resumer):
+    spec = packed_spec_of(corpus)
+    _, state = PACKED[saver](corpus, spec, 1, 2, None)
+    then, _ = PACKED[resumer](corpus, spec, 1, 2, state)
+    assert then == [arithmetic(corpus, spec, s, 1) for s in (2, 3)]

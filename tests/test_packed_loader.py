@@ -324,3 +324,43 @@ def test_torch_tensors_shift_labels_and_keep_attention_inside_each_document(corp
         changed[cu[1]:] = (changed[cu[1]:] + 1) % 65_536  # every token after the first segment
         after = attend(changed.reshape(3, 64))
     assert torch.equal(before[:cu[1]], after[:cu[1]]) and not torch.equal(before[cu[1]:], after[cu[1]:])
+
+
+def test_segment_ids_and_the_document_table_name_the_same_segments_as_cu_seqlens(corpus, tmp_path):
+    catalog, docs, _ = corpus
+    spec = spec_of(catalog)
+    with PackedLoader(spec, 1, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        batch = loader.batch_at(2)
+    arrays = batch.model_arrays(np.int32)
+    assert {k: (v.shape, v.dtype.name) for k, v in arrays.items()} == {
+        "input_ids": ((3, 64), "int32"), "labels": ((3, 64), "int32"), "position_ids": ((3, 64), "int32"),
+        "segment_ids": ((3, 64), "int32"), "loss_mask": ((3, 64), "bool")}
+    # the segmentation JAX and Grain take and FlashAttention's cu_seqlens cut the inputs at the same places
+    ids = arrays["segment_ids"]
+    new = np.ones(ids.shape, bool)
+    new[:, 1:] = ids[:, 1:] != ids[:, :-1]  # a segment starts here: a row's start, or a change of id
+    assert np.flatnonzero(new.reshape(-1)).tolist() == batch.cu_seqlens_of(64)[:-1].tolist()
+    assert (ids[:, 0] == 1).all() and (np.diff(ids, axis=1) >= 0).all()
+    assert (arrays["position_ids"][new] == 0).all() and (arrays["position_ids"][~new] > 0).all()
+    # the table: each segment's document, range and place, as `segments(i)` says with addresses
+    table = batch.document_segments
+    for i in range(len(batch)):
+        rows = table[table[:, 0] == i]
+        assert [(f"{batch.sources[s]}:{d}", a, b, o) for _, s, d, a, b, o in rows.tolist()] == \
+            [(g.address, g.start, g.stop, g.offset) for g in batch.segments(i)]
+        for _, _, d, a, b, o in rows.tolist():  # and the tokens there are the document's (its EOS after it)
+            expected = (docs[d] + [EOS])[a:b]
+            assert batch.tokens[i, o:o + b - a].tolist() == expected[:len(batch.tokens[i, o:o + b - a])]
+
+
+def test_token_ids_past_the_adapters_integer_type_are_refused(tmp_path):
+    catalog = Catalog(str(tmp_path / "cat"))
+    fields = [Field("tokens", pa.list_(pa.uint32()), "tokens")]
+    catalog.write_version("wide", [{"tokens": [5, 2**31 + 7, 9] * 30}], fields)
+    spec = RunSpec.create(catalog, "wide", seed=1, batch_size=1, world_size=1,
+                          sequences=SequenceSpec(length=16, labels=True))
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        batch = loader.batch_at(0)
+    assert int(batch.model_arrays()["input_ids"].max()) == 2**31 + 7  # int64 holds it
+    with pytest.raises(UserError, match=r"token id 2147483655 in step 0 does not fit int32"):
+        batch.model_arrays(np.int32)

@@ -40,6 +40,9 @@ class StepSource:
     saved LoaderState continues (element 0 is its step, in its world and batch size). With
     `record_dir`, iterate `source.recorded(dataset)`: elements made without it are refused."""
 
+    _HASHES = "row_hashes"  # the element's per-sample hashes, which its run record line holds
+    _METADATA = ("step", "epoch", "indices", "row_hashes")  # not data: not weighed as the batch's bytes
+
     def __init__(self, spec: RunSpec, catalog: Catalog | str, rank: int = 0,
                  columns: Sequence[str] | None = None, epochs: int = 1, *, state: dict[str, Any] | None = None,
                  record_dir: str | None = None, record_samples: bool | str = "auto"):
@@ -70,12 +73,18 @@ class StepSource:
         if not 0 <= i < self._length:
             raise IndexError(f"step index {i} outside the source's {self._length} steps")
         if self.record is not None and self._taker is None:
-            raise UserError("StepSource(record_dir=...) records the elements the loop takes: iterate "
+            raise UserError(f"{type(self).__name__}(record_dir=...) records the elements the loop takes: iterate "
                             "source.recorded(dataset), the pipeline's last stage (docs/GRAIN.md)")
         with self._lock:
             if self._loader is None:
-                self._loader = Loader(self.spec, self.rank, catalog=Catalog(self.catalog_url), columns=self.columns)
-            batch = self._loader.batch_at(self.start + int(i))
+                self._loader = self._open()
+            return self._element(self._loader.batch_at(self.start + int(i)))
+
+    def _open(self) -> Any:
+        """This process's reader of the rank's batches."""
+        return Loader(self.spec, self.rank, catalog=Catalog(self.catalog_url), columns=self.columns)
+
+    def _element(self, batch: Any) -> dict[str, Any]:
         out: dict[str, Any] = dict(batch.to_numpy())
         out.update(step=np.int64(batch.step), epoch=np.int64(batch.epoch), indices=np.asarray(batch.indices),
                    row_hashes=batch.hash_array)
@@ -90,7 +99,7 @@ class StepSource:
             return dataset
         import grain  # the caller has it: it built `dataset`
         if not isinstance(dataset, grain.IterDataset):
-            raise UserError("StepSource.recorded takes the grain.IterDataset the loop iterates (after "
+            raise UserError(f"{type(self).__name__}.recorded takes the grain.IterDataset the loop iterates (after "
                             f"to_iter_dataset() and any mp_prefetch), not a {type(dataset).__name__}")
         self._taker = os.getpid()
         return dataset.map(self._taken)
@@ -98,17 +107,18 @@ class StepSource:
     def _taken(self, element: dict[str, Any]) -> dict[str, Any]:
         """Record `element`, taken by the loop now, from the row hashes it carries."""
         if os.getpid() != self._taker:
-            raise UserError("StepSource.recorded(...) ran in a Grain worker process: make it the pipeline's "
-                            "last stage, after mp_prefetch")
+            raise UserError(f"{type(self).__name__}.recorded(...) ran in a Grain worker process: make it the "
+                            "pipeline's last stage, after mp_prefetch")
+        key = self._HASHES
         try:
-            step, epoch, hashes = element["step"], element["epoch"], np.asarray(element["row_hashes"])
+            step, epoch, hashes = element["step"], element["epoch"], np.asarray(element[key])
         except (KeyError, TypeError, IndexError):
-            raise UserError("StepSource.recorded: the element the loop takes has no 'step', 'epoch' or "
-                            "'row_hashes' (a transformation dropped them): keep them in the element") from None
+            raise UserError(f"{type(self).__name__}.recorded: the element the loop takes has no 'step', 'epoch' or "
+                            f"'{key}' (a transformation dropped them): keep them in the element") from None
         if np.ndim(step) != 0 or hashes.ndim != 2:
-            raise UserError("StepSource.recorded: the element holds more than one step (batched by Grain?): "
-                            "record before batching steps together")
-        self.record.write_hashes(int(step), int(epoch), hashes, _data_bytes(element))
+            raise UserError(f"{type(self).__name__}.recorded: the element holds more than one step (batched by "
+                            "Grain?): record before batching steps together")
+        self.record.write_hashes(int(step), int(epoch), hashes, _data_bytes(element, self._METADATA))
         return element
 
     def __getstate__(self) -> dict[str, Any]:  # a worker process opens its own Loader
@@ -122,12 +132,9 @@ class StepSource:
                 f"order={self.spec.order_hash[:12]})")
 
 
-_METADATA = ("step", "epoch", "indices", "row_hashes")
-
-
-def _data_bytes(element: dict[str, Any]) -> int:
+def _data_bytes(element: dict[str, Any], metadata: tuple[str, ...]) -> int:
     """Bytes of an element's arrays besides its metadata: what per-sample digests are weighed against."""
-    return sum(int(v.nbytes) for k, v in element.items() if k not in _METADATA and isinstance(v, np.ndarray))
+    return sum(int(v.nbytes) for k, v in element.items() if k not in metadata and isinstance(v, np.ndarray))
 
 
 def loader_state(state: dict[str, Any], source: StepSource) -> dict[str, Any]:

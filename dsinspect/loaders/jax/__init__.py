@@ -3,8 +3,8 @@ batches are assembled into global `jax.Array`s laid out by the sharding the user
 same order, state, records and replay as every other reader. Needs the `jax` extra; the only
 subpackage that imports jax, and `import dsinspect` never loads it.
 
-Modules: `batches` (JaxBatches). May import `read`, `records`, `order`, `store`, `format`,
-`dsinspect.errors`.
+Modules: `batches` (JaxBatches), `packed` (PackedJaxBatches: packed sequences). May import `read`,
+`records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
 from dsinspect.extras import require as _require
@@ -12,5 +12,6 @@ from dsinspect.extras import require as _require
 _require("jax", "jax", "dsinspect.loaders.jax")  # without the extra: one line naming it, not a traceback
 
 from dsinspect.loaders.jax.batches import JaxBatches  # noqa: E402
+from dsinspect.loaders.jax.packed import PackedJaxBatches  # noqa: E402
 
-__all__ = ["JaxBatches"]
+__all__ = ["JaxBatches", "PackedJaxBatches"]

@@ -7,7 +7,8 @@ Modules: `dataset` (TorchBatches and the producers its workers run), `conversion
 columns -> tensors), `loader` (TorchLoader), `transfer` (worker -> main process), `ring` (the
 shared-memory ring), `recording` (which process writes a rank's run record lines), `consistency`
 (the ranks' check that they resume from one checkpoint, at a load and at the start of a pass),
-`packed` (a packed-sequence batch as a language model step's tensors).
+`packed` (a packed-sequence batch as a language model step's tensors), `packed_loader`
+(PackedTorchLoader: packed batches from DataLoader workers).
 May import `read`, `records`, `order`, `store`, `format`, `dsinspect.errors`.
 """
 
@@ -19,5 +20,6 @@ from dsinspect.loaders.pytorch.conversion import batch_to_torch  # noqa: E402
 from dsinspect.loaders.pytorch.dataset import TorchBatches  # noqa: E402
 from dsinspect.loaders.pytorch.loader import TorchLoader  # noqa: E402
 from dsinspect.loaders.pytorch.packed import packed_to_torch  # noqa: E402
+from dsinspect.loaders.pytorch.packed_loader import PackedTorchLoader  # noqa: E402
 
-__all__ = ["TorchBatches", "TorchLoader", "batch_to_torch", "packed_to_torch"]
+__all__ = ["PackedTorchLoader", "TorchBatches", "TorchLoader", "batch_to_torch", "packed_to_torch"]

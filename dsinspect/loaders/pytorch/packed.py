@@ -13,18 +13,19 @@ __all__ = ["packed_to_torch"]
 
 def packed_to_torch(batch: PackedBatch) -> dict[str, Any]:
     """`input_ids` and `labels` ([B, L] int64), `position_ids` ([B, L] int64, restarting per document),
-    `cu_seqlens` (int32 over the flattened inputs) and `max_seqlen` for variable-length attention,
-    `loss_mask` ([B, L] bool: False on padding sequences), and `step`, `epoch`, `rank`, `digests`.
+    `segment_ids` ([B, L] int32, from 1 in each sequence), `cu_seqlens` (int32 over the flattened
+    inputs) and `max_seqlen` for variable-length attention, `loss_mask` ([B, L] bool: False on
+    padding sequences), `document_segments` ([S, 6] int64: slot, source, document, start, stop,
+    offset of every document segment), and `step`, `epoch`, `rank`, `digests`.
 
     Sequences of L + 1 tokens (`labels=True`, Megatron's convention) give inputs `tokens[:, :L]` and
     labels `tokens[:, 1:]`; sequences of L tokens give the tokens as both (the model shifts them)."""
-    tokens = torch.from_numpy(batch.tokens.astype("int64"))
-    length = batch.length
-    inputs = tokens[:, :length]
-    cu = batch.cu_seqlens_of(length)
-    return {"input_ids": inputs, "labels": tokens[:, 1:] if tokens.shape[1] > length else inputs,
-            "position_ids": torch.from_numpy(batch.position_ids[:, :length].astype("int64")),
-            "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int((cu[1:] - cu[:-1]).max(initial=0)),
-            "loss_mask": torch.from_numpy(batch.loss_mask[:, :length].copy()),
-            "step": batch.step, "epoch": batch.epoch, "rank": batch.rank,
-            "digests": torch.from_numpy(batch.digests.copy())}
+    arrays = batch.model_arrays()
+    cu = batch.cu_seqlens_of(batch.length)
+    out: dict[str, Any] = {name: torch.from_numpy(array if array.flags.writeable else array.copy())
+                           for name, array in arrays.items()}
+    out["position_ids"] = out["position_ids"].long()
+    out.update(cu_seqlens=torch.from_numpy(cu), max_seqlen=int((cu[1:] - cu[:-1]).max(initial=0)),
+               document_segments=torch.from_numpy(batch.document_segments),
+               step=batch.step, epoch=batch.epoch, rank=batch.rank, digests=torch.from_numpy(batch.digests.copy()))
+    return out

@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from dsinspect.errors import UserError
 from dsinspect.loaders.records.runlog import batch_fingerprint
 from dsinspect.loaders.sequences.packed import PackedSequence
 
@@ -80,6 +81,40 @@ class PackedBatch:
     def max_seqlen(self) -> int:
         """The longest segment (FlashAttention's `max_seqlen`)."""
         return int(np.diff(self.cu_seqlens).max(initial=0))
+
+    @cached_property
+    def segment_ids(self) -> np.ndarray:
+        """[B, W] int32: each token's segment within its sequence, numbered from 1 (the segmentation
+        JAX attention kernels and Grain's packing take: tokens attend only within equal ids)."""
+        if not self.sequences:
+            return np.ones(self.tokens.shape, np.int32)
+        return np.stack([np.repeat(np.arange(1, len(s.segments) + 1, dtype=np.int32), s.segments.sizes)
+                         for s in self.sequences])
+
+    @cached_property
+    def document_segments(self) -> np.ndarray:
+        """[S, 6] int64, a row per document segment in slot order: (slot, source, document, start,
+        stop, offset): the addresses of `segments(i)` as numbers (`sources[source]:document`), for
+        adapters whose batches hold arrays only."""
+        rows = [np.column_stack([np.full(len(s.segments), s.slot), np.full(len(s.segments), s.source),
+                                 s.segments.docs, s.segments.starts, s.segments.stops,
+                                 np.cumsum(s.segments.sizes) - s.segments.sizes]) for s in self.sequences]
+        return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 6), np.int64)
+
+    def model_arrays(self, token_dtype: type = np.int64) -> dict[str, np.ndarray]:
+        """What a causal language model's step takes, `[B, L]` each: `input_ids` and `labels` (with
+        a label token, inputs `tokens[:, :L]` and labels `tokens[:, 1:]`; without, the tokens as
+        both: the model shifts them), `position_ids`, `segment_ids` and `loss_mask` of the inputs.
+        Token ids that `token_dtype` cannot hold are refused."""
+        length = self.length
+        tokens = self.tokens
+        if tokens.size and np.dtype(token_dtype).itemsize < 8 and int(tokens.max()) > np.iinfo(token_dtype).max:
+            raise UserError(f"token id {int(tokens.max())} in step {self.step} does not fit {np.dtype(token_dtype)}")
+        tokens = tokens.astype(token_dtype)
+        inputs = tokens[:, :length]
+        return {"input_ids": inputs, "labels": tokens[:, 1:] if tokens.shape[1] > length else inputs,
+                "position_ids": self.position_ids[:, :length], "segment_ids": self.segment_ids[:, :length],
+                "loss_mask": self.loss_mask[:, :length]}
 
     @cached_property
     def loss_mask(self) -> np.ndarray:

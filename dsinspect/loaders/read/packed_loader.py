@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.plan import BatchPlan, epoch_end, locate_step, plan_batch, plan_steps
@@ -69,6 +69,14 @@ class PackedLoader:
     def batch_at(self, step: int) -> PackedBatch:
         """The batch of any step, read now (no effect on the iteration position)."""
         return self._reader.read(self._plans.get(step) or plan_batch(self.spec, step, self.rank))
+
+    def batches_at(self, steps: Sequence[int], *, ahead: Sequence[int] = ()) -> list[PackedBatch]:
+        """The batches of `steps`, read together (one vectorised pass: consecutive steps share their
+        shards' reads), with the shards of the steps `ahead` fetched behind; nothing recorded, no
+        effect on the iteration position. What a DataLoader worker reading its own steps calls."""
+        if ahead:
+            self._reader.warm(plan_steps(self.spec, ahead, self.rank))
+        return self._reader.read_many(plan_steps(self.spec, steps, self.rank))
 
     def _plan(self, step: int) -> BatchPlan:
         """Plans come in vectorised chunks (one pass serves many steps), from the asked step on."""
