@@ -7,11 +7,13 @@ documents with EOS, as nanoGPT and OLMo-core lay them out). The run: L = 2,048 w
 tokens a sequence), batch 8, one rank, documents and sequences shuffled (seeded).
 
 Figures, each in a fresh process that has imported its libraries before the clock starts:
-- cold first batch: an empty node cache, a local catalog;
+- cold first batch: an empty node cache, a local catalog (stored document order, as the run below;
+  and with `shuffle_documents`, which needs every length of each shard it touches);
 - warm epoch: the node cache filled (by the previous figure's process), tokens/s over the epoch;
 - the gather limit: the same sequences' windows gathered from the memory-mapped stream with numpy
   (no checks, no segments), tokens/s;
-- replay of one step (`dsinspect.loaders.audit.packed_replay`, from the catalog), ms.
+- replay of one step (`dsinspect.loaders.audit.packed_replay`), ms: from the catalog, the second
+  replay in the process (another step: other row groups); and from the filled node cache (`cache=`).
 Peers (Megatron-core, OLMo-core, LitData, datatrove) are not in this run yet.
 
     python benchmarks/bench_packed_read.py [--docs 50000] [--repeat 3]
@@ -58,7 +60,14 @@ spec = RunSpec.create(catalog, "corpus", seed=7, batch_size=8, world_size=1, shu
                       sequences=SequenceSpec(length=2048, labels=True, eos=0, shuffle_documents=False))
 cache = ShardCache(root + "/cache")
 steps = spec.epoch_length // 8
-if what == "cold":
+if what == "cold_shuffled":  # documents shuffled too: every length of each touched shard is needed
+    shuffled = spec.replace(sequences=SequenceSpec(length=2048, labels=True, eos=0, shuffle_documents=True))
+    t = time.perf_counter()
+    with PackedLoader(shuffled, 0, catalog, cache=ShardCache(root + "/cache-shuffled"), fill=False) as loader:
+        loader.batch_at(0)
+        first = time.perf_counter() - t
+    print(json.dumps({"first_batch_s": first}))
+elif what == "cold":
     t = time.perf_counter()
     with PackedLoader(spec, 0, catalog, cache=cache) as loader:
         loader.batch_at(0)
@@ -88,9 +97,14 @@ elif what == "gather":
     took = time.perf_counter() - t
     print(json.dumps({"tokens_per_s": n / took}))
 elif what == "replay":
-    replay_packed(spec, 3, 0, catalog)  # the first one reads footers and shard lengths
+    replay_packed(spec, 3, 0, catalog)  # the first one imports and reads what the process keeps
     t = time.perf_counter()
     replay_packed(spec, steps // 2, 0, catalog)
+    print(json.dumps({"replay_s": time.perf_counter() - t}))
+elif what == "replay_cache":  # the node cache filled by the "cold" figure's epoch
+    replay_packed(spec, 3, 0, catalog, cache=cache)
+    t = time.perf_counter()
+    replay_packed(spec, steps // 2, 0, catalog, cache=cache)
     print(json.dumps({"replay_s": time.perf_counter() - t}))
 """
 
@@ -108,20 +122,24 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-packed-")
     tokens = int(subprocess.run([sys.executable, "-c", SETUP, root, str(args.docs)], capture_output=True, text=True,
                                 check=True).stdout.strip())
-    figures: dict[str, list[float]] = {"first_batch_ms": [], "loader_mtok_s": [], "gather_mtok_s": [],
-                                       "replay_ms": []}
+    figures: dict[str, list[float]] = {"first_batch_ms": [], "first_batch_shuffled_ms": [], "loader_mtok_s": [],
+                                       "gather_mtok_s": [], "replay_ms": [], "replay_cached_ms": []}
     for _ in range(args.repeat):
-        subprocess.run(["rm", "-rf", os.path.join(root, "cache")], check=True)
+        subprocess.run(["rm", "-rf", os.path.join(root, "cache"), os.path.join(root, "cache-shuffled")], check=True)
         figures["first_batch_ms"].append(run(CHILD, root, "cold")["first_batch_s"] * 1e3)
+        figures["first_batch_shuffled_ms"].append(run(CHILD, root, "cold_shuffled")["first_batch_s"] * 1e3)
         figures["loader_mtok_s"].append(run(CHILD, root, "warm")["tokens_per_s"] / 1e6)
         figures["gather_mtok_s"].append(run(CHILD, root, "gather")["tokens_per_s"] / 1e6)
         figures["replay_ms"].append(run(CHILD, root, "replay")["replay_s"] * 1e3)
+        figures["replay_cached_ms"].append(run(CHILD, root, "replay_cache")["replay_s"] * 1e3)
     med = {k: statistics.median(v) for k, v in figures.items()}
-    print(json.dumps({"docs": args.docs, "tokens": tokens, "load": os.getloadavg()[0],
+    print(json.dumps({"docs": args.docs, "tokens": tokens, "load": [round(x, 2) for x in os.getloadavg()],
                       **{k: [round(x, 1) for x in v] for k, v in figures.items()}}, indent=1))
     print(f"PackedLoader {med['loader_mtok_s']:.1f} M tokens/s, gather limit {med['gather_mtok_s']:.1f} M tokens/s: "
           f"{med['loader_mtok_s'] / med['gather_mtok_s']:.2f}x of the limit; cold first batch "
-          f"{med['first_batch_ms']:.0f} ms; replay of a step {med['replay_ms']:.1f} ms (median of {args.repeat})")
+          f"{med['first_batch_ms']:.0f} ms ({med['first_batch_shuffled_ms']:.0f} ms with documents shuffled); replay "
+          f"of a step {med['replay_ms']:.1f} ms from the catalog, {med['replay_cached_ms']:.1f} ms from the node cache "
+          f"(median of {args.repeat})")
 
 
 if __name__ == "__main__":

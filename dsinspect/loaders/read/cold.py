@@ -247,6 +247,16 @@ class ColdRows:
             pa.default_memory_pool().release_unused()
         return out
 
+    def footer(self, version: DatasetVersion, shard: int, index: ShardIndex) -> pq.FileMetaData | None:
+        """The shard's parsed footer, its part fetched and checked as for a read (and kept for the
+        reads that follow); None when the cache holds the shard by now."""
+        partials = self._use({index.shard: index})
+        try:
+            partial = partials.get(index.shard)
+            return None if partial is None else self._footer(version, shard, index, partial)
+        finally:
+            self._unuse(partials.values())
+
     def forget(self, sha256: str) -> None:
         """Drop what is held of a shard (it is in the cache now)."""
         with self._lock:
