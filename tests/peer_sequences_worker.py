@@ -4,7 +4,7 @@ and writes what the peer yields, for the test to compare with dsinspect's packed
 Runs in a subprocess with PYTHONPATH=$DSINSPECT_PEERS (ai2-olmo-core and megatron-core are kept out of
 the main environment), on the main environment's torch and numpy. Nothing here imports dsinspect.
 
-argv: peer ("olmo" or "megatron"), documents .npz (`tokens`: every document's tokens end to end,
+argv: peer ("olmo", "olmo_packed" or "megatron"), documents .npz (`tokens`: every document's tokens end to end,
 `lengths`: each document's length; `length` L, `eos`, `seed`, `no_eod`: the documents Megatron's
 input holds without EOD), work directory, output .npz.
 """
@@ -47,6 +47,30 @@ def olmo(data, work: Path) -> dict:
     return {"count": len(dataset), "stream_tokens": stream.size,
             "input_ids": np.stack([item["input_ids"].numpy() for item in items]),
             "doc_lens": np.concatenate(doc_lens), "doc_lens_counts": np.array([len(d) for d in doc_lens])}
+
+
+def olmo_packed(data, work: Path) -> dict:
+    """OLMo-core's NumpyPackedFSLDataset (OBFD packing, its default `truncate` for documents longer
+    than L) over the same token file as `olmo`: every item, and each item's real tokens (its
+    `label_mask`, False on the padding)."""
+    from olmo_core.data import NumpyDatasetDType, NumpyPackedFSLDataset, NumpyPackedFSLDatasetConfig, TokenizerConfig
+    from olmo_core.data.utils import write_array_to_disk
+
+    tokenizer = TokenizerConfig.gpt_neox_olmo_dolma_v1_5()
+    eos = int(data["eos"])
+    stream = np.concatenate([np.append(d, eos) for d in documents(data)]).astype(np.uint16)
+    path = work / "part-0-00000.npy"
+    write_array_to_disk(stream, path)
+    config = NumpyPackedFSLDatasetConfig(tokenizer=tokenizer, paths=[str(path)], sequence_length=int(data["length"]),
+                                         dtype=NumpyDatasetDType.uint16, generate_doc_lengths=True,
+                                         work_dir=str(work / "olmo-work"))
+    dataset = config.build()
+    assert type(dataset) is NumpyPackedFSLDataset, type(dataset)
+    dataset.prepare()
+    items = [dataset[i] for i in range(len(dataset))]
+    real = np.array([int(item["label_mask"].sum()) for item in items])
+    return {"count": len(dataset), "stream_tokens": stream.size, "pad_token_id": tokenizer.pad_token_id,
+            "input_ids": np.stack([item["input_ids"].numpy() for item in items]), "real_tokens": real}
 
 
 def megatron(data, work: Path) -> dict:
@@ -111,9 +135,9 @@ def main() -> None:
     work_dir = Path(work)
     work_dir.mkdir(parents=True, exist_ok=True)
     with np.load(source) as data:
-        result = {"olmo": olmo, "megatron": megatron}[peer](data, work_dir)
+        result = {"olmo": olmo, "olmo_packed": olmo_packed, "megatron": megatron}[peer](data, work_dir)
     # which files each peer package was imported from: the isolated directory, not the main environment
-    modules = {"olmo": "olmo_core", "megatron": "megatron.core"}
+    modules = {"olmo": "olmo_core", "olmo_packed": "olmo_core", "megatron": "megatron.core"}
     result["module_file"] = np.array(sys.modules[modules[peer]].__file__)
     np.savez(out, **result)
 

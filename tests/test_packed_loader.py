@@ -14,7 +14,7 @@ import pytest
 from replay_diff_fixtures import rewrite_shard
 
 from dsinspect.errors import IntegrityError, UserError
-from dsinspect.loaders import Catalog, Field, Loader, WriteOptions
+from dsinspect.loaders import Catalog, Field, Loader, LoaderState, WriteOptions, epoch_order
 from dsinspect.loaders.audit.logcheck import check_log
 from dsinspect.loaders.order.packing import SequenceSpec
 from dsinspect.loaders.order.spec import RunSpec
@@ -364,3 +364,48 @@ def test_token_ids_past_the_adapters_integer_type_are_refused(tmp_path):
     assert int(batch.model_arrays()["input_ids"].max()) == 2**31 + 7  # int64 holds it
     with pytest.raises(UserError, match=r"token id 2147483655 in step 0 does not fit int32"):
         batch.model_arrays(np.int32)
+
+
+def test_best_fit_batches_hold_every_document_once_with_the_padding_masked(corpus, tmp_path):
+    from dsinspect.loaders.audit.packed_replay import replay_packed
+
+    catalog, docs, _ = corpus
+    seq = SequenceSpec(length=64, labels=True, eos=EOS, packing="best_fit", pad=7, shuffle_documents=True)
+    spec = spec_of(catalog, sequences=seq, last_batch="drop", batch_size=2)
+    run = PackedRun(spec, lambda k, shard: np.array([len(d) for d in docs[shard * 25:(shard + 1) * 25]]))
+    held: dict[int, list[tuple[int, int]]] = {}
+    record = str(tmp_path / "run")
+    for rank in range(2):
+        with PackedLoader(spec, rank, catalog, cache=ShardCache(tmp_path / "cache"), record_dir=record,
+                          record_samples=True) as loader:
+            for batch in loader:  # the first epoch
+                expected = run.batch(batch.step, rank)
+                for i, s in enumerate(expected):
+                    want = assemble(s.segments, lambda d: np.asarray(docs[d], np.int64), EOS, width=65, pad=7)
+                    np.testing.assert_array_equal(batch.tokens[i], want)
+                    n = int(s.segments.sizes.sum())
+                    assert batch.held[i] == n <= 65
+                    assert batch.loss_mask[i].tolist() == [True] * n + [False] * (65 - n)
+                    assert (batch.segment_ids[i, n:] == 0).all() and (batch.segment_ids[i, :n] > 0).all()
+                    for d, a, b in zip(s.segments.docs.tolist(), s.segments.starts.tolist(), s.segments.stops.tolist()):
+                        held.setdefault(d, []).append((a, b))
+                arrays = batch.model_arrays()
+                np.testing.assert_array_equal(arrays["loss_mask"], batch.loss_mask[:, 1:])  # masks the labels
+                assert batch.cu_seqlens[-1] == 2 * 65 and (np.diff(batch.cu_seqlens) > 0).all()
+                if batch.step == 3:
+                    replayed = replay_packed(spec, 3, rank, catalog).batches[0]
+                    np.testing.assert_array_equal(replayed.tokens, batch.tokens)
+                    assert replayed.fingerprint == batch.fingerprint
+            state = loader.state_dict()
+    # the epoch's sequences over both ranks (the last partial global batch dropped) hold each document's
+    # tokens and EOS once, in pieces; those not read sit in the dropped sequences
+    dropped = {int(d) for j in epoch_order(spec, 0)[spec.epoch_length // 4 * 4:].tolist()
+               for d in run.plans[0].segments(0, j).docs}
+    for d, doc in enumerate(docs):
+        pieces = sorted(held.get(d, []))
+        if d in dropped:
+            continue
+        assert sum(b - a for a, b in pieces) == len(doc) + 1, d
+    assert LoaderState.from_json(state).step == spec.epoch_length // 4
+    result = check_log(record, record, catalog=Catalog(catalog.url))
+    assert result.ok and result.checked == 2 * (spec.epoch_length // 4), result.to_json()

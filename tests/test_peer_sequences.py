@@ -67,6 +67,7 @@ EOS = 50279  # OLMo's gpt_neox_olmo_dolma_v1_5 EOS; Megatron's NullTokenizer(voc
 SEED = 1234  # Megatron's random_seed
 FIELDS = [Field("tokens", pa.list_(pa.uint16()), "tokens", False)]
 PEERS = {"olmo": "olmo_core/__init__.py", "megatron": "megatron/core/__init__.py"}
+WORKERS = ("olmo", "olmo_packed", "megatron")  # peer_sequences_worker.py's modes, run at once
 
 
 def peers_dir() -> Path:
@@ -109,7 +110,7 @@ def peers(tmp_path_factory):
              seed=SEED, no_eod=no_eod_mask(docs))
     env = {**os.environ, "PYTHONPATH": str(where)}
     running = {}
-    for peer in PEERS:
+    for peer in WORKERS:
         out, log = tmp / f"{peer}.npz", tmp / f"{peer}.log"
         with open(log, "wb") as f:
             proc = subprocess.Popen([sys.executable, "-W", "ignore", str(HERE / "peer_sequences_worker.py"), peer,
@@ -182,8 +183,8 @@ def test_concat_without_labels_is_olmo_core_numpy_fsl_dataset(peers):
     stream = sum(d.size for d in docs) + len(docs)  # every document and its EOS
     assert int(olmo["stream_tokens"]) == stream
     count = stream // L  # the file's last stream % L tokens dropped
-    assert int(olmo["count"]) == count == spec.epoch_length == len(ours) == sequence_count(stream - len(docs),
-                                                                                          len(docs), spec.sequences)
+    assert int(olmo["count"]) == count == spec.epoch_length == len(ours) == sequence_count([stream - len(docs)],
+                                                                                          [len(docs)], spec.sequences)
     assert stream % L != 0  # a tail to drop
     assert ours.shape == olmo["input_ids"].shape == (count, L)
     np.testing.assert_array_equal(ours, olmo["input_ids"])  # sequence i is item i, all of them
@@ -226,7 +227,7 @@ def test_megatron_core_gpt_dataset_index(megatron):
     stream = sum(d.size for d in stored)
     assert int(meg["stream_tokens"]) == stream
     count = (stream - 1) // L  # L + 1 tokens every L: the last sample needs its extra token
-    assert int(meg["count"]) == count == spec.epoch_length == sequence_count(stream, n, spec.sequences)
+    assert int(meg["count"]) == count == spec.epoch_length == sequence_count([stream], [n], spec.sequences)
     expected_samples = np.arange(count, dtype=np.uint32)
     state.shuffle(expected_samples)
     np.testing.assert_array_equal(meg["shuffle_index"], expected_samples)
@@ -270,3 +271,38 @@ def test_packed_loader_reads_megatron_core_gpt_dataset_samples(megatron, peers):
     meg, stored, catalog, spec = megatron
     ours, segments, _ = read_sequences(catalog, spec, peers[2] / "cache")
     assert_megatron_samples(meg, stored, ours, segments)
+
+
+def test_best_fit_pads_less_than_olmo_core_packed_dataset_and_drops_nothing(peers):
+    """OLMo-core's NumpyPackedFSLDataset (OBFD over its one source file, documents longer than L truncated
+    by default) and dsinspect's best_fit (the same documents in one shard, L = 64 without labels, EOS
+    after each), every sequence of the epoch as PackedLoader reads it."""
+    docs, _, tmp = peers
+    catalog = Catalog(str(tmp / "cat-best-fit"))
+    catalog.write_version("corpus", [{"tokens": d.tolist()} for d in docs], FIELDS,
+                          options=WriteOptions(shard_rows=len(docs)))  # one block, as OLMo packs one file
+    spec = RunSpec.create(catalog, "corpus", batch_size=16, world_size=1, shuffle="none", last_batch="pad",
+                          sequences=SequenceSpec(length=L, eos=EOS, packing="best_fit"))
+    held, tokens_read, pieces = 0, 0, {}
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp / "cache-best-fit")) as loader:
+        for batch in loader:
+            for i, s in enumerate(batch.sequences):
+                if s.padding:
+                    continue
+                held += L
+                tokens_read += int(batch.held[i])
+                for d, a, b in zip(s.segments.docs.tolist(), s.segments.starts.tolist(), s.segments.stops.tolist()):
+                    pieces.setdefault(d, []).append((a, b))
+    olmo = peer_result(peers, "olmo_packed")
+    stream = sum(d.size for d in docs) + len(docs)
+    assert int(olmo["stream_tokens"]) == stream == tokens_read  # dsinspect: every token and EOS, once
+    sizes = np.array([d.size + 1 for d in docs])
+    olmo_real = int(olmo["real_tokens"].sum())
+    truncated = sizes > L
+    assert olmo_real == stream - int((sizes[truncated] - L).sum())  # OLMo drops what exceeds L of those
+    olmo_padding = 1 - olmo_real / (int(olmo["count"]) * L)
+    ours_padding = 1 - tokens_read / held
+    assert ours_padding <= olmo_padding, (ours_padding, olmo_padding)
+    assert all(sum(b - a for a, b in pieces[d]) == int(n) for d, n in enumerate(sizes))  # no document loses a token
+    split = {d for d, p in pieces.items() if len(p) > 1}
+    assert split == set(np.flatnonzero(truncated).tolist())  # split: exactly the documents OLMo truncates

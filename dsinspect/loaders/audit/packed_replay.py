@@ -34,6 +34,7 @@ from dsinspect.loaders.format.arrow_errors import UNREADABLE
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.token_counts import document_lengths, list_items, list_parts
+from dsinspect.loaders.order.packing import SequenceSpec
 from dsinspect.loaders.order.plan import BatchPlan, locate_step, plan_batch
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Start
 from dsinspect.loaders.read.cache import CachedShard, ShardCache
@@ -92,7 +93,7 @@ def replay_packed(spec: SpecSource, step: int, rank: int | str, catalog: Catalog
     if run_spec.sequences is None:
         raise UserError("this run reads rows, not packed sequences: use replay")
     ranks = parse_rank(rank, run_spec)
-    field, eos = run_spec.sequences.field, run_spec.sequences.eos
+    field = run_spec.sequences.field
     documents = RowReader(catalog, documents_spec(run_spec), [field])
     versions = documents.versions
     for source, version in zip(run_spec.sources, versions):
@@ -106,8 +107,8 @@ def replay_packed(spec: SpecSource, step: int, rank: int | str, catalog: Catalog
         per_rank = _locate(run_spec, [plan_batch(run_spec, step, r) for r in ranks], shards, documents)
         batches, damaged = [], []
         for r, sequences in zip(ranks, per_rank):
-            batch, bad = _read_rank(sequences, documents, shards, (field, eos, run_spec.sequences.length),
-                                    (step, epoch, r), names, bound)
+            batch, bad = _read_rank(sequences, documents, shards, field, run_spec.sequences, (step, epoch, r), names,
+                                    bound)
             batches.append(batch)
             damaged += bad
     finally:
@@ -221,12 +222,12 @@ def _locate(spec: RunSpec, plans: list[BatchPlan], shards: _Shards, documents: R
     return locate_cold(spec, plans, shards.lengths, grouped, read_groups)
 
 
-def _read_rank(sequences: list, documents: RowReader, shards: _Shards, packing: tuple[str, int | None, int],
+def _read_rank(sequences: list, documents: RowReader, shards: _Shards, field: str, packing: SequenceSpec,
                at: tuple[int, int, int], names: tuple[str, ...],
                bound: ReadBound | None) -> tuple[PackedBatch, list[tuple[int, int, str]]]:
     """One rank's packed batch from its located sequences: each document read (and re-hashed) once.
-    `packing`: the field, EOS and sequence length; `at`: step, epoch and rank."""
-    field, eos, length = packing
+    `packing`: how the run packs `field`; `at`: step, epoch and rank."""
+    eos, length = packing.eos, packing.length
     step, epoch, rank = at
     keys = sorted({(s.source, d) for s in sequences for d in s.segments.docs.tolist()})
     values, stored, intact = {}, {}, {}
@@ -270,7 +271,8 @@ def _read_rank(sequences: list, documents: RowReader, shards: _Shards, packing: 
         values.update({key: items[a:a + n] for key, a, n in zip(rest, starts.tolist(), sizes.tolist())})
         stored.update(zip(rest, rows.stored))
         intact.update(zip(rest, rows.verified.tolist()))
-    tokens = np.stack([assemble(s.segments, partial(_of, values, s.source), eos) for s in sequences])
+    tokens = np.stack([assemble(s.segments, partial(_of, values, s.source), eos, packing.width, packing.pad_token)
+                       for s in sequences])
     hashes = [np.frombuffer(b"".join(stored[(s.source, d)] for d in s.segments.docs.tolist()), np.uint8)
               for s in sequences]
     damaged = [(rank, i, f"{names[s.source]}:{d}") for i, s in enumerate(sequences)

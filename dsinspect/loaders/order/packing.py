@@ -6,13 +6,17 @@ stream tokens [j*L, j*L + L + 1), so consecutive sequences share one token and t
 the inputs shifted by one). Without `labels` sequences do not overlap (OLMo-core's `NumpyFSLDataset`).
 `eos` is appended after every document when given; None concatenates the documents as stored (corpora
 written by Megatron's or OLMo's tools already end each document with it).
+
+`best_fit` packs each shard's documents into exactly ceil(shard tokens / width) sequences (so the
+manifest's per-shard counts still locate every sequence); the room a shard's sequences leave is
+filled with `pad` (default: `eos`, else 0), which the loss mask excludes.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from dsinspect.errors import UserError
 
@@ -21,6 +25,7 @@ __all__ = ["Packing", "SequenceSpec", "sequence_count"]
 
 class Packing(str, enum.Enum):
     CONCAT = "concat"  # documents concatenated (with EOS) and cut into windows; the epoch's tail dropped
+    BEST_FIT = "best_fit"  # each shard's documents packed by best-fit decreasing (sequences/best_fit.py)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class SequenceSpec:
     eos: int | None = None
     packing: Packing = Packing.CONCAT
     shuffle_documents: bool = False  # a seeded order of documents (shards, then documents within each)
+    pad: int | None = None  # best_fit: the token that fills a sequence's unused room (None: eos, else 0)
 
     def __post_init__(self) -> None:
         try:
@@ -45,37 +51,56 @@ class SequenceSpec:
         if self.eos is not None and not (isinstance(self.eos, int) and not isinstance(self.eos, bool)
                                          and self.eos >= 0):
             raise UserError(f"eos must be a token id (an integer >= 0) or none, not {self.eos!r}")
+        if self.pad is not None:
+            if not (isinstance(self.pad, int) and not isinstance(self.pad, bool) and self.pad >= 0):
+                raise UserError(f"pad must be a token id (an integer >= 0) or none, not {self.pad!r}")
+            if self.packing is Packing.CONCAT:
+                raise UserError("pad is for best_fit packing: concat sequences are full")
         for name in ("labels", "shuffle_documents"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}")
 
     @property
-    def overlap(self) -> int:
-        """Tokens a sequence shares with the next: 1 with labels, else 0."""
-        return int(self.labels)
+    def width(self) -> int:
+        """Tokens in one sequence: L, or L + 1 with labels."""
+        return self.length + int(self.labels)
 
     @property
-    def width(self) -> int:
-        """Tokens in one sequence."""
-        return self.length + self.overlap
+    def overlap(self) -> int:
+        """Tokens a sequence shares with the next: 1 with labels under concat, else 0 (a best_fit
+        sequence holds its own L + 1 tokens)."""
+        return int(self.labels and self.packing is Packing.CONCAT)
+
+    @property
+    def pad_token(self) -> int:
+        """The token a best_fit sequence's unused room holds."""
+        return self.pad if self.pad is not None else self.eos if self.eos is not None else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "length": self.length, "labels": self.labels, "eos": self.eos,
-                "packing": self.packing.value, "shuffle_documents": self.shuffle_documents}
+        out = {"field": self.field, "length": self.length, "labels": self.labels, "eos": self.eos,
+               "packing": self.packing.value, "shuffle_documents": self.shuffle_documents}
+        if self.pad is not None:  # only when set: the order hashes of earlier specs stay as they were
+            out["pad"] = self.pad
+        return out
 
     @classmethod
     def from_json(cls, data: Any, where: str = "sequences") -> "SequenceSpec":
         try:
             return cls(field=data["field"], length=data["length"], labels=data["labels"], eos=data["eos"],
-                       packing=data["packing"], shuffle_documents=data["shuffle_documents"])
+                       packing=data["packing"], shuffle_documents=data["shuffle_documents"], pad=data.get("pad"))
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
         except (KeyError, TypeError) as e:
             raise UserError(f"{where}: malformed sequence spec ({e.__class__.__name__}: {e})") from None
 
 
-def sequence_count(tokens: int, documents: int, spec: SequenceSpec) -> int:
-    """Sequences per epoch of `documents` holding `tokens` under `concat`: the stream (with an EOS per
-    document when asked) cut every `length` tokens, a last sequence needing all its `width` tokens."""
-    stream = tokens + (documents if spec.eos is not None else 0)
+def sequence_count(shard_tokens: Sequence[int], shard_documents: Sequence[int], spec: SequenceSpec) -> int:
+    """Sequences per epoch of a source whose shards hold `shard_documents` documents of `shard_tokens`
+    tokens. `concat`: the stream (with an EOS per document when asked) cut every `length` tokens, a
+    last sequence needing all its `width` tokens. `best_fit`: each shard's tokens (with EOS) in
+    ceil(tokens / width) sequences."""
+    eos = int(spec.eos is not None)
+    if spec.packing is Packing.BEST_FIT:
+        return sum(-(-(t + eos * d) // spec.width) for t, d in zip(shard_tokens, shard_documents))
+    stream = sum(shard_tokens) + eos * sum(shard_documents)
     return max(0, (stream - spec.overlap) // spec.length)

@@ -136,7 +136,7 @@ class RunSpec:
     def _source_lengths(self) -> tuple[int, ...]:
         if self.sequences is None:
             return tuple(s.rows for s in self.sources)
-        return tuple(sequence_count(sum(s.shard_tokens), s.rows, self.sequences) for s in self.sources)
+        return tuple(sequence_count(s.shard_tokens, s.shard_rows, self.sequences) for s in self.sources)
 
     @property
     def global_batch(self) -> int:

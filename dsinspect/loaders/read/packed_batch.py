@@ -59,10 +59,21 @@ class PackedBatch:
         return batch_fingerprint(self.digests)
 
     @cached_property
+    def held(self) -> np.ndarray:
+        """Per sequence, the document tokens it holds: W, or fewer for a best_fit sequence whose room
+        after them is padding (`pad_token`)."""
+        return np.fromiter((int(s.segments.sizes.sum()) for s in self.sequences), np.int64, len(self.sequences))
+
+    @cached_property
     def position_ids(self) -> np.ndarray:
-        """[B, W] int32: each token's position within its document segment."""
-        return np.stack([s.segments.position_ids() for s in self.sequences]) if self.sequences else \
-            np.zeros(self.tokens.shape, np.int32)
+        """[B, W] int32: each token's position within its document segment (the padding after a
+        sequence's documents counts as a segment of its own)."""
+        width = self.tokens.shape[1]
+        out = np.zeros(self.tokens.shape, np.int32)
+        for i, (s, held) in enumerate(zip(self.sequences, self.held.tolist())):
+            out[i, :held] = s.segments.position_ids()
+            out[i, held:] = np.arange(width - held, dtype=np.int32)
+        return out
 
     @cached_property
     def cu_seqlens(self) -> np.ndarray:
@@ -73,8 +84,8 @@ class PackedBatch:
     def cu_seqlens_of(self, length: int) -> np.ndarray:
         """`cu_seqlens` of the first `length` tokens of each sequence, flattened to `[B * length]` (the
         model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L)."""
-        ends = [np.unique(np.minimum(np.cumsum(s.segments.sizes), length)) + i * length
-                for i, s in enumerate(self.sequences)]
+        ends = [np.unique(np.minimum(np.append(np.cumsum(s.segments.sizes), length), length)) + i * length
+                for i, s in enumerate(self.sequences)]  # the padding after the documents: one more segment
         return np.concatenate([[0], *ends]).astype(np.int32)
 
     @property
@@ -84,12 +95,13 @@ class PackedBatch:
 
     @cached_property
     def segment_ids(self) -> np.ndarray:
-        """[B, W] int32: each token's segment within its sequence, numbered from 1 (the segmentation
-        JAX attention kernels and Grain's packing take: tokens attend only within equal ids)."""
-        if not self.sequences:
-            return np.ones(self.tokens.shape, np.int32)
-        return np.stack([np.repeat(np.arange(1, len(s.segments) + 1, dtype=np.int32), s.segments.sizes)
-                         for s in self.sequences])
+        """[B, W] int32: each token's segment within its sequence, numbered from 1, 0 on padding after
+        the documents (the segmentation JAX attention kernels and Grain's packing take: tokens attend
+        only within equal ids)."""
+        out = np.zeros(self.tokens.shape, np.int32)
+        for i, (s, held) in enumerate(zip(self.sequences, self.held.tolist())):
+            out[i, :held] = np.repeat(np.arange(1, len(s.segments) + 1, dtype=np.int32), s.segments.sizes)
+        return out
 
     @cached_property
     def document_segments(self) -> np.ndarray:
@@ -104,8 +116,8 @@ class PackedBatch:
     def model_arrays(self, token_dtype: type = np.int64) -> dict[str, np.ndarray]:
         """What a causal language model's step takes, `[B, L]` each: `input_ids` and `labels` (with
         a label token, inputs `tokens[:, :L]` and labels `tokens[:, 1:]`; without, the tokens as
-        both: the model shifts them), `position_ids`, `segment_ids` and `loss_mask` of the inputs.
-        Token ids that `token_dtype` cannot hold are refused."""
+        both: the model shifts them), `position_ids` and `segment_ids` of the inputs, and `loss_mask`
+        of the labels (False where the label is padding). Token ids `token_dtype` cannot hold are refused."""
         length = self.length
         tokens = self.tokens
         if tokens.size and np.dtype(token_dtype).itemsize < 8 and int(tokens.max()) > np.iinfo(token_dtype).max:
@@ -114,12 +126,14 @@ class PackedBatch:
         inputs = tokens[:, :length]
         return {"input_ids": inputs, "labels": tokens[:, 1:] if tokens.shape[1] > length else inputs,
                 "position_ids": self.position_ids[:, :length], "segment_ids": self.segment_ids[:, :length],
-                "loss_mask": self.loss_mask[:, :length]}
+                "loss_mask": self.loss_mask[:, 1:] if tokens.shape[1] > length else self.loss_mask}
 
     @cached_property
     def loss_mask(self) -> np.ndarray:
-        """[B, W] bool: False over a padding sequence (its tokens count once, in the batch that read them)."""
-        return np.repeat(~self.padding[:, None], self.tokens.shape[1], axis=1)
+        """[B, W] bool: False over a padding sequence (its tokens count once, in the batch that read them)
+        and over the padding after a best_fit sequence's documents."""
+        real = np.arange(self.tokens.shape[1]) < self.held[:, None]
+        return real & ~self.padding[:, None]
 
     def segments(self, i: int) -> list[Segment]:
         """The documents of sequence `i`: each one's address and the token range taken from it."""

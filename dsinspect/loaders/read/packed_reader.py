@@ -80,7 +80,7 @@ class PackedReader:
             if (tuple(s.rows for s in shards) != source.shard_rows
                     or tuple(s.token_count(self.field) for s in shards) != source.shard_tokens):
                 raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
-        self.dtype = _token_type(self.versions, self.field, spec.sequences.eos)
+        self.dtype = _token_type(self.versions, self.field, spec.sequences.eos, spec.sequences.pad)
         self.sources = tuple(f"{v.name}@{v.id}" for v in self.versions)
         self.cache = cache or ShardCache()
         self.run = PackedRun(spec, self._lengths)
@@ -123,14 +123,15 @@ class PackedReader:
         owner = np.repeat(np.arange(len(sequences), dtype=np.int64), counts)
         sizes = stops - starts
         held = np.bincount(owner, weights=sizes, minlength=len(sequences))
-        if (held != width).any():
-            i = int(np.flatnonzero(held != width)[0])
+        short = held < width if self.spec.sequences.packing is Packing.CONCAT else held > width  # best_fit: room left
+        if (held > width).any() or short.any():
+            i = int(np.flatnonzero((held > width) | short)[0])
             plan = plans[int(np.searchsorted(np.cumsum([len(m) for m in per_plan]), i, side="right"))]
             raise IntegrityError(f"step {plan.step}, rank {plan.rank}, sequence {sequences[i].sequence}: its "
                                  f"segments hold {int(held[i])} tokens, not {width}")
         before = np.cumsum(sizes) - sizes  # where each segment goes in the flattened batch
         dest = owner * width + before - np.repeat(before[np.cumsum(counts) - counts], counts)
-        flat = np.empty(len(sequences) * width, self.dtype)
+        flat = np.full(len(sequences) * width, self.spec.sequences.pad_token, self.dtype)  # best_fit: room is padding
         hashes = np.empty((len(docs), 16), np.uint8)
         shard = np.empty(len(docs), np.int64)
         for k in distinct(source).tolist():
@@ -500,9 +501,9 @@ def _columns_of(shard: CachedShard, field: str) -> _Columns:
     return _Columns(shard, offsets, sizes, tokens, _hashes_of(shard.batch.column(HASH_COLUMN)))
 
 
-def _token_type(versions: Sequence, field: str, eos: int | None) -> np.dtype:
+def _token_type(versions: Sequence, field: str, eos: int | None, pad: int | None = None) -> np.dtype:
     """The integer type of the batches' tokens: the sources' stored one (refused when they differ or the
-    EOS id does not fit in it: a silently widened or wrapped token is a wrong token)."""
+    EOS or pad id does not fit in it: a silently widened or wrapped token is a wrong token)."""
     types = {v.manifest.schema.field(field).type.value_type for v in versions}
     if len(types) != 1:
         raise UserError(f"the sources store {field!r} as lists of different types ({', '.join(map(str, types))})")
@@ -512,4 +513,6 @@ def _token_type(versions: Sequence, field: str, eos: int | None) -> np.dtype:
     dtype = np.dtype(value_type.to_pandas_dtype())
     if eos is not None and not np.iinfo(dtype).min <= eos <= np.iinfo(dtype).max:
         raise UserError(f"eos {eos} does not fit the stored token type {dtype}")
+    if pad is not None and not np.iinfo(dtype).min <= pad <= np.iinfo(dtype).max:
+        raise UserError(f"pad {pad} does not fit the stored token type {dtype}")
     return dtype

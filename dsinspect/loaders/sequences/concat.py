@@ -35,7 +35,7 @@ class ConcatPlan:
         self.layout, self.spec, self.seed, self.source = layout, spec, seed, source
         self._eos = int(spec.eos is not None)
         self._stream = layout.shard_tokens + self._eos * layout.shard_docs  # tokens each shard adds to a stream
-        self.sequences = sequence_count(layout.tokens, layout.documents, spec)
+        self.sequences = sequence_count(layout.shard_tokens.tolist(), layout.shard_docs.tolist(), spec)
         if self.sequences < 1:
             raise UserError(f"{int(self._stream.sum()):,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
         self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()

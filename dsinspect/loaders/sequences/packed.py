@@ -12,8 +12,10 @@ import numpy as np
 
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.inverse import Reading, reading_in, source_epoch_begins_before
+from dsinspect.loaders.order.packing import Packing
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
+from dsinspect.loaders.sequences.best_fit import BestFitPlan
 from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
@@ -49,8 +51,9 @@ class PackedRun:
         if spec.sequences is None:
             raise UserError("this run reads rows, not packed sequences (its spec has no `sequences`)")
         self.spec = spec
-        self.plans = [ConcatPlan(TokenLayout(np.asarray(s.shard_rows), np.asarray(s.shard_tokens), partial(lengths, k)),
-                                 spec.sequences, spec.seed, k) for k, s in enumerate(spec.sources)]
+        plan = BestFitPlan if spec.sequences.packing is Packing.BEST_FIT else ConcatPlan
+        self.plans = [plan(TokenLayout(np.asarray(s.shard_rows), np.asarray(s.shard_tokens), partial(lengths, k)),
+                           spec.sequences, spec.seed, k) for k, s in enumerate(spec.sources)]
 
     def batch(self, step: int, rank: int) -> list[PackedSequence]:
         """Each slot of `rank`'s batch at `step`: its sequence and that sequence's document segments."""

@@ -49,12 +49,17 @@ class DocumentSpan:
     offset: int
 
 
-def assemble(segments: Segments, tokens_of: Callable[[int], np.ndarray], eos: int | None) -> np.ndarray:
-    """The sequence's tokens: each segment's stretch of its document (EOS appended when given)."""
+def assemble(segments: Segments, tokens_of: Callable[[int], np.ndarray], eos: int | None,
+             width: int | None = None, pad: int = 0) -> np.ndarray:
+    """The sequence's tokens: each segment's stretch of its document (EOS appended when given), then
+    `pad` up to `width` tokens when given (a best_fit sequence's room after its documents)."""
     parts = []
     for doc, start, stop in zip(segments.docs.tolist(), segments.starts.tolist(), segments.stops.tolist()):
         tokens = np.asarray(tokens_of(doc))
         parts.append(tokens[start:stop])
         if eos is not None and stop > len(tokens):
             parts.append(np.asarray([eos], dtype=tokens.dtype))
-    return np.concatenate(parts)
+    out = np.concatenate(parts)
+    if width is not None and len(out) < width:
+        out = np.concatenate([out, np.full(width - len(out), pad, dtype=out.dtype)])
+    return out
