@@ -224,15 +224,21 @@ def corpus(tmp_path_factory):
     return catalog
 
 
-def packed_spec_of(corpus, world=WORLD, batch=BATCH):
+PAD = 60_002  # best_fit: the room after a sequence's documents
+
+
+def packed_spec_of(corpus, world=WORLD, batch=BATCH, packing="concat"):
+    pad = PAD if packing == "best_fit" else None
     return RunSpec.create(corpus, "docs", seed=9, batch_size=batch, world_size=world, shuffle="global",
-                         sequences=SequenceSpec(length=32, labels=True, eos=EOS, shuffle_documents=True))
+                         sequences=SequenceSpec(length=32, labels=True, eos=EOS, shuffle_documents=True,
+                                                packing=packing, pad=pad))
 
 
 def arithmetic(corpus, spec, step, rank):
     """(step, tokens, segments) of `rank`'s batch at `step`, from the arithmetic and the documents written."""
     sequences = packed_run(corpus, spec).batch(step, rank)
-    tokens = [assemble(s.segments, lambda d: np.asarray(corpus.docs[d], np.int64), EOS).tolist() for s in sequences]
+    tokens = [assemble(s.segments, lambda d: np.asarray(corpus.docs[d], np.int64), EOS, 33, PAD).tolist()
+              for s in sequences]
     segments = [(s.slot, s.source, int(d), int(a), int(b), int(o)) for s in sequences
                 for d, a, b, o in zip(s.segments.docs, s.segments.starts, s.segments.stops,
                                       np.cumsum(s.segments.sizes) - s.segments.sizes)]
@@ -332,32 +338,38 @@ def read_packed(request):
     return PACKED[request.param]
 
 
-def test_every_step_and_rank_reads_the_sequences_the_arithmetic_names(corpus, read_packed):
-    spec = packed_spec_of(corpus)
+PACKINGS = pytest.mark.parametrize("packing", ["concat", "best_fit"])
+
+
+@PACKINGS
+def test_every_step_and_rank_reads_the_sequences_the_arithmetic_names(corpus, read_packed, packing):
+    spec = packed_spec_of(corpus, packing=packing)
     assert spec.epoch_length >= 6 * BATCH * WORLD  # six steps lie in the first epoch
     for rank in range(WORLD):
         got, _ = read_packed(corpus, spec, rank, 6, None)
         assert got == [arithmetic(corpus, spec, s, rank) for s in range(6)]
 
 
-def test_a_packed_state_resumes_exactly_and_into_another_world_and_batch_size(corpus, read_packed):
-    two = packed_spec_of(corpus)
+@PACKINGS
+def test_a_packed_state_resumes_exactly_and_into_another_world_and_batch_size(corpus, read_packed, packing):
+    two = packed_spec_of(corpus, packing=packing)
     first, state = read_packed(corpus, two, 1, 3, None)
     assert LoaderState.from_json(state).step == 3
     then, _ = read_packed(corpus, two, 1, 2, state)
     assert first + then == [arithmetic(corpus, two, s, 1) for s in range(5)]
-    one = packed_spec_of(corpus, world=1, batch=2 * BATCH)
+    one = packed_spec_of(corpus, world=1, batch=2 * BATCH, packing=packing)
     [(_, tokens, _)], _ = read_packed(corpus, one, 0, 1, state)
     both = [t for r in range(WORLD) for t in arithmetic(corpus, two, 3, r)[1]]
     assert sorted(tokens) == sorted(both), "the next global batch: the same sequences"
 
 
-def test_the_record_of_a_packed_read_and_an_elastic_resume_passes_the_log_check(corpus, read_packed, tmp_path):
+@PACKINGS
+def test_the_record_of_a_packed_read_and_an_elastic_resume_passes_the_log_check(corpus, read_packed, tmp_path, packing):
     record = str(tmp_path / "run")
-    two = packed_spec_of(corpus)
+    two = packed_spec_of(corpus, packing=packing)
     states = [read_packed(corpus, two, rank, 3, None, record)[1] for rank in range(WORLD)]
     assert all(LoaderState.from_json(s).segment for s in states), "a state names the segment it continues"
-    read_packed(corpus, packed_spec_of(corpus, world=1, batch=2 * BATCH), 0, 2, states[0], record)
+    read_packed(corpus, packed_spec_of(corpus, world=1, batch=2 * BATCH, packing=packing), 0, 2, states[0], record)
     result = check_log(record, record, catalog=Catalog(corpus.url))
     assert result.ok, result.to_json()
     assert (result.segments, result.steps, result.checked) == (2, (0, 4), 3 * WORLD + 2)
