@@ -40,6 +40,11 @@ add_extra_token_to_sequence=True, random_seed=SEED, path_to_cache=...)`, the nul
     (0.16.1's dataset[k] has no `text`: it is `tokens` followed by the last of `labels`.)
   - checked twice: by dsinspect's arithmetic (packed_run's segments, the tokens cut from the documents)
     and as PackedLoader reads them (the second caught a reader that failed every read without eos).
+OLMo-core, `NumpyPackedFSLDataset` (`NumpyPackedFSLDatasetConfig.build()`, OBFD over its one source
+file, documents longer than L truncated by default), against dsinspect's `best_fit` over the same
+documents in one shard (L = 64, no labels, EOS after each): dsinspect pads no more, drops no token, and
+splits exactly the documents OLMo truncates.
+Megatron-core (continued):
   - not compared: beyond one epoch (num_samples larger than an epoch) Megatron shuffles the documents of
     all its epochs in one permutation and its samples run on across epoch boundaries, where dsinspect
     starts each epoch's stream afresh; its shuffle_index is not dsinspect's `shuffle=global` order.
