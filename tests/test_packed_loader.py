@@ -409,3 +409,22 @@ def test_best_fit_batches_hold_every_document_once_with_the_padding_masked(corpu
     assert LoaderState.from_json(state).step == spec.epoch_length // 4
     result = check_log(record, record, catalog=Catalog(catalog.url))
     assert result.ok and result.checked == 2 * (spec.epoch_length // 4), result.to_json()
+
+
+def test_replay_of_a_best_fit_run_shows_each_sequences_padding(corpus, tmp_path, cli):
+    catalog, docs, _ = corpus
+    seq = SequenceSpec(length=64, labels=True, eos=EOS, packing="best_fit", pad=7)
+    spec = spec_of(catalog, sequences=seq)
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    run = PackedRun(spec, lambda k, shard: np.array([len(d) for d in docs[shard * 25:(shard + 1) * 25]]))
+    step = next(t for t in range(spec.epoch_length // 6) if any(s.segments.sizes.sum() < 65 for s in run.batch(t, 0)))
+    code, out, err = cli("replay", "--spec", path, "--step", step, "--json", "--catalog", catalog.url)
+    assert code == 0, err
+    entries = json.loads(out)["batches"][0]["sequences"]
+    assert [e["held"] for e in entries] == [int(s.segments.sizes.sum()) for s in run.batch(step, 0)]
+    assert all(e["tokens"][e["held"]:] == [7] * (65 - e["held"]) for e in entries)
+    code, out, err = cli("replay", "--spec", path, "--step", step, "--catalog", catalog.url)
+    assert code == 0 and "best_fit" in out and "(+1 for labels)" in out
+    short = [e for e in entries if e["held"] < 65]
+    assert short and f"‹pad ×{65 - short[0]['held']}›" in out

@@ -30,7 +30,8 @@ def replay_packed_cmd(catalog: Catalog, specs: SpecSource, step: int, rank: str,
         data, decode = result.to_json(), _decoder(catalog, result.spec, limit=None)
         for batch, shown in zip(result.batches, data["batches"]):
             for i, entry in enumerate(shown["sequences"]):
-                entry["text"] = decode(batch.tokens[i], [g.offset for g in batch.segments(i)])
+                entry["text"] = decode(batch.tokens[i][:int(batch.held[i])], [g.offset for g in batch.segments(i)])
+                entry["held"] = int(batch.held[i])
         emit_json(data)
     else:
         _print(result, catalog)
@@ -45,7 +46,7 @@ def _print(result: PackedReplay, catalog: Catalog) -> None:
     spec, seq = result.spec, result.spec.sequences
     ranks = [b.rank for b in result.batches]
     who = "all ranks" if len(ranks) > 1 else f"rank {ranks[0]}"
-    labels = " (+1 shared with the next, for labels)" if seq.labels else ""
+    labels = (" (+1 shared with the next, for labels)" if seq.overlap else " (+1 for labels)") if seq.labels else ""
     out.print(f"[bold]step {result.step}[/] (epoch {result.epoch}) · {who} of {spec.world_size} · batch "
               f"{spec.batch_size} · sequences of {seq.length:,} tokens{labels} · {seq.packing.value} · spec "
               f"{spec.hash[:12]}")
@@ -71,7 +72,10 @@ def _table(batch, decode, many: bool) -> Table:
     for i, s in enumerate(batch.sequences):
         segments = batch.segments(i)
         where = "\n".join(f"{_short(g.address)} [{g.start}, {g.stop}) → {g.offset}" for g in segments)
-        text = decode(batch.tokens[i], [g.offset for g in segments])
+        held = int(batch.held[i])
+        text = decode(batch.tokens[i][:held], [g.offset for g in segments])
+        if held < batch.tokens.shape[1]:  # best_fit: the room after the documents
+            text += f" ‹pad ×{batch.tokens.shape[1] - held}›"
         name = f"e{s.source_epoch}:{s.sequence:,}" + (" pad" if s.padding else "")
         # data, never markup: a document's text is shown as it is
         table.add_row(str(i), name, Text(where), Text(text), bytes(batch.digests[i]).hex()[:16])
