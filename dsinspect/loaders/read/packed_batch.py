@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from dsinspect.arrays import ranges
 from dsinspect.errors import UserError
 from dsinspect.loaders.records.runlog import batch_fingerprint
 from dsinspect.loaders.sequences.packed import PackedSequence
@@ -59,21 +60,44 @@ class PackedBatch:
         return batch_fingerprint(self.digests)
 
     @cached_property
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every segment of the batch in slot order: (its sequence, its size, its offset in the sequence)."""
+        sizes = [s.segments.sizes for s in self.sequences]
+        counts = np.fromiter((len(x) for x in sizes), np.int64, len(sizes))
+        size = np.concatenate(sizes).astype(np.int64) if sizes else np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+        before = np.cumsum(size) - size
+        firsts = np.cumsum(counts) - counts
+        offset = before - np.repeat(before[firsts[counts > 0]], counts[counts > 0]) if len(size) else before
+        return owner, size, offset
+
+    @cached_property
     def held(self) -> np.ndarray:
         """Per sequence, the document tokens it holds: W, or fewer for a best_fit sequence whose room
         after them is padding (`pad_token`)."""
-        return np.fromiter((int(s.segments.sizes.sum()) for s in self.sequences), np.int64, len(self.sequences))
+        owner, size, _ = self._flat
+        return np.bincount(owner, weights=size, minlength=len(self.sequences)).astype(np.int64)
+
+    @cached_property
+    def _tiles(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pieces that tile the flattened `[B * W]` tokens in order: each sequence's segments, then
+        its padding (size 0 but for a best_fit sequence with room left): (sizes, number of each piece
+        within its sequence from 1, 0 for padding)."""
+        owner, size, _ = self._flat
+        counts = np.bincount(owner, minlength=len(self.sequences))
+        ends = np.cumsum(counts)
+        numbers = ranges(np.ones(len(counts), np.int64), counts)
+        pad = self.tokens.shape[1] - self.held
+        return np.insert(size, ends, pad), np.insert(numbers, ends, 0)
 
     @cached_property
     def position_ids(self) -> np.ndarray:
         """[B, W] int32: each token's position within its document segment (the padding after a
         sequence's documents counts as a segment of its own)."""
-        width = self.tokens.shape[1]
-        out = np.zeros(self.tokens.shape, np.int32)
-        for i, (s, held) in enumerate(zip(self.sequences, self.held.tolist())):
-            out[i, :held] = s.segments.position_ids()
-            out[i, held:] = np.arange(width - held, dtype=np.int32)
-        return out
+        sizes, _ = self._tiles
+        starts = np.cumsum(sizes) - sizes
+        return (np.arange(self.tokens.size, dtype=np.int64) - np.repeat(starts, sizes)).astype(np.int32).reshape(
+            self.tokens.shape)
 
     @cached_property
     def cu_seqlens(self) -> np.ndarray:
@@ -83,10 +107,14 @@ class PackedBatch:
 
     def cu_seqlens_of(self, length: int) -> np.ndarray:
         """`cu_seqlens` of the first `length` tokens of each sequence, flattened to `[B * length]` (the
-        model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L)."""
-        ends = [np.unique(np.minimum(np.append(np.cumsum(s.segments.sizes), length), length)) + i * length
-                for i, s in enumerate(self.sequences)]  # the padding after the documents: one more segment
-        return np.concatenate([[0], *ends]).astype(np.int32)
+        model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L).
+        The padding after a best_fit sequence's documents is one more segment."""
+        owner, size, offset = self._flat
+        start, end = np.minimum(offset, length), np.minimum(offset + size, length)
+        keep = end > start  # segments past `length` (a label token's) hold none of the first `length`
+        padded = np.flatnonzero(self.held < length)
+        ends = np.concatenate([[0], end[keep] + owner[keep] * length, padded * length + length])
+        return np.sort(ends).astype(np.int32)
 
     @property
     def max_seqlen(self) -> int:
@@ -98,20 +126,24 @@ class PackedBatch:
         """[B, W] int32: each token's segment within its sequence, numbered from 1, 0 on padding after
         the documents (the segmentation JAX attention kernels and Grain's packing take: tokens attend
         only within equal ids)."""
-        out = np.zeros(self.tokens.shape, np.int32)
-        for i, (s, held) in enumerate(zip(self.sequences, self.held.tolist())):
-            out[i, :held] = np.repeat(np.arange(1, len(s.segments) + 1, dtype=np.int32), s.segments.sizes)
-        return out
+        sizes, numbers = self._tiles
+        return np.repeat(numbers.astype(np.int32), sizes).reshape(self.tokens.shape)
 
     @cached_property
     def document_segments(self) -> np.ndarray:
         """[S, 6] int64, a row per document segment in slot order: (slot, source, document, start,
         stop, offset): the addresses of `segments(i)` as numbers (`sources[source]:document`), for
         adapters whose batches hold arrays only."""
-        rows = [np.column_stack([np.full(len(s.segments), s.slot), np.full(len(s.segments), s.source),
-                                 s.segments.docs, s.segments.starts, s.segments.stops,
-                                 np.cumsum(s.segments.sizes) - s.segments.sizes]) for s in self.sequences]
-        return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 6), np.int64)
+        owner, _, offset = self._flat
+        if not len(owner):
+            return np.zeros((0, 6), np.int64)
+        slots = np.fromiter((s.slot for s in self.sequences), np.int64, len(self.sequences))
+        sources = np.fromiter((s.source for s in self.sequences), np.int64, len(self.sequences))
+        table = np.empty((len(owner), 6), np.int64)
+        table[:, 0], table[:, 1], table[:, 5] = slots[owner], sources[owner], offset
+        for column, name in ((2, "docs"), (3, "starts"), (4, "stops")):
+            table[:, column] = np.concatenate([getattr(s.segments, name) for s in self.sequences])
+        return table
 
     def model_arrays(self, token_dtype: type = np.int64) -> dict[str, np.ndarray]:
         """What a causal language model's step takes, `[B, L]` each: `input_ids` and `labels` (with
