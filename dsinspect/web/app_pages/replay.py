@@ -1,6 +1,8 @@
 """Replay page: a run spec (a run record by name, an upload, or fields), a step and a rank or all ->
 the batch; with the job's transform each sample as stored and as fed to the model, side by side;
 with a fingerprint log each step marked as matching or diverging, and the first divergence found.
+A packed-sequence run's batch is shown as its sequences (models/packed_replay.py): each one's documents,
+linked to their samples, and its decoded text with each document's span, the padding and the digest.
 
 Deep links: `?spec=` (base64url spec JSON) or `?run=NAME` (a run record listed in the configured runs
 directory), `&step=&rank=`, `&log=NAME` (that run record's fingerprint log). A transform is code to
@@ -15,6 +17,7 @@ import streamlit as st
 
 from dsinspect.errors import DsinspectError
 from dsinspect.web import settings
+from dsinspect.web.models.packed_replay import packed_html
 from dsinspect.web.models.replay import batch_parquet, build_spec, decode_spec, encode_spec, marked_rows, verdict
 from dsinspect.web.ui import cache
 from dsinspect.web.ui.nav import page_file
@@ -39,6 +42,29 @@ def set_spec(spec: str = "", run: str = "") -> None:
             params[name] = value
         elif name in params:
             del params[name]
+
+
+def packed_header(m: dict, transform: str) -> None:
+    """What a packed run's batch is made of, and the documents that no longer verify."""
+    seq = m["sequences"]
+    labels = " (+1 for labels)" if seq["labels"] else ""
+    st.caption(md(f"packed sequences of {seq['length']:,} tokens{labels} · {seq['packing']} · field {seq['field']} · "
+                  f"text by {m['tokenizer'] or 'token ids (no stored tokenizer)'} · each document's span on its own "
+                  "background; padding hatched, tokens masked from the loss faded"))
+    if transform:
+        st.caption("A transform applies to a row run's samples: a packed batch is shown as read.")
+    if m["damaged"]:
+        st.error(f"{len(m['damaged'])} document(s) no longer match their stored row hash", icon=":material/error:")
+        mono("\n".join(f"rank {d['rank']} sequence {d['slot']}: {d['document']}" for d in m["damaged"]))
+
+
+def packed_batches(m: dict) -> None:
+    """Each rank's sequences: documents linked to their samples, the decoded text, the digests."""
+    for batch in m["batches"]:
+        if len(m["batches"]) > 1:
+            st.markdown(md(f"rank {batch['rank']} · fingerprint {batch['fingerprint']}"))
+        # every text in it escaped and every link built by urlencode (models/packed_replay.py)
+        st.markdown(packed_html(batch, m["sequences"]["pad"]), unsafe_allow_html=True)
 
 
 named = bool(params.get("spec") or params.get("run"))
@@ -130,7 +156,9 @@ if m["transform"]:
     if m["transform_error"]:
         fingerprints.append(f"no transformed fingerprint: {m['transform_error']}")
 mono("\n".join(fingerprints))
-if m["unverified"]:
+if m.get("packed"):
+    packed_header(m, transform)
+elif m["unverified"]:
     st.error(f"{m['unverified']} sample(s) no longer match their stored row hash", icon=":material/error:")
 
 check = None
@@ -158,6 +186,9 @@ if log_run or log_bytes:
         st.error("The fingerprint log cannot be checked.")
         mono(str(e))
 
+if m.get("packed"):
+    packed_batches(m)
+    st.stop()
 st.dataframe(marked_rows(m["rows"], check), hide_index=True, width="stretch", key="rp_rows")
 replayed_from = cache.catalog(url)  # the Parquet is made when the button is pressed: no page holds a batch
 st.download_button("Download the batch as Parquet",

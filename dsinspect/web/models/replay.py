@@ -69,7 +69,15 @@ def replay_model(catalog: Catalog, specs: str | list[RunSpec], step: int, rank: 
                  transform: str | None = None) -> dict[str, Any]:
     """The batch of (step, rank or "all") as rows with provenance and fingerprints, and the spec in
     force at the step (for `batch_parquet`); with `transform`, each sample's fields as stored and as
-    the transform fed them to the model."""
+    the transform fed them to the model. A packed-sequence run's batch is its sequences instead
+    (packed_replay.py; no transform: that is a row job's)."""
+    source = load_specs(decode_spec(specs) if isinstance(specs, str) else specs)
+    spec = spec_for_step(source, int(step))
+    if spec.sequences is not None:
+        from dsinspect.web.models.packed_replay import packed_replay_model
+
+        check_size([spec], rank)
+        return packed_replay_model(catalog, source, int(step), rank, MAX_REPLAY_BYTES)
     fn = import_transform(transform) if transform else None
     result = _replayed(catalog, specs, step, rank, fn, transform)
     rows = [{"rank": s.rank, "position": s.position, "index": s.index,
