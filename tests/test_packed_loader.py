@@ -428,3 +428,38 @@ def test_replay_of_a_best_fit_run_shows_each_sequences_padding(corpus, tmp_path,
     assert code == 0 and "best_fit" in out and "(+1 for labels)" in out
     short = [e for e in entries if e["held"] < 65]
     assert short and f"‹pad ×{65 - short[0]['held']}›" in out
+
+
+def test_packed_torch_loader_reads_each_passs_first_batch_here_and_the_rest_in_its_workers(corpus, tmp_path,
+                                                                                           monkeypatch):
+    """With workers, a pass's first batch is one read in this process (it waits neither for workers to
+    start nor for several of them reading cold at once); every later step comes from a worker."""
+    pytest.importorskip("torch")
+    import os
+
+    from dsinspect.loaders.pytorch import PackedTorchLoader
+    catalog, _, _ = corpus
+    log = tmp_path / "reads"
+    alone, together = PackedLoader.batch_at, PackedLoader.batches_at
+
+    def batch_at(self, step):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {step}\n")
+        return alone(self, step)
+
+    def batches_at(self, steps, **kw):
+        with open(log, "a") as f:
+            f.write("".join(f"{os.getpid()} {s}\n" for s in steps))
+        return together(self, steps, **kw)
+
+    monkeypatch.setattr(PackedLoader, "batch_at", batch_at)  # forked workers inherit the patch
+    monkeypatch.setattr(PackedLoader, "batches_at", batches_at)
+    spec = spec_of(catalog, world_size=1)
+    with PackedTorchLoader(spec, catalog, num_workers=2) as loader:
+        loader.load_state_dict(LoaderState.at(spec, 5, 0).to_json())
+        steps = [b["step"] for b in loader]
+    reads = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    assert steps == list(range(5, -(-spec.epoch_length // 3)))  # last_batch="pad": the partial batch too
+    assert reads[0] == (os.getpid(), 5)  # before any worker read anything
+    later = {pid for pid, step in reads[1:]}
+    assert os.getpid() not in later and len(later) == 2 and sorted(s for _, s in reads[1:]) == steps[1:]

@@ -96,16 +96,23 @@ class PackedTorchLoader:
                                           self._parent or ""))
         if self._recorder is not None:
             self._recorder.begin(self.spec, self._parent)
-            self._recorder.flush()  # nothing pending for forked workers to inherit
-        steps = PackedSteps(self.spec, self.catalog_url, self.rank, first, end, self.batches_per_transfer,
-                            self.cache_bytes)
-        if self.num_workers:
-            loader = DataLoader(steps, batch_size=None, num_workers=self.num_workers, collate_fn=_keep, **self.options)
-            source = iter(loader)
-        else:
-            source = iter(steps)
         asked = time.monotonic()
+        source: Any = iter(())
         try:
+            if self.num_workers and first < end:
+                # The pass's first batch is read here before the workers start (as TorchLoader does for rows):
+                # it waits for one cold read, not for workers starting and each reading cold at once.
+                yield self._hand_over(self._read_alone(first), asked)
+                asked, first = time.monotonic(), first + 1
+            steps = PackedSteps(self.spec, self.catalog_url, self.rank, first, end, self.batches_per_transfer,
+                                self.cache_bytes)
+            if first < end and self.num_workers:
+                if self._recorder is not None:
+                    self._recorder.flush()  # nothing pending for forked workers to inherit
+                source = iter(DataLoader(steps, batch_size=None, num_workers=self.num_workers, collate_fn=_keep,
+                                         **self.options))  # starts the workers
+            elif first < end:
+                source = iter(steps)
             for run in source:
                 for batch in run:
                     yield self._hand_over(batch, asked)
@@ -126,6 +133,13 @@ class PackedTorchLoader:
             self._recorder.record(batch.step, batch.epoch, batch.fingerprint, len(batch), row_hashes=batch.digests,
                                   data_bytes=batch.tokens.nbytes, wait=time.monotonic() - asked)
         return packed_to_torch(batch)
+
+    def _read_alone(self, step: int) -> PackedBatch:
+        """The batch of `step` read by a PackedLoader of its own that starts no fill and is closed before
+        this returns: the workers forked next must not inherit running threads."""
+        cache = ShardCache(max_bytes=self.cache_bytes)
+        with PackedLoader(self.spec, self.rank, Catalog(self.catalog_url), cache=cache, fill=False) as loader:
+            return loader.batch_at(step)
 
     def _end_pass(self) -> None:
         running = self._pass() if self._pass is not None else None
