@@ -129,6 +129,38 @@ class DataSource:
             raise e.hinted(f"pick one rank, or write it as Parquet: dsinspect replay --spec {spec} --step {step} "
                            f"--rank {rank} --export DIR") from None
 
+    def packs_sequences(self, spec: str, step: int) -> bool:
+        """The run in `spec` reads packed sequences at `step` (its spec's `sequences` is set), not rows."""
+        from dsinspect.loaders.audit.replay import resolve
+
+        return resolve(self.run_location(spec), step)[0].sequences is not None
+
+    def replay_packed(self, spec: str, step: int, rank: str) -> Any:
+        """The packed batch of (step, rank) of a packed run (a PackedReplay: its sequences, the documents
+        each took tokens from, the documents that no longer verify)."""
+        from dsinspect.loaders.audit.bounds import BatchTooLarge
+        from dsinspect.loaders.audit.packed_replay import replay_packed
+
+        spec = self.run_location(spec)
+        try:
+            return replay_packed(spec, step, rank, self.catalog, max_bytes=self.replay_bytes)
+        except BatchTooLarge as e:
+            raise e.hinted(f"pick one rank, or read it with dsinspect replay --spec {spec} --step {step} "
+                           f"--rank {rank} --json") from None
+
+    def packed_vocab(self, spec: Any) -> Any:
+        """The vocabulary of the packed field's stored tokenizer (the first source's), or None (the ids
+        are shown): what `dsinspect replay` decodes a packed batch with."""
+        from dsinspect.inspect.vocab import tokenizer_vocab
+
+        source = spec.sources[0]
+        try:
+            version = self.catalog.version(source.name, source.version)
+            options = version.manifest.field(spec.sequences.field).options.get("tokenizer")
+            return tokenizer_vocab(self.catalog, source.name, dict(options)) if options else None
+        except Exception:  # noqa: BLE001 - no tokenizer to hand: the ids are shown
+            return None
+
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
         """The fingerprint log `log` (a file or run record directory) checked at `step` against
         replay: a LogCheck (`.ok`, `.checked`, `.divergence`)."""

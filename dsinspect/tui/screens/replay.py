@@ -3,6 +3,8 @@
 With the job's transform (package.module:function) the highlighted sample is shown as stored and as
 fed to the model, side by side; with a fingerprint log (a file or run record directory) each step is
 marked as matching the log or diverging from it. Replay and the log check run in thread workers.
+A run that packs documents into sequences shows its batch as rows of sequences (widgets/packed_batch.py);
+Enter on one opens its segments (screens/packed_replay.py), each document openable as a sample.
 
 Keys: in a field, every printable key is text (`D`, `R`, `[`, `]` included); Escape leaves the field
 (focus to the screen), and then the screen's and the app's keys act. Tab goes spec → step → rank →
@@ -28,6 +30,7 @@ from textual.widgets import DataTable, Header, Input, Label, Static
 from dsinspect.term.preview import preview
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 from dsinspect.tui.widgets.key_footer import KeyFooter
+from dsinspect.tui.widgets.packed_batch import PackedBatchTable, SequenceView, sequence_views, short
 
 __all__ = ["ReplayScreen", "Fed"]
 
@@ -48,8 +51,8 @@ class Fed:
 
 
 class ReplayScreen(Screen):
-    """`]`/`[` step forward and back; Enter on a sample opens it; `r` opens the run record the spec
-    names (shown only when it is a run record directory)."""
+    """`]`/`[` step forward and back; Enter on a sample opens it (on a packed sequence: its segments);
+    `r` opens the run record the spec names (shown only when it is a run record directory)."""
 
     BINDINGS = [
         Binding("escape", "back", "Back"),
@@ -64,7 +67,8 @@ class ReplayScreen(Screen):
         super().__init__()
         self.spec, self.step, self.rank = spec, step, rank
         self.transform, self.log_path = transform or "", log or ""
-        self.result: Any = None
+        self.result: Any = None  # a Replay, or a PackedReplay when the run packs sequences
+        self.packed: list[SequenceView] | None = None  # the packed batch's sequences, decoded
         self.fed: dict[int, Fed] = {}
         self.checks: dict[tuple[str, str, str, int], Any] = {}  # (spec, log, transform, step) -> LogCheck | error str
         self.run_record = ""  # the spec, once a replay found it to be a run record directory
@@ -89,6 +93,7 @@ class ReplayScreen(Screen):
         yield Static(HINT, id="replay-summary")
         yield Static("", id="replay-check", classes="hidden")
         yield DataTable(id="replay-batch", cursor_type="row", zebra_stripes=True)
+        yield PackedBatchTable(id="replay-packed", classes="hidden")
         with Horizontal(id="replay-compare", classes="hidden"):
             yield VerticalScroll(Static(id="as-stored"), id="as-stored-pane")
             yield VerticalScroll(Static(id="as-fed"), id="as-fed-pane")
@@ -163,9 +168,14 @@ class ReplayScreen(Screen):
     def compute(self, spec: str, step: int, rank: str, transform: str) -> None:
         from dsinspect.inspect.runs import is_run_record
 
+        source, fed = self.app.source, {}
         try:
-            result = self.app.source.replay(spec, step, rank, transform or None)
-            fed = {b.rank: _fed(b.transformed) for b in result.batches} if transform else {}
+            if source.packs_sequences(spec, step):
+                result = source.replay_packed(spec, step, rank)
+                packed = sequence_views(result, source.packed_vocab(result.spec))
+            else:
+                result, packed = source.replay(spec, step, rank, transform or None), None
+                fed = {b.rank: _fed(b.transformed) for b in result.batches} if transform else {}
         except Exception as e:  # noqa: BLE001
             self.post_message(LoadFailed(f"could not replay step {step} rank {rank}: {e}"))
             return
@@ -175,7 +185,10 @@ class ReplayScreen(Screen):
         except Exception:  # noqa: BLE001 - a spec file's path, or one fsspec cannot list: no run to open
             record = ""
         self.app.call_from_thread(self._record_found, record)
-        self.app.call_from_thread(self.show, result, fed, transform)
+        if packed is None:
+            self.app.call_from_thread(self.show, result, fed, transform)
+        else:
+            self.app.call_from_thread(self.show_packed, result, packed)
 
     def _record_found(self, record: str) -> None:
         if record != self.run_record:
@@ -195,7 +208,8 @@ class ReplayScreen(Screen):
     def show(self, result: Any, fed: dict[int, Fed] | None = None, transform: str = "") -> None:
         if result.step != self.step:
             return
-        self.result, self.fed = result, fed or {}
+        self.result, self.fed, self.packed = result, fed or {}, None
+        self._show_table(packed=False)
         fps = "  ".join(f"rank {r}: {fp}" for r, fp in result.fingerprints.items())
         bad = len(result.unverified)
         lines = (f"step {result.step} · epoch {result.epoch} · world size {result.spec.world_size} · batch size "
@@ -220,6 +234,45 @@ class ReplayScreen(Screen):
             self._compare(0)
         if not isinstance(self.focused, Input) or self.focused is self._asked_from:
             table.focus()  # never out of a field the user went on typing in
+
+    def show_packed(self, result: Any, views: list[SequenceView]) -> None:
+        """A packed batch: its sequences a row each, the fingerprint of each rank, the documents that no
+        longer verify (a job's transform is not applied: it takes rows)."""
+        if result.step != self.step:
+            return
+        self.result, self.fed, self.packed = result, {}, views
+        spec, seq = result.spec, result.spec.sequences
+        labels = (" (+1 shared with the next, for labels)" if seq.overlap else " (+1 for labels)") if seq.labels else ""
+        fps = "  ".join(f"rank {r}: {fp}" for r, fp in result.fingerprints.items())
+        summary = Text(f"step {result.step} · epoch {result.epoch} · world size {spec.world_size} · batch size "
+                       f"{spec.batch_size} · ranks {[b.rank for b in result.batches]}\nsequences of {seq.length:,} "
+                       f"tokens{labels} · {seq.packing.value} · spec {spec.hash[:12]}\nfingerprints  {fps}")
+        if self.transform:
+            summary.append(f"\nthe transform {self.transform} is not applied: it takes rows", "dim")
+        if result.damaged:
+            names = ", ".join(sorted({short(a) for _, _, a in result.damaged}))
+            summary.append(f"\n{len(result.damaged)} document reading(s) no longer match their stored row hash: "
+                           f"{names}", "bold red")
+        self.query_one("#replay-summary", Static).update(summary)
+        self._show_table(packed=True)
+        table = self.query_one("#replay-packed", PackedBatchTable)
+        table.show(views)
+        self._mark_divergence()
+        if not isinstance(self.focused, Input) or self.focused is self._asked_from:
+            table.focus()
+
+    def _show_table(self, packed: bool) -> None:
+        self.query_one("#replay-batch").set_class(packed, "hidden")
+        self.query_one("#replay-packed").set_class(not packed, "hidden")
+        if packed:
+            self.query_one("#replay-compare").set_class(True, "hidden")
+
+    @on(DataTable.RowSelected, "#replay-packed")
+    def _open_sequence(self, event: DataTable.RowSelected) -> None:
+        from dsinspect.tui.screens.packed_replay import PackedSequenceScreen
+
+        if self.packed is not None:
+            self.app.push_screen(PackedSequenceScreen(self.packed[int(event.row_key.value)], self.result.step))
 
     @on(DataTable.RowHighlighted, "#replay-batch")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -312,6 +365,9 @@ class ReplayScreen(Screen):
                 or outcome.divergence is None:
             return
         d = outcome.divergence
+        if self.packed is not None:
+            self.query_one("#replay-packed", PackedBatchTable).mark_diverging(d.rank, set(d.positions))
+            return
         table = self.query_one("#replay-batch", DataTable)
         verified_col = table.ordered_columns[COLUMNS.index("verified")].key
         for i, s in enumerate(self.result.samples):
