@@ -463,3 +463,30 @@ def test_packed_torch_loader_reads_each_passs_first_batch_here_and_the_rest_in_i
     assert reads[0] == (os.getpid(), 5)  # before any worker read anything
     later = {pid for pid, step in reads[1:]}
     assert os.getpid() not in later and len(later) == 2 and sorted(s for _, s in reads[1:]) == steps[1:]
+
+
+def test_replay_shows_a_documents_terminal_escapes_as_text(tmp_path):
+    """A document holding ESC sequences, decoded by its stored tokenizer, reaches the terminal as \\x1b
+    text (a real process writing to a pipe: what a terminal would get)."""
+    import subprocess
+    import sys
+
+    from dsinspect.demo.tokenizer import load_tokenizer, tokenizer_bytes
+    catalog = Catalog(str(tmp_path / "cat"))
+    blob = catalog.put_blob("esc", tokenizer_bytes(), ".json")
+    tokens = Field("tokens", pa.list_(pa.int32()), "tokens", options={"tokenizer": {"kind": "huggingface",
+                                                                                   "blob": blob}})
+    tok = load_tokenizer()
+    texts = ["plain words first", "\x1b[2J\x1b]0;owned\x07 cleared", "and some words after it"]
+    catalog.write_version("esc", [{"tokens": tok.encode(t).ids} for t in texts], [tokens])
+    spec = RunSpec.create(catalog, "esc", batch_size=1, shuffle="none", sequences=SequenceSpec(length=8, eos=0))
+    path = tmp_path / "run.json"
+    path.write_text(spec.dumps())
+    shown = ""
+    for step in range(spec.epoch_length):
+        done = subprocess.run([sys.executable, "-m", "dsinspect", "replay", "--spec", str(path), "--step", str(step),
+                               "--catalog", catalog.url], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+        shown += done.stdout
+    assert "\\x1b" in shown

@@ -66,6 +66,8 @@ def _table(batch, decode, many: bool) -> Table:
     from rich.table import Table
     from rich.text import Text
 
+    from dsinspect.term.render import clean
+
     table = Table(title=f"rank {batch.rank}" if many else "sequences", title_justify="left")
     for col in ("slot", "sequence", "documents [tokens taken) → at", "text", "digest"):
         table.add_column(col, justify="right" if col == "slot" else "left", overflow="fold")
@@ -77,8 +79,8 @@ def _table(batch, decode, many: bool) -> Table:
         if held < batch.tokens.shape[1]:  # best_fit: the room after the documents
             text += f" ‹pad ×{batch.tokens.shape[1] - held}›"
         name = f"e{s.source_epoch}:{s.sequence:,}" + (" pad" if s.padding else "")
-        # data, never markup: a document's text is shown as it is
-        table.add_row(str(i), name, Text(where), Text(text), bytes(batch.digests[i]).hex()[:16])
+        # data, never markup, and never terminal control: a document's text is shown as it is
+        table.add_row(str(i), name, Text(where), Text(clean(text)), bytes(batch.digests[i]).hex()[:16])
     return table
 
 
