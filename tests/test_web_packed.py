@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pyarrow as pa
 import pytest
 from replay_diff_fixtures import rewrite_shard
+from test_web_browser import ARTIFACTS, CHROMIUM, browser, page, wait_ready  # noqa: F401  (fixtures)
 from web_fixtures import codes, run
 
 from dsinspect.errors import UserError
@@ -181,10 +182,6 @@ def test_the_page_shows_a_packed_link_and_refuses_a_bad_rank(corpus, monkeypatch
 
 # -- the page in a real Chromium --------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists() and not os.environ.get("CI"),
                                     reason="needs Debian's chromium (apt-get install -y chromium); in CI, there")
 
@@ -196,33 +193,6 @@ def server(tmp_path_factory, corpus):
 
     with running_web(corpus.url, artifact_log("web-server-packed")) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    """A fresh page; afterwards, proof that it asked no host but the app on 127.0.0.1."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    hosts = []
-    context.on("request", lambda r: hosts.append(urlsplit(r.url).hostname or r.url.split(":", 1)[0]))
-    pg = context.new_page()
-    pg.set_default_timeout(30_000)
-    yield pg
-    context.close()
-    assert hosts and set(hosts) <= {"127.0.0.1", "data", "blob"}, sorted(set(hosts))
-
-
-def wait_ready(page):
-    page.wait_for_selector('[data-testid="stApp"]')
-    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30_000)
 
 
 @pytest.mark.slow

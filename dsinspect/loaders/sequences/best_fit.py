@@ -23,7 +23,6 @@ document, kept per (epoch, shard) in a small LRU.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,8 +31,9 @@ from dsinspect.arrays import distinct, ranges
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.packing import Packing, SequenceSpec, sequence_count
 from dsinspect.loaders.order.permutation import Permutation, key_of
-from dsinspect.loaders.sequences.layout import TokenLayout
+from dsinspect.loaders.sequences.layout import TokenLayout, epoch_places
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
+from dsinspect.lru import LRU
 
 __all__ = ["BestFitPlan", "ShardPacking", "pack_shard", "packing_stats"]
 
@@ -154,22 +154,15 @@ class BestFitPlan:
         self.sequences = sequence_count(layout.shard_tokens.tolist(), layout.shard_docs.tolist(), spec)
         if self.sequences < 1:
             raise UserError("no document to pack: every shard is empty")
-        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._packed: OrderedDict[tuple[int, int], ShardPacking] = OrderedDict()
+        self._epochs: LRU[int, tuple[np.ndarray, np.ndarray]] = LRU(_EPOCHS_KEPT)
+        self._packed: LRU[tuple[int, int], ShardPacking] = LRU(_SHARDS_KEPT)
 
     def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(shard at each place of the epoch's order, first sequence of each place + the end)."""
         hit = self._epochs.get(epoch)
         if hit is None:
-            n = len(self._counts)
-            order = np.arange(n, dtype=np.int64)
-            if self.spec.shuffle_documents:
-                order = Permutation(n, key_of("doc-shards", self.seed, self.source, epoch))(order)
-            hit = order, np.concatenate([[0], np.cumsum(self._counts[order])])
-            self._epochs[epoch] = hit
-            if len(self._epochs) > _EPOCHS_KEPT:
-                self._epochs.popitem(last=False)
-        self._epochs.move_to_end(epoch)
+            hit = epoch_places(self._counts, self.spec.shuffle_documents, self.seed, self.source, epoch)
+            self._epochs.put(epoch, hit)
         return hit
 
     def _shard(self, epoch: int, shard: int) -> ShardPacking:
@@ -181,10 +174,8 @@ class BestFitPlan:
             if self.spec.shuffle_documents:
                 order = Permutation(len(sizes), key_of("doc-order", self.seed, self.source, epoch, shard))(
                     np.arange(len(sizes), dtype=np.int64))
-            hit = self._packed[key] = pack_shard(sizes, self.spec.width, order)
-            if len(self._packed) > _SHARDS_KEPT:
-                self._packed.popitem(last=False)
-        self._packed.move_to_end(key)
+            hit = pack_shard(sizes, self.spec.width, order)
+            self._packed.put(key, hit)
         return hit
 
     def _places(self, epoch: int, sequences: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

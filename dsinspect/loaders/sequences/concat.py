@@ -11,16 +11,15 @@ are the same arithmetic backwards. Nothing reads all the documents.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import numpy as np
 
 from dsinspect.arrays import distinct, ranges
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.packing import SequenceSpec, sequence_count
 from dsinspect.loaders.order.permutation import Permutation, key_of
-from dsinspect.loaders.sequences.layout import TokenLayout
+from dsinspect.loaders.sequences.layout import TokenLayout, epoch_places
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
+from dsinspect.lru import LRU
 
 __all__ = ["ConcatPlan"]
 
@@ -38,9 +37,9 @@ class ConcatPlan:
         self.sequences = sequence_count(layout.shard_tokens.tolist(), layout.shard_docs.tolist(), spec)
         if self.sequences < 1:
             raise UserError(f"{int(self._stream.sum()):,} tokens (with EOS) make no sequence of {spec.width:,} tokens")
-        self._epochs: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._shards: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._lengths: OrderedDict[int, np.ndarray] = OrderedDict()  # a shard's lengths serve every epoch
+        self._epochs: LRU[int, tuple[np.ndarray, np.ndarray]] = LRU(_EPOCHS_KEPT)
+        self._shards: LRU[tuple[int, int], tuple[np.ndarray, np.ndarray]] = LRU(_SHARDS_KEPT)
+        self._lengths: LRU[int, np.ndarray] = LRU(_SHARDS_KEPT)  # a shard's lengths serve every epoch
 
     # -- the order of an epoch -------------------------------------------------------------------
 
@@ -48,15 +47,8 @@ class ConcatPlan:
         """(shard at each place of the epoch's order, stream offset where each place starts + the end)."""
         hit = self._epochs.get(epoch)
         if hit is None:
-            n = len(self._stream)
-            order = np.arange(n, dtype=np.int64)
-            if self.spec.shuffle_documents:
-                order = Permutation(n, key_of("doc-shards", self.seed, self.source, epoch))(order)
-            hit = order, np.concatenate([[0], np.cumsum(self._stream[order])])
-            self._epochs[epoch] = hit
-            if len(self._epochs) > _EPOCHS_KEPT:
-                self._epochs.popitem(last=False)
-        self._epochs.move_to_end(epoch)
+            hit = epoch_places(self._stream, self.spec.shuffle_documents, self.seed, self.source, epoch)
+            self._epochs.put(epoch, hit)
         return hit
 
     def _shard(self, epoch: int, shard: int) -> tuple[np.ndarray, np.ndarray]:
@@ -69,19 +61,14 @@ class ConcatPlan:
             if self.spec.shuffle_documents:
                 order = Permutation(len(lengths), key_of("doc-order", self.seed, self.source, epoch, shard))(order)
             hit = order, np.concatenate([[0], np.cumsum(lengths[order] + self._eos)])
-            self._shards[key] = hit
-            if len(self._shards) > _SHARDS_KEPT:
-                self._shards.popitem(last=False)
-        self._shards.move_to_end(key)
+            self._shards.put(key, hit)
         return hit
 
     def _shard_lengths(self, shard: int) -> np.ndarray:
         lengths = self._lengths.get(shard)
         if lengths is None:
-            lengths = self._lengths[shard] = self.layout.shard_lengths(shard)
-            if len(self._lengths) > _SHARDS_KEPT:
-                self._lengths.popitem(last=False)
-        self._lengths.move_to_end(shard)
+            lengths = self.layout.shard_lengths(shard)
+            self._lengths.put(shard, lengths)
         return lengths
 
     # -- sequence -> documents ---------------------------------------------------------------------

@@ -10,8 +10,9 @@ from typing import Callable
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.loaders.order.permutation import Permutation, key_of
 
-__all__ = ["TokenLayout"]
+__all__ = ["TokenLayout", "epoch_places"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,3 +60,14 @@ class TokenLayout:
             raise UserError(f"shard {shard}: {len(lengths)} document lengths summing to {int(lengths.sum())}, "
                             f"the layout says {self.shard_docs[shard]} documents of {self.shard_tokens[shard]} tokens")
         return lengths
+
+
+def epoch_places(per_shard: np.ndarray, shuffled: bool, seed: int, source: int, epoch: int) -> tuple[np.ndarray, ...]:
+    """An epoch's shard order, every packing's: (the shard at each place, the running total of
+    `per_shard` where each place starts, and the end). The shards in stored order, or with `shuffled`
+    in a keyed permutation of their own per epoch (then each shard's documents in another, which the
+    packings draw themselves)."""
+    order = np.arange(len(per_shard), dtype=np.int64)
+    if shuffled:
+        order = Permutation(len(order), key_of("doc-shards", seed, source, epoch))(order)
+    return order, np.concatenate([[0], np.cumsum(per_shard[order])])
