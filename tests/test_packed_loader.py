@@ -226,6 +226,25 @@ def test_what_cannot_be_read_as_packed_batches_is_refused_in_one_line(corpus):
         Loader(spec_of(catalog), 0, catalog=catalog)
     with pytest.raises(UserError, match="rank 2 is outside the world size 2"):
         PackedLoader(spec_of(catalog), 2, catalog)
+    with pytest.raises(UserError, match="pad 70000 does not fit the stored token type uint16"):
+        PackedLoader(spec_of(catalog, sequences=SequenceSpec(length=64, packing="best_fit", pad=70_000)), 0, catalog)
+
+
+def test_the_packed_adapters_refuse_a_row_spec_and_what_they_set_themselves(corpus):
+    pytest.importorskip("torch")
+    pytest.importorskip("grain")
+    from dsinspect.loaders.grain import PackedStepSource
+    from dsinspect.loaders.pytorch import PackedTorchLoader
+    catalog, _, _ = corpus
+    rows = RunSpec.create(catalog, "corpus", batch_size=2)
+    with pytest.raises(UserError, match=r"PackedTorchLoader reads packed sequences.*TorchLoader"):
+        PackedTorchLoader(rows, catalog)
+    with pytest.raises(UserError, match=r"PackedStepSource reads packed sequences.*StepSource"):
+        PackedStepSource(rows, catalog)
+    with pytest.raises(UserError, match="PackedTorchLoader sets collate_fn itself"):
+        PackedTorchLoader(spec_of(catalog), catalog, collate_fn=list)
+    with pytest.raises(UserError, match="rank 5 is outside the world size 2"):
+        PackedTorchLoader(spec_of(catalog), catalog, rank=5)
 
 
 # -- replay: the batch of any step, by arithmetic, from the catalog ----------------------------------
