@@ -47,6 +47,11 @@ def main(job_path: str) -> None:
     rank = int(os.environ["RANK"])
     with open(os.path.join(job["out"], f"seen-rank{rank}.json"), "w") as f:
         json.dump(model.seen, f)
+    # The process group the Trainer started, stopped before exit as a training script should: left to the
+    # interpreter's exit, gloo's threads were once destroyed still running and rank 0 aborted after the
+    # run had finished ("terminate called without an active exception", SIGABRT; CI run 19).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
