@@ -23,10 +23,18 @@ def documents(data) -> list[np.ndarray]:
     return np.split(data["tokens"], ends[:-1])
 
 
-def olmo(data, work: Path) -> dict:
-    """OLMo-core's NumpyFSLDataset over one token file laid out as Dolma's tokenizer writes it: raw
-    uint16 token ids in np.memmap's format (no .npy header), every document followed by EOS."""
-    from olmo_core.data import NumpyDatasetDType, NumpyFSLDataset, NumpyFSLDatasetConfig, TokenizerConfig
+def olmo_dataset(data, work: Path, packed: bool):
+    """OLMo-core's dataset over one token file laid out as Dolma's tokenizer writes it: raw uint16 token
+    ids in np.memmap's format (no .npy header), every document followed by EOS; prepared. `packed`:
+    NumpyPackedFSLDataset (OBFD), else NumpyFSLDataset. (dataset, the stream written, the tokenizer)."""
+    from olmo_core.data import (
+        NumpyDatasetDType,
+        NumpyFSLDataset,
+        NumpyFSLDatasetConfig,
+        NumpyPackedFSLDataset,
+        NumpyPackedFSLDatasetConfig,
+        TokenizerConfig,
+    )
     from olmo_core.data.utils import write_array_to_disk
 
     tokenizer = TokenizerConfig.gpt_neox_olmo_dolma_v1_5()
@@ -36,12 +44,19 @@ def olmo(data, work: Path) -> dict:
     path = work / "part-0-00000.npy"
     write_array_to_disk(stream, path)
     assert path.stat().st_size == stream.size * 2  # raw tokens, no header
-    config = NumpyFSLDatasetConfig(tokenizer=tokenizer, paths=[str(path)], sequence_length=int(data["length"]),
-                                   dtype=NumpyDatasetDType.uint16, generate_doc_lengths=True,
-                                   work_dir=str(work / "olmo-work"))
+    config_type, dataset_type = ((NumpyPackedFSLDatasetConfig, NumpyPackedFSLDataset) if packed
+                                 else (NumpyFSLDatasetConfig, NumpyFSLDataset))
+    config = config_type(tokenizer=tokenizer, paths=[str(path)], sequence_length=int(data["length"]),
+                         dtype=NumpyDatasetDType.uint16, generate_doc_lengths=True, work_dir=str(work / "olmo-work"))
     dataset = config.build()
-    assert type(dataset) is NumpyFSLDataset, type(dataset)
+    assert type(dataset) is dataset_type, type(dataset)
     dataset.prepare()
+    return dataset, stream, tokenizer
+
+
+def olmo(data, work: Path) -> dict:
+    """OLMo-core's NumpyFSLDataset: every item and its `doc_lens`."""
+    dataset, stream, _ = olmo_dataset(data, work, packed=False)
     items = [dataset[i] for i in range(len(dataset))]
     doc_lens = [item["doc_lens"].numpy() for item in items]
     return {"count": len(dataset), "stream_tokens": stream.size,
@@ -53,20 +68,7 @@ def olmo_packed(data, work: Path) -> dict:
     """OLMo-core's NumpyPackedFSLDataset (OBFD packing, its default `truncate` for documents longer
     than L) over the same token file as `olmo`: every item, and each item's real tokens (its
     `label_mask`, False on the padding)."""
-    from olmo_core.data import NumpyDatasetDType, NumpyPackedFSLDataset, NumpyPackedFSLDatasetConfig, TokenizerConfig
-    from olmo_core.data.utils import write_array_to_disk
-
-    tokenizer = TokenizerConfig.gpt_neox_olmo_dolma_v1_5()
-    eos = int(data["eos"])
-    stream = np.concatenate([np.append(d, eos) for d in documents(data)]).astype(np.uint16)
-    path = work / "part-0-00000.npy"
-    write_array_to_disk(stream, path)
-    config = NumpyPackedFSLDatasetConfig(tokenizer=tokenizer, paths=[str(path)], sequence_length=int(data["length"]),
-                                         dtype=NumpyDatasetDType.uint16, generate_doc_lengths=True,
-                                         work_dir=str(work / "olmo-work"))
-    dataset = config.build()
-    assert type(dataset) is NumpyPackedFSLDataset, type(dataset)
-    dataset.prepare()
+    dataset, stream, tokenizer = olmo_dataset(data, work, packed=True)
     items = [dataset[i] for i in range(len(dataset))]
     real = np.array([int(item["label_mask"].sum()) for item in items])
     return {"count": len(dataset), "stream_tokens": stream.size, "pad_token_id": tokenizer.pad_token_id,
