@@ -66,6 +66,7 @@ def _table(batch, decode, many: bool) -> Table:
     from rich.table import Table
     from rich.text import Text
 
+    from dsinspect.inspect.packed import short_address
     from dsinspect.term.render import clean
 
     table = Table(title=f"rank {batch.rank}" if many else "sequences", title_justify="left")
@@ -73,7 +74,7 @@ def _table(batch, decode, many: bool) -> Table:
         table.add_column(col, justify="right" if col == "slot" else "left", overflow="fold")
     for i, s in enumerate(batch.sequences):
         segments = batch.segments(i)
-        where = "\n".join(f"{_short(g.address)} [{g.start}, {g.stop}) → {g.offset}" for g in segments)
+        where = "\n".join(f"{short_address(g.address)} [{g.start}, {g.stop}) → {g.offset}" for g in segments)
         held = int(batch.held[i])
         text = decode(batch.tokens[i][:held], [g.offset for g in segments])
         if held < batch.tokens.shape[1]:  # best_fit: the room after the documents
@@ -84,36 +85,16 @@ def _table(batch, decode, many: bool) -> Table:
     return table
 
 
-def _short(address: str) -> str:
-    """dataset@version:index with the version id cut to 12 characters (what `dsinspect show` takes)."""
-    name, _, rest = address.partition("@")
-    version, _, index = rest.partition(":")
-    return f"{name}@{version[:12]}:{index}"
-
-
 def _decoder(catalog: Catalog, spec, limit: int | None = _TEXT):
     """Tokens -> text with ` │ ` at each document boundary (cut to `limit` characters): through the stored
     tokenizer of the packed field (the first source's), else the ids."""
-    from dsinspect.inspect.vocab import tokenizer_vocab
+    from dsinspect.inspect.packed import decode_ids, packed_vocab
 
-    source = spec.sources[0]
-    vocab = None
-    try:
-        version = catalog.version(source.name, source.version)
-        options = version.manifest.field(spec.sequences.field).options.get("tokenizer")
-        vocab = tokenizer_vocab(catalog, source.name, dict(options)) if options else None
-    except Exception:  # noqa: BLE001 - no tokenizer to hand: the ids are shown
-        vocab = None
+    vocab = packed_vocab(catalog, spec)
 
     def decode(tokens, cuts: list[int]) -> str:
         ids = tokens.tolist()
-        parts = []
-        for a, b in zip(cuts, cuts[1:] + [len(ids)]):
-            if vocab is None:
-                parts.append(" ".join(map(str, ids[a:b])))
-            else:
-                parts.append(b"".join(vocab.piece(t) or b"\xef\xbf\xbd" for t in ids[a:b]).decode("utf-8", "replace"))
-        text = " │ ".join(parts)
+        text = " │ ".join(decode_ids(vocab, ids[a:b]) for a, b in zip(cuts, cuts[1:] + [len(ids)]))
         return text if limit is None or len(text) <= limit else text[:limit - 1] + "…"
 
     return decode

@@ -151,15 +151,9 @@ class DataSource:
     def packed_vocab(self, spec: Any) -> Any:
         """The vocabulary of the packed field's stored tokenizer (the first source's), or None (the ids
         are shown): what `dsinspect replay` decodes a packed batch with."""
-        from dsinspect.inspect.vocab import tokenizer_vocab
+        from dsinspect.inspect.packed import packed_vocab
 
-        source = spec.sources[0]
-        try:
-            version = self.catalog.version(source.name, source.version)
-            options = version.manifest.field(spec.sequences.field).options.get("tokenizer")
-            return tokenizer_vocab(self.catalog, source.name, dict(options)) if options else None
-        except Exception:  # noqa: BLE001 - no tokenizer to hand: the ids are shown
-            return None
+        return packed_vocab(self.catalog, spec)
 
     def check_step(self, spec: str, log: str, step: int, transform: str | None = None) -> Any:
         """The fingerprint log `log` (a file or run record directory) checked at `step` against

@@ -30,10 +30,10 @@ from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.audit.bounds import ReadBound
 from dsinspect.loaders.audit.replay import SpecSource, parse_rank, resolve
 from dsinspect.loaders.audit.rows import RowReader
-from dsinspect.loaders.format.arrow_errors import UNREADABLE
+from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.format.manifest import HASH_COLUMN
-from dsinspect.loaders.format.token_counts import document_lengths, list_items, list_parts
+from dsinspect.loaders.format.token_counts import document_lengths, hash_rows, list_items, list_parts
 from dsinspect.loaders.order.packing import SequenceSpec
 from dsinspect.loaders.order.plan import BatchPlan, locate_step, plan_batch
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Start
@@ -146,13 +146,15 @@ class _Shards:
             return kept
         with version.catalog.fs.open(version.shard_path(s), "rb") as f:
             data = f.read()
-        if hashlib.sha256(data).hexdigest() == memo[0]:
+        try:  # the bytes read once, whether or not they still match their sha256
             lengths = document_lengths(pq.ParquetFile(pa.BufferReader(data)).read(columns=[self.field],
                                                                                 use_threads=False).column(self.field))
+        except UNREADABLE as e:
+            raise arrow_error(e, f"shard {version.shard_url(s)} is not readable Parquet", IntegrityError) from None
+        if hashlib.sha256(data).hexdigest() == memo[0]:  # kept only when verified (an edited file: read anew)
             with _MEMO:
                 _LENGTHS.put(memo, lengths)
-            return lengths
-        return document_lengths(version.read_shard(s, columns=[self.field]).column(self.field))  # as before
+        return lengths
 
     def groups(self, key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
         """(row where each row group starts + the end, tokens of each) from the shard's checked footer,
@@ -231,18 +233,13 @@ def _read_rank(sequences: list, documents: RowReader, shards: _Shards, field: st
     step, epoch, rank = at
     keys = sorted({(s.source, d) for s in sequences for d in s.segments.docs.tolist()})
     values, stored, intact = {}, {}, {}
-    rest = []
+    rest = []  # documents read from the catalog
+    by_shard: dict[tuple[int, int], list[int]] = {}  # documents of shards the node cache holds
     for k, d in keys:
-        version = shards.versions[k]
-        s = int(np.searchsorted(version.shard_starts, d, side="right") - 1)
+        s = int(np.searchsorted(shards.versions[k].shard_starts, d, side="right") - 1)
         if shards.cached((k, s)) is None:
             rest.append((k, d))
-    by_shard: dict[tuple[int, int], list[int]] = {}
-    rest_set = set(rest)
-    for k, d in keys:
-        if (k, d) not in rest_set:
-            version = shards.versions[k]
-            s = int(np.searchsorted(version.shard_starts, d, side="right") - 1)
+        else:
             by_shard.setdefault((k, s), []).append(d)
     for (k, s), docs in by_shard.items():  # from the node cache: blocks checked, rows re-hashed
         shard, version = shards.cached((k, s)), shards.versions[k]
@@ -254,11 +251,10 @@ def _read_rank(sequences: list, documents: RowReader, shards: _Shards, field: st
         starts, sizes = list_parts(column)
         items = list_items(column)
         now = row_hashes(table.select(names_).cast(version.manifest.schema), names_)
-        hashes = table.column(HASH_COLUMN).combine_chunks()
-        raw = np.frombuffer(hashes.buffers()[1], np.uint8)[hashes.offset * 16:(hashes.offset + len(hashes)) * 16]
+        hashes = hash_rows(table.column(HASH_COLUMN).combine_chunks())
         for i, (d, a, n) in enumerate(zip(docs, starts.tolist(), sizes.tolist())):
             values[(k, d)] = items[a:a + n]
-            stored[(k, d)] = raw[16 * i:16 * i + 16].tobytes()
+            stored[(k, d)] = hashes[i].tobytes()
             intact[(k, d)] = stored[(k, d)] == now[i]
     if rest:
         zeros = np.zeros(len(rest), np.int64)

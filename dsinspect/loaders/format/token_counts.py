@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["document_lengths", "list_parts", "list_items", "token_count"]
+__all__ = ["document_lengths", "list_parts", "list_items", "hash_rows", "token_count"]
 
 
 def document_lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -42,6 +42,12 @@ def list_items(column: pa.Array) -> np.ndarray:
     if child.buffers()[1] is None:
         return np.zeros(0, dtype)
     return np.frombuffer(child.buffers()[1], dtype)[child.offset:child.offset + len(child)]
+
+
+def hash_rows(column: pa.Array) -> np.ndarray:
+    """A binary(16) array (the stored row hashes) as an (n, 16) uint8 zero-copy view."""
+    raw = np.frombuffer(column.buffers()[1], np.uint8)
+    return raw[column.offset * 16:(column.offset + len(column)) * 16].reshape(-1, 16)
 
 
 def token_count(column: pa.Array | pa.ChunkedArray) -> int:

@@ -29,12 +29,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dsinspect.arrays import distinct
+from dsinspect.arrays import distinct, ranges
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.shard_index import ShardIndex
-from dsinspect.loaders.format.token_counts import list_items, list_parts
+from dsinspect.loaders.format.token_counts import hash_rows, list_items, list_parts
 from dsinspect.loaders.order.packing import Packing
 from dsinspect.loaders.order.plan import BatchPlan
 from dsinspect.loaders.order.spec import RunSpec
@@ -123,9 +123,11 @@ class PackedReader:
         owner = np.repeat(np.arange(len(sequences), dtype=np.int64), counts)
         sizes = stops - starts
         held = np.bincount(owner, weights=sizes, minlength=len(sequences))
-        short = held < width if self.spec.sequences.packing is Packing.CONCAT else held > width  # best_fit: room left
-        if (held > width).any() or short.any():
-            i = int(np.flatnonzero((held > width) | short)[0])
+        wrong = held > width
+        if self.spec.sequences.packing is Packing.CONCAT:  # a concat sequence is full; best_fit's room is padding
+            wrong |= held < width
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
             plan = plans[int(np.searchsorted(np.cumsum([len(m) for m in per_plan]), i, side="right"))]
             raise IntegrityError(f"step {plan.step}, rank {plan.rank}, sequence {sequences[i].sequence}: its "
                                  f"segments hold {int(held[i])} tokens, not {width}")
@@ -367,7 +369,7 @@ class PackedReader:
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
         column = batch.column(self.field)
         offsets, sizes = list_parts(column)
-        return _Columns(None, offsets, sizes, list_items(column), _hashes_of(batch.column(HASH_COLUMN)))
+        return _Columns(None, offsets, sizes, list_items(column), hash_rows(batch.column(HASH_COLUMN)))
 
     def _take_cold(self, rows: dict[Key, np.ndarray]) -> dict[Key, _Columns | None]:
         """These rows of uncached shards (sorted, within each shard), from their checked parts;
@@ -390,7 +392,7 @@ class PackedReader:
                 items = list_items(column)
                 r = want[3][sel]
                 offsets[r], sizes[r] = starts[group_rows] + at, lengths[group_rows]
-                hashes[r] = _hashes_of(group.batch.column(HASH_COLUMN))[group_rows]
+                hashes[r] = hash_rows(group.batch.column(HASH_COLUMN))[group_rows]
                 known[r] = True
                 flat.append(items)
                 at += len(items)
@@ -482,14 +484,8 @@ def _groups_of(run: PackedRun, per_plan: list[list[PackedSequence]],
 
 
 def _rows_of(starts: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.arange(starts[g], starts[g + 1], dtype=np.int64) for g in groups.tolist()]) \
-        if len(groups) else np.zeros(0, np.int64)
-
-
-def _hashes_of(column: pa.Array) -> np.ndarray:
-    """A binary(16) column's values as an (n, 16) uint8 view."""
-    raw = np.frombuffer(column.buffers()[1], np.uint8)
-    return raw[column.offset * 16:(column.offset + len(column)) * 16].reshape(-1, 16)
+    """The rows of these row groups (`starts`: each group's first row, and the end), in order."""
+    return ranges(starts[groups], starts[groups + 1] - starts[groups])
 
 
 def _columns_of(shard: CachedShard, field: str) -> _Columns:
@@ -498,7 +494,7 @@ def _columns_of(shard: CachedShard, field: str) -> _Columns:
     column = shard.batch.column(field)
     offsets, sizes = list_parts(column)
     tokens = list_items(column)
-    return _Columns(shard, offsets, sizes, tokens, _hashes_of(shard.batch.column(HASH_COLUMN)))
+    return _Columns(shard, offsets, sizes, tokens, hash_rows(shard.batch.column(HASH_COLUMN)))
 
 
 def _token_type(versions: Sequence, field: str, eos: int | None, pad: int | None = None) -> np.dtype:

@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Static
 
+from dsinspect.inspect.packed import short_address
 from dsinspect.term import clean
 from dsinspect.tui.messages import OpenAddress
 from dsinspect.tui.widgets.key_footer import KeyFooter
@@ -20,7 +21,6 @@ from dsinspect.tui.widgets.packed_batch import (
     MASKED,
     SequenceView,
     sequence_text,
-    short,
 )
 
 __all__ = ["PackedSequenceScreen"]
@@ -64,7 +64,7 @@ class PackedSequenceScreen(Screen):
             style = DAMAGED if damaged else DOCUMENT_STYLES[n % 2]
             preview = text.replace("\n", "↵")
             preview = preview if len(preview) <= _SEGMENT_TEXT else preview[:_SEGMENT_TEXT - 1] + "…"
-            table.add_row(str(n), Text(short(g.address), style), f"[{g.start}, {g.stop})", str(g.offset),
+            table.add_row(str(n), Text(short_address(g.address), style), f"[{g.start}, {g.stop})", str(g.offset),
                           str(g.stop - g.start), Text("✗ damaged", DAMAGED) if damaged else "✓",
                           Text(clean(preview), style), key=str(n))
         table.focus()

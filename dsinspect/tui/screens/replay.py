@@ -27,10 +27,11 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Static
 
+from dsinspect.inspect.packed import short_address
 from dsinspect.term.preview import preview
 from dsinspect.tui.messages import LoadFailed, OpenAddress
 from dsinspect.tui.widgets.key_footer import KeyFooter
-from dsinspect.tui.widgets.packed_batch import PackedBatchTable, SequenceView, sequence_views, short
+from dsinspect.tui.widgets.packed_batch import PackedBatchTable, SequenceView, sequence_views
 
 __all__ = ["ReplayScreen", "Fed"]
 
@@ -250,7 +251,7 @@ class ReplayScreen(Screen):
         if self.transform:
             summary.append(f"\nthe transform {self.transform} is not applied: it takes rows", "dim")
         if result.damaged:
-            names = ", ".join(sorted({short(a) for _, _, a in result.damaged}))
+            names = ", ".join(sorted({short_address(a) for _, _, a in result.damaged}))
             summary.append(f"\n{len(result.damaged)} document reading(s) no longer match their stored row hash: "
                            f"{names}", "bold red")
         self.query_one("#replay-summary", Static).update(summary)

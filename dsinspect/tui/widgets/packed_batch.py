@@ -12,9 +12,10 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from dsinspect.inspect.packed import decode_ids, short_address
 from dsinspect.term import clean
 
-__all__ = ["PackedBatchTable", "SequenceView", "sequence_views", "sequence_text", "documents_text", "short"]
+__all__ = ["PackedBatchTable", "SequenceView", "sequence_views", "sequence_text", "documents_text"]
 
 DOCUMENT_STYLES = ("", "cyan")  # alternating, one per document of a sequence
 MASKED = "dim"                   # padding and tokens masked from the loss
@@ -56,25 +57,11 @@ def sequence_views(replay: Any, vocab: Any) -> list[SequenceView]:
         for i, s in enumerate(batch.sequences):
             segments = tuple(batch.segments(i))
             ids = batch.tokens[i].tolist()
-            texts = tuple(decode(vocab, ids[g.offset:g.offset + g.stop - g.start]) for g in segments)
+            texts = tuple(decode_ids(vocab, ids[g.offset:g.offset + g.stop - g.start]) for g in segments)
             views.append(SequenceView(batch.rank, i, s.source_epoch, s.sequence, bool(s.padding), segments, texts,
                                       width - int(batch.held[i]), width, bytes(batch.digests[i]).hex(),
                                       frozenset(bad.get((batch.rank, i), ()))))
     return views
-
-
-def decode(vocab: Any, ids: list[int]) -> str:
-    """Token ids as text through the vocabulary's exact bytes (U+FFFD for an id without a piece), or the ids."""
-    if vocab is None:
-        return " ".join(map(str, ids))
-    return b"".join(vocab.piece(t) or b"\xef\xbf\xbd" for t in ids).decode("utf-8", "replace")
-
-
-def short(address: str) -> str:
-    """dataset@version:index with the version id cut to 12 characters (as `dsinspect replay` shows it)."""
-    name, _, rest = address.partition("@")
-    version, _, index = rest.partition(":")
-    return f"{name}@{version[:12]}:{index}"
 
 
 def documents_text(view: SequenceView) -> Text:
@@ -86,7 +73,7 @@ def documents_text(view: SequenceView) -> Text:
             out.append("\n")
         damaged = g.address in view.damaged
         style = DAMAGED if damaged else DOCUMENT_STYLES[n % 2]
-        out.append(f"{short(g.address)} [{g.start}, {g.stop}) → {g.offset}", style)
+        out.append(f"{short_address(g.address)} [{g.start}, {g.stop}) → {g.offset}", style)
         if damaged:
             out.append(" ✗ damaged", DAMAGED)
     return out

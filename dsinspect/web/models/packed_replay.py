@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from dsinspect.errors import UserError
+from dsinspect.inspect.packed import decode_ids, packed_vocab, short_address
 from dsinspect.loaders.audit.bounds import BatchTooLarge
 from dsinspect.loaders.audit.packed_replay import replay_packed
 from dsinspect.loaders.order.spec import RunSpec
@@ -92,7 +93,7 @@ def check_tokens(spec: RunSpec, rank: str) -> None:
 def sample_href(address: str) -> str:
     """The Sample page's link for a document `dataset@version:index` (the version id cut to 12
     characters, as the row replay's sample links have it)."""
-    return "sample?" + urlencode({"address": _short(address)})
+    return "sample?" + urlencode({"address": short_address(address)})
 
 
 def _batch(batch: PackedBatch, decode: Callable[[np.ndarray], str], damaged: set) -> dict[str, Any]:
@@ -117,22 +118,8 @@ def _batch(batch: PackedBatch, decode: Callable[[np.ndarray], str], damaged: set
 def _decoder(catalog: Catalog, spec: RunSpec) -> tuple[Callable[[np.ndarray], str], str | None]:
     """Tokens -> text through the packed field's stored tokenizer (the first source's), else the ids
     joined by spaces; and the tokenizer's name (None: ids)."""
-    from dsinspect.inspect.vocab import tokenizer_vocab
-
-    source = spec.sources[0]
-    try:
-        version = catalog.version(source.name, source.version)
-        options = version.manifest.field(spec.sequences.field).options.get("tokenizer")
-        vocab = tokenizer_vocab(catalog, source.name, dict(options)) if options else None
-    except Exception:  # noqa: BLE001 - no tokenizer to hand: the ids are shown, as the CLI does
-        vocab = None
-    if vocab is None:
-        return (lambda tokens: " ".join(map(str, tokens.tolist()))), None
-
-    def decode(tokens: np.ndarray) -> str:
-        return b"".join(vocab.piece(t) or b"\xef\xbf\xbd" for t in tokens.tolist()).decode("utf-8", "replace")
-
-    return decode, vocab.name
+    vocab = packed_vocab(catalog, spec)
+    return (lambda tokens: decode_ids(vocab, tokens.tolist())), (vocab.name if vocab is not None else None)
 
 
 def _escaped(text: str) -> str:
@@ -153,7 +140,7 @@ def packed_html(batch: dict[str, Any], pad_token: int) -> str:
             flag = " ⚠ damaged" if g["damaged"] else ""
             where = f"[{g['start']}, {g['stop']}) → {g['offset']}"
             docs.append(f'<a class="{cls}" data-d="{j % 2}" href="{_escaped(g["href"])}" target="_self" '
-                        f'title="open {_escaped(g["address"])}">{_escaped(_short(g["address"]))}</a>'
+                        f'title="open {_escaped(g["address"])}">{_escaped(short_address(g["address"]))}</a>'
                         f' {_escaped(where + flag)}')
             title = _escaped(f"{g['address']} {where}")
             text.append(f'<span class="{cls}" data-d="{j % 2}" title="{title}">{_escaped(g["text"])}</span>')
@@ -165,10 +152,3 @@ def packed_html(batch: dict[str, Any], pad_token: int) -> str:
                     f'<td class="dsi-docs">{"<br>".join(docs)}</td><td class="dsi-text">{"".join(text)}</td>'
                     f'<td class="dsi-digest">{s["digest"]}</td></tr>')
     return f'{_STYLE}<table class="{PACKED_CLASS}">{"".join(rows)}</table>'
-
-
-def _short(address: str) -> str:
-    """dataset@version:index with the version id cut to 12 characters."""
-    name, _, rest = address.rpartition("@")
-    version, _, index = rest.partition(":")
-    return f"{name}@{version[:12]}:{index}"
