@@ -38,7 +38,9 @@ class PackedStepSource(StepSource):
                          record_samples=record_samples)
 
     def _open(self) -> PackedLoader:
-        return PackedLoader(self.spec, self.rank, Catalog(self.catalog_url), fill=False)
+        """As StepSource's Loader: shards a batch read cold are filled into the node cache behind it
+        (without, every later batch of theirs would be read cold again)."""
+        return PackedLoader(self.spec, self.rank, Catalog(self.catalog_url))
 
     def _element(self, batch: PackedBatch) -> dict[str, Any]:
         out: dict[str, Any] = batch.model_arrays(np.int32)
