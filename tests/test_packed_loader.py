@@ -509,3 +509,32 @@ def test_replay_shows_a_documents_terminal_escapes_as_text(tmp_path):
         assert "\x1b" not in done.stdout and "\x07" not in done.stdout
         shown += done.stdout
     assert "\\x1b" in shown
+
+
+def test_batches_read_together_share_their_rows_and_equal_each_batch_read_alone(corpus, tmp_path):
+    """A run of steps read together holds one set of rows (tokens, segments, digests) and makes what a model
+    takes once for all of them: each batch's arrays are its slice, equal to the same batch read alone, and
+    the run crosses a DataLoader worker's pipe as one pickle of those rows (not one per batch)."""
+    import pickle
+
+    catalog, _, _ = corpus
+    seq = SequenceSpec(length=64, labels=True, eos=EOS, packing="best_fit", pad=7, shuffle_documents=True)
+    spec = spec_of(catalog, sequences=seq, world_size=1, batch_size=4)
+    steps = list(range(-(-spec.epoch_length // 4) - 6, -(-spec.epoch_length // 4)))  # through the padded tail
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        together = loader.batches_at(steps)
+        alone = [loader.batch_at(s) for s in steps]
+    assert len({id(b.rows) for b in together}) == 1 and len({id(b.rows) for b in alone}) == len(steps)
+    assert any(b.padding.any() for b in together) and any((b.held < 65).any() for b in together)
+    for a, b in zip(together, alone):
+        assert (a.step, a.epoch, len(a), a.fingerprint) == (b.step, b.epoch, len(b), b.fingerprint)
+        for name in ("tokens", "digests", "held", "padding", "position_ids", "segment_ids", "loss_mask",
+                     "cu_seqlens", "document_segments"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        ma, mb = a.model_arrays(np.int32), b.model_arrays(np.int32)
+        assert all(np.array_equal(ma[k], mb[k]) and ma[k].dtype == mb[k].dtype for k in ma)
+        assert [a.segments(i) for i in range(len(a))] == [b.segments(i) for i in range(len(b))]
+    sent = pickle.loads(pickle.dumps(together))
+    assert len({id(b.rows) for b in sent}) == 1
+    assert len(pickle.dumps(together)) < 2 * len(pickle.dumps(together[0].rows))
+    np.testing.assert_array_equal(sent[3].position_ids, alone[3].position_ids)

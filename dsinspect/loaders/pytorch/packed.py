@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from dsinspect.loaders.read.packed_batch import PackedBatch
+from dsinspect.loaders.read.packed_batch import PackedBatch, PackedRows
 
 __all__ = ["packed_to_torch"]
 
@@ -20,12 +20,18 @@ def packed_to_torch(batch: PackedBatch) -> dict[str, Any]:
 
     Sequences of L + 1 tokens (`labels=True`, Megatron's convention) give inputs `tokens[:, :L]` and
     labels `tokens[:, 1:]`; sequences of L tokens give the tokens as both (the model shifts them)."""
-    arrays = batch.model_arrays()
+    run = batch.rows.shared("torch", _tensors)  # made once for the batches read together
     cu = batch.cu_seqlens_of(batch.length)
-    out: dict[str, Any] = {name: torch.from_numpy(array if array.flags.writeable else array.copy())
-                           for name, array in arrays.items()}
-    out["position_ids"] = out["position_ids"].long()
+    out: dict[str, Any] = {name: tensor[batch.a:batch.b] for name, tensor in run.items()}
     out.update(cu_seqlens=torch.from_numpy(cu), max_seqlen=int((cu[1:] - cu[:-1]).max(initial=0)),
                document_segments=torch.from_numpy(batch.document_segments),
-               step=batch.step, epoch=batch.epoch, rank=batch.rank, digests=torch.from_numpy(batch.digests.copy()))
+               step=batch.step, epoch=batch.epoch, rank=batch.rank, digests=out["digests"])
     return out
+
+
+def _tensors(rows: PackedRows) -> dict[str, torch.Tensor]:
+    """The model's arrays of all the rows as tensors (each batch's are row slices: views)."""
+    tensors = {name: torch.from_numpy(array) for name, array in rows.model_arrays().items()}
+    tensors["position_ids"] = tensors["position_ids"].long()
+    tensors["digests"] = torch.from_numpy(rows.digests.copy())
+    return tensors

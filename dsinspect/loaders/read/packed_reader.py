@@ -41,9 +41,9 @@ from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.read.cache import CachedShard, ShardCache
 from dsinspect.loaders.read.cold import ColdRows
 from dsinspect.loaders.read.fetch import fetch_parts
-from dsinspect.loaders.read.packed_batch import PackedBatch
-from dsinspect.loaders.sequences.digests import sequence_digests
-from dsinspect.loaders.sequences.packed import PackedRun, PackedSequence
+from dsinspect.loaders.read.packed_batch import PackedBatch, PackedRows
+from dsinspect.loaders.sequences.digests import flat_digests
+from dsinspect.loaders.sequences.packed import PackedRun, PackedSequence, SequenceTable
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.lru import LRU
 
@@ -111,64 +111,57 @@ class PackedReader:
         cold = self._cold_keys(plans)
         cold_columns: dict[Key, _Columns] = {}
         if cold:
-            per_plan = self._locate_cold(plans, cold, cold_columns)
+            table = SequenceTable.of([s for mine in self._locate_cold(plans, cold, cold_columns) for s in mine])
         else:
-            per_plan = self.run.sequences_of(plans)
-        sequences = [s for mine in per_plan for s in mine]
-        width, eos = self.spec.sequences.width, self.spec.sequences.eos
-        counts = np.array([len(s.segments) for s in sequences], np.int64)
-        docs, starts, stops = (np.concatenate([getattr(s.segments, a) for s in sequences]) if sequences
-                               else np.zeros(0, np.int64) for a in ("docs", "starts", "stops"))
-        source = np.repeat(np.array([s.source for s in sequences], np.int64), counts)
-        owner = np.repeat(np.arange(len(sequences), dtype=np.int64), counts)
+            table = self.run.locate(plans)
+        width, eos, n = self.spec.sequences.width, self.spec.sequences.eos, len(table)
+        docs, starts, stops = table.docs, table.starts, table.stops
         sizes = stops - starts
-        held = np.bincount(owner, weights=sizes, minlength=len(sequences))
+        ends = np.concatenate([[0], np.cumsum(sizes)])  # where each segment ends in the batches' documents
+        held = ends[table.bounds[1:]] - ends[table.bounds[:-1]]
         wrong = held > width
         if self.spec.sequences.packing is Packing.CONCAT:  # a concat sequence is full; best_fit's room is padding
             wrong |= held < width
         if wrong.any():
             i = int(np.flatnonzero(wrong)[0])
-            plan = plans[int(np.searchsorted(np.cumsum([len(m) for m in per_plan]), i, side="right"))]
-            raise IntegrityError(f"step {plan.step}, rank {plan.rank}, sequence {sequences[i].sequence}: its "
+            plan = plans[int(np.searchsorted(np.cumsum([len(p.indices) for p in plans]), i, side="right"))]
+            raise IntegrityError(f"step {plan.step}, rank {plan.rank}, sequence {int(table.indices[i])}: its "
                                  f"segments hold {int(held[i])} tokens, not {width}")
-        before = np.cumsum(sizes) - sizes  # where each segment goes in the flattened batch
-        dest = owner * width + before - np.repeat(before[np.cumsum(counts) - counts], counts)
-        flat = np.full(len(sequences) * width, self.spec.sequences.pad_token, self.dtype)  # best_fit: room is padding
+        owner = table.owner
+        dest = owner * width + ends[:-1] - ends[table.bounds[owner]]  # where each segment goes in the flat batch
+        flat = np.full(n * width, self.spec.sequences.pad_token, self.dtype)  # best_fit: room is padding
         hashes = np.empty((len(docs), 16), np.uint8)
-        shard = np.empty(len(docs), np.int64)
-        for k in distinct(source).tolist():
-            sel = source == k
-            doc_starts = self.run.plans[k].layout.doc_starts
-            shard[sel] = np.searchsorted(doc_starts, docs[sel], side="right") - 1
-        for k, s in dict.fromkeys(zip(source.tolist(), shard.tolist())):
-            sel = np.flatnonzero((source == k) & (shard == s))
-            rows = docs[sel] - self.run.plans[k].layout.doc_starts[s]
-            cols = cold_columns.get((k, s))
-            if cols is None:
-                cols = self._columns((k, s))
-            if cols.shard is not None:
-                cols.shard.check(distinct(rows), [self.field, HASH_COLUMN])  # every byte taken, before it is read
-            elif cols.known is not None and not cols.known[rows].all():  # decoded from checked parts: only those
-                raise IntegrityError(f"source {k}, shard {s}: a sequence located a document outside the row groups "
-                                     "read for it")
-            size = cols.sizes[rows]
-            take = np.minimum(stops[sel], size) - starts[sel]
-            items = cols.tokens  # a slice copy per segment: ~7x a fancy-index gather of the same tokens
-            for at, first, n in zip(dest[sel].tolist(), (cols.offsets[rows] + starts[sel]).tolist(), take.tolist()):
-                flat[at:at + n] = items[first:first + n]
-            ends = stops[sel] > size  # a segment that runs past its document: its EOS
-            if eos is not None:  # without one, a segment never runs past its document
-                flat[dest[sel][ends] + take[ends]] = eos
-            hashes[sel] = cols.hashes[rows]
-        tokens = flat.reshape(len(sequences), width)
+        source = table.sources[owner]
+        for k, (rows_of_shard, shard) in self._by_shard(source, docs).items():
+            for s, sel in zip(shard, rows_of_shard):
+                rows = docs[sel] - self.run.plans[k].layout.doc_starts[s]
+                cols = cold_columns.get((k, s))
+                if cols is None:
+                    cols = self._columns((k, s))
+                if cols.shard is not None:
+                    cols.shard.check(rows, [self.field, HASH_COLUMN])  # every byte taken, before it is read
+                elif cols.known is not None and not cols.known[rows].all():  # decoded from checked parts: only those
+                    raise IntegrityError(f"source {k}, shard {s}: a sequence located a document outside the row "
+                                         "groups read for it")
+                size = cols.sizes[rows]
+                take = np.minimum(stops[sel], size) - starts[sel]
+                items = cols.tokens  # a slice copy per segment: ~7x a fancy-index gather of the same tokens
+                for at, first, m in zip(dest[sel].tolist(), (cols.offsets[rows] + starts[sel]).tolist(),
+                                        take.tolist()):
+                    flat[at:at + m] = items[first:first + m]
+                if eos is not None:  # a segment that runs past its document takes its EOS (never without one)
+                    over = stops[sel] > size
+                    flat[dest[sel][over] + take[over]] = eos
+                hashes[sel] = cols.hashes[rows]
+        tokens = flat.reshape(n, width)
         tokens.flags.writeable = False
-        digests = sequence_digests([s.segments for s in sequences], hashes)
+        steps = np.repeat([p.step for p in plans], [len(p.indices) for p in plans])
+        rows = PackedRows(tokens, table, self.sources, flat_digests(table.bounds, hashes, starts, stops),
+                          self.spec.sequences.length, steps)
         batches, at = [], 0
-        for plan, mine in zip(plans, per_plan):
-            n = len(mine)
-            batches.append(PackedBatch(plan.step, plan.epoch, plan.rank, tokens[at:at + n], mine, self.sources,
-                                       digests[at:at + n], self.spec.sequences.length))
-            at += n
+        for plan in plans:
+            batches.append(PackedBatch.of_rows(plan.step, plan.epoch, plan.rank, rows, at, at + len(plan.indices)))
+            at += len(plan.indices)
         self._reads += 1
         if cold and self.fill:  # the shards read cold are filled behind, from now on
             self._to_fill.update(dict.fromkeys(k for k in cold if k not in self._pending))
@@ -242,6 +235,18 @@ class PackedReader:
         self._open.clear()
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _by_shard(self, source: np.ndarray, docs: np.ndarray) -> dict[int, tuple[list[np.ndarray], list[int]]]:
+        """Per source, the segments in each shard its documents are in: (their positions, the shards)."""
+        out = {}
+        for k in distinct(source).tolist():
+            mine = np.flatnonzero(source == k)
+            shard = np.searchsorted(self.run.plans[k].layout.doc_starts, docs[mine], side="right") - 1
+            order = np.argsort(shard, kind="stable")
+            shard, mine = shard[order], mine[order]
+            cuts = np.flatnonzero(shard[1:] != shard[:-1]) + 1
+            out[k] = (np.split(mine, cuts), shard[np.concatenate([[0], cuts])].tolist())
+        return out
 
     def _columns(self, key: tuple[int, int]) -> _Columns:
         cols = self._open.get(key)

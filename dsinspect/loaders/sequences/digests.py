@@ -12,7 +12,7 @@ import xxhash
 
 from dsinspect.loaders.sequences.segments import Segments
 
-__all__ = ["sequence_digests"]
+__all__ = ["flat_digests", "sequence_digests"]
 
 
 def sequence_digests(segments: Sequence[Segments], doc_hashes: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
@@ -24,11 +24,16 @@ def sequence_digests(segments: Sequence[Segments], doc_hashes: Sequence[np.ndarr
         (np.concatenate(doc_hashes) if len(doc_hashes) else np.zeros((0, 16), np.uint8))
     starts = np.concatenate([seg.starts for seg in segments]) if segments else np.zeros(0, np.int64)
     stops = np.concatenate([seg.stops for seg in segments]) if segments else np.zeros(0, np.int64)
+    return flat_digests(np.concatenate([[0], np.cumsum(counts)]), hashes, starts, stops)
+
+
+def flat_digests(bounds: np.ndarray, hashes: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """`sequence_digests` of sequences given flat: segments bounds[i]:bounds[i + 1] are sequence i's,
+    each with its document's row hash (hashes, (segments, 16) uint8) and its range."""
     record = np.empty((len(starts), 32), np.uint8)  # 32 bytes a segment: its whole record in one buffer
-    record[:, :16] = hashes.reshape(len(starts), 16)
+    record[:, :16] = np.asarray(hashes, np.uint8).reshape(len(starts), 16)
     record[:, 16:] = np.stack([starts, stops], axis=1).astype("<i8").view(np.uint8).reshape(len(starts), 16)
     raw = record.tobytes()
-    ends = np.cumsum(counts) * 32
-    out = np.frombuffer(b"".join(xxhash.xxh3_128_digest(raw[b - 32 * n:b]) for b, n in
-                                 zip(ends.tolist(), counts.tolist())), np.uint8)
-    return out.reshape(len(segments), 16)
+    cuts = (np.asarray(bounds, np.int64) * 32).tolist()
+    out = np.frombuffer(b"".join(xxhash.xxh3_128_digest(raw[a:b]) for a, b in zip(cuts, cuts[1:])), np.uint8)
+    return out.reshape(len(cuts) - 1, 16)

@@ -20,7 +20,7 @@ from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
 
-__all__ = ["PackedRun", "PackedSequence", "DocumentReading"]
+__all__ = ["PackedRun", "PackedSequence", "SequenceTable", "DocumentReading"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,61 @@ class PackedSequence:
     sequence: int
     padding: bool
     segments: Segments
+
+
+@dataclass(frozen=True)
+class SequenceTable:
+    """Many sequences as flat arrays: per sequence its source, source epoch, index and padding flag;
+    per document segment (grouped by sequence, each sequence's in stream order) its document and token
+    range; `bounds[i]:bounds[i + 1]` are sequence i's segments. The read path's form: a batch holds no
+    object per sequence until one is asked for (`sequences`)."""
+
+    sources: np.ndarray
+    epochs: np.ndarray
+    indices: np.ndarray
+    padding: np.ndarray
+    bounds: np.ndarray  # len(sequences) + 1
+    docs: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.stops - self.starts
+
+    @property
+    def owner(self) -> np.ndarray:
+        """Per segment, its sequence's position in the table."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.bounds))
+
+    def rows(self, a: int, b: int) -> "SequenceTable":
+        """Sequences a..b-1 (views: nothing copied)."""
+        lo, hi = int(self.bounds[a]), int(self.bounds[b])
+        return SequenceTable(self.sources[a:b], self.epochs[a:b], self.indices[a:b], self.padding[a:b],
+                             self.bounds[a:b + 1] - lo, self.docs[lo:hi], self.starts[lo:hi], self.stops[lo:hi])
+
+    def segments(self, i: int) -> Segments:
+        a, b = int(self.bounds[i]), int(self.bounds[i + 1])
+        return Segments(self.docs[a:b], self.starts[a:b], self.stops[a:b])
+
+    def sequences(self) -> list[PackedSequence]:
+        """A `PackedSequence` per sequence, slot = its position in the table."""
+        return [PackedSequence(slot, k, e, j, p, self.segments(slot)) for slot, (k, e, j, p) in
+                enumerate(zip(self.sources.tolist(), self.epochs.tolist(), self.indices.tolist(),
+                              self.padding.tolist()))]
+
+    @classmethod
+    def of(cls, sequences: Sequence[PackedSequence]) -> "SequenceTable":
+        counts = [len(s.segments) for s in sequences]
+        flat = [np.concatenate([getattr(s.segments, a) for s in sequences]).astype(np.int64) if sequences
+                else np.zeros(0, np.int64) for a in ("docs", "starts", "stops")]
+        return cls(np.array([s.source for s in sequences], np.int64), np.array([s.source_epoch for s in sequences],
+                                                                                np.int64),
+                   np.array([s.sequence for s in sequences], np.int64), np.array([s.padding for s in sequences], bool),
+                   np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), *flat)
 
 
 @dataclass(frozen=True)
@@ -60,26 +115,35 @@ class PackedRun:
         return self.sequences_of([plan_batch(self.spec, step, rank)])[0]
 
     def sequences_of(self, plans: Sequence[BatchPlan]) -> list[list[PackedSequence]]:
-        """The sequences each batch plan names (plans of many steps come at once from `plan_steps`), the
-        segments of all those of one source epoch located together."""
-        sources = np.concatenate([p.sources for p in plans]).tolist()
-        epochs = np.concatenate([p.source_epochs for p in plans]).tolist()
-        indices = np.concatenate([p.indices for p in plans])
-        segments: list[Segments | None] = [None] * len(indices)
-        for k, epoch in dict.fromkeys(zip(sources, epochs)):
-            picked = [i for i, key in enumerate(zip(sources, epochs)) if key == (k, epoch)]
-            owner, docs, starts, stops = self.plans[k].segments_many(epoch, indices[picked])
-            cuts = np.searchsorted(owner, np.arange(len(picked) + 1)).tolist()
-            for i, at in enumerate(picked):
-                a, b = cuts[i], cuts[i + 1]
-                segments[at] = Segments(docs[a:b], starts[a:b], stops[a:b])
-        out, at = [], 0
+        """The sequences each batch plan names (plans of many steps come at once from `plan_steps`)."""
+        table, out, at = self.locate(plans), [], 0
         for plan in plans:
             n = len(plan.indices)
-            out.append([PackedSequence(slot, sources[at + slot], epochs[at + slot], j, padding, segments[at + slot])
-                        for slot, (j, padding) in enumerate(zip(plan.indices.tolist(), plan.padding.tolist()))])
+            out.append(table.rows(at, at + n).sequences())
             at += n
         return out
+
+    def locate(self, plans: Sequence[BatchPlan]) -> SequenceTable:
+        """Every sequence the plans name, in order, with its document segments: those of one source
+        epoch located together (one vectorised pass per shard touched)."""
+        sources = np.concatenate([p.sources for p in plans]).astype(np.int64)
+        epochs = np.concatenate([p.source_epochs for p in plans]).astype(np.int64)
+        indices = np.concatenate([p.indices for p in plans]).astype(np.int64)
+        padding = np.concatenate([p.padding for p in plans]).astype(bool)
+        groups = list(dict.fromkeys(zip(sources.tolist(), epochs.tolist())))
+        if len(groups) == 1:  # one source epoch (nearly every batch): already in order
+            owner, docs, starts, stops = self.plans[groups[0][0]].segments_many(groups[0][1], indices)
+        else:
+            parts = []
+            for k, epoch in groups:
+                picked = np.flatnonzero((sources == k) & (epochs == epoch))
+                owner, *segs = self.plans[k].segments_many(epoch, indices[picked])
+                parts.append((picked[owner], *segs))
+            owner, docs, starts, stops = (np.concatenate(x) for x in zip(*parts))
+            order = np.argsort(owner, kind="stable")  # by sequence; within one, stream order is kept
+            owner, docs, starts, stops = owner[order], docs[order], starts[order], stops[order]
+        bounds = np.searchsorted(owner, np.arange(len(indices) + 1))
+        return SequenceTable(sources, epochs, indices, padding, bounds, docs, starts, stops)
 
     def shards_of(self, plans: Sequence[BatchPlan]) -> list[tuple[int, int]]:
         """The (source, shard) pairs the batches of `plans` take tokens from, in order of first need:
