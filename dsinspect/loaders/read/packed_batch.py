@@ -114,6 +114,18 @@ class PackedRows:
         return np.stack([owner, table.sources[owner], table.docs, table.starts, table.stops, offset],
                         axis=1).astype(np.int64)
 
+    def cuts(self, length: int) -> np.ndarray:
+        """Where every segment of the first `length` tokens of each row ends in the flattened `[N * length]`,
+        from 0, sorted (each row's end among them): a batch's `cu_seqlens_of(length)` is a stretch of it."""
+        return self.shared(("cuts", length), lambda rows: rows._cuts(length))
+
+    def _cuts(self, length: int) -> np.ndarray:
+        owner, size, offset = self.flat
+        start, end = np.minimum(offset, length), np.minimum(offset + size, length)
+        keep = end > start  # segments past `length` (a label token's) hold none of the first `length`
+        padded = np.flatnonzero(self.held < length)  # best_fit padding, or a row with no segment: one more
+        return np.sort(np.concatenate([[0], end[keep] + owner[keep] * length, padded * length + length]))
+
     def model_arrays(self, token_dtype: type = np.int64) -> dict[str, np.ndarray]:
         """`PackedBatch.model_arrays` of all the rows, made once per type."""
         return self.shared(("model_arrays", np.dtype(token_dtype).str), lambda rows: rows._model_arrays(token_dtype))
@@ -232,12 +244,9 @@ class PackedBatch:
         """`cu_seqlens` of the first `length` tokens of each sequence, flattened to `[B * length]` (the
         model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L).
         The padding after a best_fit sequence's documents is one more segment."""
-        owner, size, offset = (x[self._segments] for x in self.rows.flat)
-        start, end = np.minimum(offset, length), np.minimum(offset + size, length)
-        keep = end > start  # segments past `length` (a label token's) hold none of the first `length`
-        padded = np.flatnonzero(self.held < length)
-        ends = np.concatenate([[0], end[keep] + (owner[keep] - self.a) * length, padded * length + length])
-        return np.sort(ends).astype(np.int32)
+        cuts = self.rows.cuts(length)
+        lo, hi = np.searchsorted(cuts, [self.a * length, self.b * length], side="left")
+        return (cuts[lo:hi + 1] - self.a * length).astype(np.int32)
 
     @property
     def max_seqlen(self) -> int:

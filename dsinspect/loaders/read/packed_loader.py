@@ -74,9 +74,13 @@ class PackedLoader:
         """The batches of `steps`, read together (one vectorised pass: consecutive steps share their
         shards' reads), with the shards of the steps `ahead` fetched behind; nothing recorded, no
         effect on the iteration position. What a DataLoader worker reading its own steps calls."""
+        missing = [s for s in (*steps, *ahead) if s not in self._plans]
+        if missing:  # planned once: a worker's `ahead` steps are the next call's `steps`
+            planned = dict(zip(missing, plan_steps(self.spec, missing, self.rank)))
+            self._plans = {s: self._plans.get(s) or planned[s] for s in (*steps, *ahead)}
         if ahead:
-            self._reader.warm(plan_steps(self.spec, ahead, self.rank))
-        return self._reader.read_many(plan_steps(self.spec, steps, self.rank))
+            self._reader.warm([self._plans[s] for s in ahead])
+        return self._reader.read_many([self._plans[s] for s in steps])
 
     def _plan(self, step: int) -> BatchPlan:
         """Plans come in vectorised chunks (one pass serves many steps), from the asked step on."""
