@@ -435,6 +435,8 @@ class ShardCache:
                                                      lambda groups: landed.wait_for([index.footer, *groups]))
                 except BaseException as e:  # noqa: BLE001 - raised below, once the fill has ended
                     converted["error"] = e
+                finally:  # mimalloc keeps what a thread freed in that thread's heap: this one's, given back
+                    pa.default_memory_pool().release_unused()
 
             converter = threading.Thread(target=convert, name="dsinspect-convert", daemon=True)
             try:

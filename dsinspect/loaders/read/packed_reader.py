@@ -374,6 +374,10 @@ class PackedReader:
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
         column = batch.column(self.field)
         offsets, sizes = list_parts(column)
+        del table, batches, parts, data
+        # decoding's scratch memory, freed into this (pool) thread's mimalloc heap, back to the OS: held
+        # there, a fresh node's first batch over shuffled documents kept ~70 MB more (measured)
+        pa.default_memory_pool().release_unused()
         return _Columns(None, offsets, sizes, list_items(column), hash_rows(batch.column(HASH_COLUMN)))
 
     def _take_cold(self, rows: dict[Key, np.ndarray]) -> dict[Key, _Columns | None]:
