@@ -425,6 +425,23 @@ def test_permutation_is_a_bijection_for_any_n_and_key(n, key):
     assert np.array_equal(np.sort(Permutation(n, key)(np.arange(n))), np.arange(n))
 
 
+@SETTINGS
+@given(n=st.integers(2, 5000), key=st.integers(0, 2**64 - 1), count=st.integers(1, 300))
+def test_cycle_walks_in_python_ints_and_in_numpy_give_the_same_values(n, key, count):
+    """Where the walk switches from numpy to Python ints (`_SCALAR_WALKS`) is a speed choice: every
+    switch point gives the same permutation."""
+    from dsinspect.loaders.order import permutation
+    index = np.arange(count) % n
+    got, kept = [], permutation._SCALAR_WALKS
+    try:
+        for walks in (0, 8, 32, 10**9):  # numpy to the end, ..., Python ints from the first walk
+            permutation._SCALAR_WALKS = walks
+            got.append(Permutation(n, key)(index).tolist())
+    finally:
+        permutation._SCALAR_WALKS = kept
+    assert got[1:] == got[:-1]
+
+
 def test_permutation_accepts_a_scalar_index():
     """The signature takes `np.ndarray | int`; a scalar maps to a scalar, like the array does
     (regression: at 2400ef9 a scalar that needed a cycle walk raised TypeError)."""
