@@ -81,13 +81,17 @@ class SequenceTable:
 
     @classmethod
     def of(cls, sequences: Sequence[PackedSequence]) -> "SequenceTable":
-        counts = [len(s.segments) for s in sequences]
-        flat = [np.concatenate([getattr(s.segments, a) for s in sequences]).astype(np.int64) if sequences
-                else np.zeros(0, np.int64) for a in ("docs", "starts", "stops")]
-        return cls(np.array([s.source for s in sequences], np.int64), np.array([s.source_epoch for s in sequences],
-                                                                                np.int64),
-                   np.array([s.sequence for s in sequences], np.int64), np.array([s.padding for s in sequences], bool),
-                   np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]), *flat)
+        """The table of `PackedSequence`s (slot i at position i)."""
+        def column(name: str, dtype: type = np.int64) -> np.ndarray:
+            return np.array([getattr(s, name) for s in sequences], dtype)
+
+        def flat(name: str) -> np.ndarray:
+            parts = [getattr(s.segments, name) for s in sequences]
+            return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+        bounds = np.concatenate([[0], np.cumsum([len(s.segments) for s in sequences], dtype=np.int64)])
+        return cls(column("source"), column("source_epoch"), column("sequence"), column("padding", bool), bounds,
+                   flat("docs"), flat("starts"), flat("stops"))
 
 
 @dataclass(frozen=True)
