@@ -385,6 +385,29 @@ def test_token_ids_past_the_adapters_integer_type_are_refused(tmp_path):
         batch.model_arrays(np.int32)
 
 
+def test_a_token_id_past_the_type_refuses_only_the_batch_that_holds_it(tmp_path):
+    """Batches read together make their arrays once, but the refusal is each batch's own: the steps of the
+    run before and after the one holding the wide id hand over their arrays."""
+    catalog = Catalog(str(tmp_path / "cat"))
+    fields = [Field("tokens", pa.list_(pa.uint32()), "tokens")]
+    docs = [[5, 9] * 8 for _ in range(12)]
+    docs[6][3] = 2**31 + 7  # in the 7th sequence of 16 tokens (12 documents of 16 with EOS 0: 17 each)
+    catalog.write_version("wide", [{"tokens": d} for d in docs], fields)
+    spec = RunSpec.create(catalog, "wide", seed=1, batch_size=1, world_size=1, shuffle="none",
+                          sequences=SequenceSpec(length=16, eos=0))
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        batches = loader.batches_at(range(spec.epoch_length))
+    assert len({id(b.rows) for b in batches}) == 1
+    wide = [b.step for b in batches if int(b.tokens.max()) > 2**31]
+    assert len(wide) == 1 and 0 < wide[0] < len(batches) - 1
+    for b in batches:
+        if b.step in wide:
+            with pytest.raises(UserError, match=rf"token id 2147483655 in step {b.step} does not fit int32"):
+                b.model_arrays(np.int32)
+        else:
+            np.testing.assert_array_equal(b.model_arrays(np.int32)["input_ids"], b.tokens.astype(np.int32))
+
+
 def test_best_fit_batches_hold_every_document_once_with_the_padding_masked(corpus, tmp_path):
     from dsinspect.loaders.audit.packed_replay import replay_packed
 

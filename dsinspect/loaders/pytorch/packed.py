@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from dsinspect.loaders.read.packed_batch import PackedBatch, PackedRows
@@ -31,7 +32,7 @@ def packed_to_torch(batch: PackedBatch) -> dict[str, Any]:
 
 def _tensors(rows: PackedRows) -> dict[str, torch.Tensor]:
     """The model's arrays of all the rows as tensors (each batch's are row slices: views)."""
-    tensors = {name: torch.from_numpy(array) for name, array in rows.model_arrays().items()}
+    tensors = {name: torch.from_numpy(array) for name, array in rows.model_arrays(np.int64, 0, len(rows.table)).items()}
     tensors["position_ids"] = tensors["position_ids"].long()
     tensors["digests"] = torch.from_numpy(rows.digests.copy())
     return tensors

@@ -126,17 +126,22 @@ class PackedRows:
         padded = np.flatnonzero(self.held < length)  # best_fit padding, or a row with no segment: one more
         return np.sort(np.concatenate([[0], end[keep] + owner[keep] * length, padded * length + length]))
 
-    def model_arrays(self, token_dtype: type = np.int64) -> dict[str, np.ndarray]:
-        """`PackedBatch.model_arrays` of all the rows, made once per type."""
-        return self.shared(("model_arrays", np.dtype(token_dtype).str), lambda rows: rows._model_arrays(token_dtype))
+    def model_arrays(self, token_dtype: type, a: int, b: int) -> dict[str, np.ndarray]:
+        """`PackedBatch.model_arrays` of rows a..b: slices of all the rows' (made once per type), refused
+        when one of these rows holds a token id the type cannot hold (a row that does is wrapped in the
+        run's arrays, never handed over)."""
+        if np.dtype(token_dtype).itemsize < 8 and b > a:
+            limit = np.iinfo(token_dtype).max
+            top = self.shared("row_max", lambda rows: rows.tokens.max(axis=1, initial=0))[a:b]
+            if int(top.max()) > limit:
+                row = a + int(np.argmax(top > limit))
+                raise UserError(f"token id {int(self.tokens[row].max())} in step {int(self.steps[row])} does not fit "
+                                f"{np.dtype(token_dtype)}")
+        arrays = self.shared(("model_arrays", np.dtype(token_dtype).str), lambda rows: rows._model_arrays(token_dtype))
+        return {name: array[a:b] for name, array in arrays.items()}
 
     def _model_arrays(self, token_dtype: type) -> dict[str, np.ndarray]:
-        length, tokens = self.length, self.tokens
-        if tokens.size and np.dtype(token_dtype).itemsize < 8 and int(tokens.max()) > np.iinfo(token_dtype).max:
-            row = int(np.argmax(tokens.max(axis=1)))
-            raise UserError(f"token id {int(tokens[row].max())} in step {int(self.steps[row])} does not fit "
-                            f"{np.dtype(token_dtype)}")
-        tokens = tokens.astype(token_dtype)
+        length, tokens = self.length, self.tokens.astype(token_dtype)
         inputs = tokens[:, :length]
         labelled = tokens.shape[1] > length
         return {"input_ids": inputs, "labels": tokens[:, 1:] if labelled else inputs,
@@ -266,9 +271,8 @@ class PackedBatch:
         """What a causal language model's step takes, `[B, L]` each: `input_ids` and `labels` (with
         a label token, inputs `tokens[:, :L]` and labels `tokens[:, 1:]`; without, the tokens as
         both: the model shifts them), `position_ids` and `segment_ids` of the inputs, and `loss_mask`
-        of the labels (False where the label is padding). Token ids `token_dtype` cannot hold are
-        refused (made once for the batches read together: any of their ids)."""
-        return {name: array[self.a:self.b] for name, array in self.rows.model_arrays(token_dtype).items()}
+        of the labels (False where the label is padding). Token ids `token_dtype` cannot hold are refused."""
+        return self.rows.model_arrays(token_dtype, self.a, self.b)
 
     def segments(self, i: int) -> list[Segment]:
         """The documents of sequence `i`: each one's address and the token range taken from it."""
