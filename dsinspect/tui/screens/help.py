@@ -22,6 +22,12 @@ A run record (a `record_dir` a job wrote: `specs/`, `fingerprints/`) opens with 
 superseded lines, ! the check's first divergence; a long run is bucketed, a bucket with any gap step
 is a gap).
 
+A run that packs documents into sequences (its spec has `sequences`) replays as a row per sequence
+(`e<epoch>:<index>`, then `pad` and dimmed for a repeat filling the epoch's last batch): its documents
+decoded with the stored tokenizer and set apart, best_fit padding as `‹pad ×n›`. Enter on a row opens
+the sequence's segments (each document's address, token range and place in the sequence); enter on a
+segment opens that document as a sample.
+
 In a field (the replay form, the filter box) every printable key is text, `D` `R` `[` `]` included:
 escape leaves a field, and then the screen's keys act; tab moves between fields (replay: spec → step →
 rank → transform → log). The replay step takes digits only: anything else is refused with a message.
@@ -42,6 +48,7 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `]` / `[` | replay | next / previous step |
 | `r` | replay of a run record | open the run: steps × ranks, segments, gaps |
 | `R` | run | replay the highlighted (step, rank), the run filled in |
+| `enter` | packed replay | a sequence's segments; on a segment, that document |
 | `enter` | run grid | replay that (step, rank) (a bucket: its first gap, else first step), checked against the record |
 | `k` | run | check the whole record against the catalog (progress shown; marks the divergence) |
 | `z` / `Z` | run | zoom into the highlighted bucket / back to the whole run |
