@@ -4,9 +4,9 @@ and writes what the peer yields, for the test to compare with dsinspect's packed
 Runs in a subprocess with PYTHONPATH=$DSINSPECT_PEERS (ai2-olmo-core and megatron-core are kept out of
 the main environment), on the main environment's torch and numpy. Nothing here imports dsinspect.
 
-argv: peer ("olmo", "olmo_packed" or "megatron"), documents .npz (`tokens`: every document's tokens end to end,
-`lengths`: each document's length; `length` L, `eos`, `seed`, `no_eod`: the documents Megatron's
-input holds without EOD), work directory, output .npz.
+argv: peer ("olmo", "olmo_packed", "olmo_padded" or "megatron"), documents .npz (`tokens`: every
+document's tokens end to end, `lengths`: each document's length; `length` L, `eos`, `seed`, `no_eod`:
+the documents Megatron's input holds without EOD), work directory, output .npz.
 """
 
 import sys
@@ -23,16 +23,19 @@ def documents(data) -> list[np.ndarray]:
     return np.split(data["tokens"], ends[:-1])
 
 
-def olmo_dataset(data, work: Path, packed: bool):
+def olmo_dataset(data, work: Path, kind: str):
     """OLMo-core's dataset over one token file laid out as Dolma's tokenizer writes it: raw uint16 token
-    ids in np.memmap's format (no .npy header), every document followed by EOS; prepared. `packed`:
-    NumpyPackedFSLDataset (OBFD), else NumpyFSLDataset. (dataset, the stream written, the tokenizer)."""
+    ids in np.memmap's format (no .npy header), every document followed by EOS; prepared. `kind`:
+    "packed" NumpyPackedFSLDataset (OBFD), "padded" NumpyPaddedFSLDataset (a document an item), else
+    NumpyFSLDataset. (dataset, the stream written, the tokenizer)."""
     from olmo_core.data import (
         NumpyDatasetDType,
         NumpyFSLDataset,
         NumpyFSLDatasetConfig,
         NumpyPackedFSLDataset,
         NumpyPackedFSLDatasetConfig,
+        NumpyPaddedFSLDataset,
+        NumpyPaddedFSLDatasetConfig,
         TokenizerConfig,
     )
     from olmo_core.data.utils import write_array_to_disk
@@ -44,10 +47,12 @@ def olmo_dataset(data, work: Path, packed: bool):
     path = work / "part-0-00000.npy"
     write_array_to_disk(stream, path)
     assert path.stat().st_size == stream.size * 2  # raw tokens, no header
-    config_type, dataset_type = ((NumpyPackedFSLDatasetConfig, NumpyPackedFSLDataset) if packed
-                                 else (NumpyFSLDatasetConfig, NumpyFSLDataset))
+    config_type, dataset_type = {"packed": (NumpyPackedFSLDatasetConfig, NumpyPackedFSLDataset),
+                                 "padded": (NumpyPaddedFSLDatasetConfig, NumpyPaddedFSLDataset)}.get(
+        kind, (NumpyFSLDatasetConfig, NumpyFSLDataset))
+    lengths = {} if kind == "padded" else {"generate_doc_lengths": True}  # the padded config has no such option
     config = config_type(tokenizer=tokenizer, paths=[str(path)], sequence_length=int(data["length"]),
-                         dtype=NumpyDatasetDType.uint16, generate_doc_lengths=True, work_dir=str(work / "olmo-work"))
+                         dtype=NumpyDatasetDType.uint16, work_dir=str(work / "olmo-work"), **lengths)
     dataset = config.build()
     assert type(dataset) is dataset_type, type(dataset)
     dataset.prepare()
@@ -56,7 +61,7 @@ def olmo_dataset(data, work: Path, packed: bool):
 
 def olmo(data, work: Path) -> dict:
     """OLMo-core's NumpyFSLDataset: every item and its `doc_lens`."""
-    dataset, stream, _ = olmo_dataset(data, work, packed=False)
+    dataset, stream, _ = olmo_dataset(data, work, "fsl")
     items = [dataset[i] for i in range(len(dataset))]
     doc_lens = [item["doc_lens"].numpy() for item in items]
     return {"count": len(dataset), "stream_tokens": stream.size,
@@ -68,11 +73,21 @@ def olmo_packed(data, work: Path) -> dict:
     """OLMo-core's NumpyPackedFSLDataset (OBFD packing, its default `truncate` for documents longer
     than L) over the same token file as `olmo`: every item, and each item's real tokens (its
     `label_mask`, False on the padding)."""
-    dataset, stream, tokenizer = olmo_dataset(data, work, packed=True)
+    dataset, stream, tokenizer = olmo_dataset(data, work, "packed")
     items = [dataset[i] for i in range(len(dataset))]
     real = np.array([int(item["label_mask"].sum()) for item in items])
     return {"count": len(dataset), "stream_tokens": stream.size, "pad_token_id": tokenizer.pad_token_id,
             "input_ids": np.stack([item["input_ids"].numpy() for item in items]), "real_tokens": real}
+
+
+def olmo_padded(data, work: Path) -> dict:
+    """OLMo-core's NumpyPaddedFSLDataset (one document an item, its first L tokens, padded) over the same
+    token file as `olmo`: every item with its `label_mask` (False on the padding)."""
+    dataset, stream, tokenizer = olmo_dataset(data, work, "padded")
+    items = [dataset[i] for i in range(len(dataset))]
+    return {"count": len(dataset), "stream_tokens": stream.size, "pad_token_id": tokenizer.pad_token_id,
+            "input_ids": np.stack([item["input_ids"].numpy() for item in items]),
+            "label_mask": np.stack([item["label_mask"].numpy() for item in items])}
 
 
 def megatron(data, work: Path) -> dict:
@@ -137,9 +152,10 @@ def main() -> None:
     work_dir = Path(work)
     work_dir.mkdir(parents=True, exist_ok=True)
     with np.load(source) as data:
-        result = {"olmo": olmo, "olmo_packed": olmo_packed, "megatron": megatron}[peer](data, work_dir)
+        result = {"olmo": olmo, "olmo_packed": olmo_packed, "olmo_padded": olmo_padded,
+                  "megatron": megatron}[peer](data, work_dir)
     # which files each peer package was imported from: the isolated directory, not the main environment
-    modules = {"olmo": "olmo_core", "olmo_packed": "olmo_core", "megatron": "megatron.core"}
+    modules = {"olmo": "olmo_core", "olmo_packed": "olmo_core", "olmo_padded": "olmo_core", "megatron": "megatron.core"}
     result["module_file"] = np.array(sys.modules[modules[peer]].__file__)
     np.savez(out, **result)
 

@@ -224,11 +224,11 @@ def corpus(tmp_path_factory):
     return catalog
 
 
-PAD = 60_002  # best_fit: the room after a sequence's documents
+PAD = 60_002  # best_fit, pad: the room after a sequence's documents
 
 
 def packed_spec_of(corpus, world=WORLD, batch=BATCH, packing="concat"):
-    pad = PAD if packing == "best_fit" else None
+    pad = None if packing == "concat" else PAD
     return RunSpec.create(corpus, "docs", seed=9, batch_size=batch, world_size=world, shuffle="global",
                          sequences=SequenceSpec(length=32, labels=True, eos=EOS, shuffle_documents=True,
                                                 packing=packing, pad=pad))
@@ -338,13 +338,13 @@ def read_packed(request):
     return PACKED[request.param]
 
 
-PACKINGS = pytest.mark.parametrize("packing", ["concat", "best_fit"])
-# Resume and records over both packings; best_fit's over the in-process adapters only: how worker
-# processes hand batches over does not depend on the packing (every step of both is read through
-# every adapter above), and each 2-worker case costs ~15 s.
+PACKINGS = pytest.mark.parametrize("packing", ["concat", "best_fit", "pad"])
+# Resume and records over every packing; best_fit's and pad's over the in-process adapters only: how
+# worker processes hand batches over does not depend on the packing (every step of each is read
+# through every adapter above), and each 2-worker case costs ~15 s.
 RESUMED = pytest.mark.parametrize("adapter,packing", [
     pytest.param(name, packing, marks=_packed_marks(name), id=f"{name}-{packing}")
-    for name in sorted(PACKED) for packing in ("concat", "best_fit")
+    for name in sorted(PACKED) for packing in ("concat", "best_fit", "pad")
     if packing == "concat" or not name.endswith("-2-workers")])
 
 

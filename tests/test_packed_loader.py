@@ -408,11 +408,12 @@ def test_a_token_id_past_the_type_refuses_only_the_batch_that_holds_it(tmp_path)
             np.testing.assert_array_equal(b.model_arrays(np.int32)["input_ids"], b.tokens.astype(np.int32))
 
 
-def test_best_fit_batches_hold_every_document_once_with_the_padding_masked(corpus, tmp_path):
+@pytest.mark.parametrize("packing", ["best_fit", "pad"])
+def test_best_fit_and_pad_batches_hold_every_document_once_with_the_padding_masked(corpus, tmp_path, packing):
     from dsinspect.loaders.audit.packed_replay import replay_packed
 
     catalog, docs, _ = corpus
-    seq = SequenceSpec(length=64, labels=True, eos=EOS, packing="best_fit", pad=7, shuffle_documents=True)
+    seq = SequenceSpec(length=64, labels=True, eos=EOS, packing=packing, pad=7, shuffle_documents=True)
     spec = spec_of(catalog, sequences=seq, last_batch="drop", batch_size=2)
     run = PackedRun(spec, lambda k, shard: np.array([len(d) for d in docs[shard * 25:(shard + 1) * 25]]))
     held: dict[int, list[tuple[int, int]]] = {}
@@ -427,6 +428,7 @@ def test_best_fit_batches_hold_every_document_once_with_the_padding_masked(corpu
                     np.testing.assert_array_equal(batch.tokens[i], want)
                     n = int(s.segments.sizes.sum())
                     assert batch.held[i] == n <= 65
+                    assert packing == "best_fit" or len(s.segments) == 1  # pad: one piece of one document
                     assert batch.loss_mask[i].tolist() == [True] * n + [False] * (65 - n)
                     assert (batch.segment_ids[i, n:] == 0).all() and (batch.segment_ids[i, :n] > 0).all()
                     for d, a, b in zip(s.segments.docs.tolist(), s.segments.starts.tolist(), s.segments.stops.tolist()):

@@ -44,6 +44,11 @@ OLMo-core, `NumpyPackedFSLDataset` (`NumpyPackedFSLDatasetConfig.build()`, OBFD 
 file, documents longer than L truncated by default), against dsinspect's `best_fit` over the same
 documents in one shard (L = 64, no labels, EOS after each): dsinspect pads no more, drops no token, and
 splits exactly the documents OLMo truncates.
+OLMo-core, `NumpyPaddedFSLDataset` (`NumpyPaddedFSLDatasetConfig.build()`: an item per document, its
+first L tokens (EOS included), padded with the tokenizer's pad id, `label_mask` False on the padding),
+against dsinspect's `pad` over the same documents in three shards (L = 64, no labels, EOS after each,
+`pad` = OLMo's pad id): the first piece of document d is OLMo's item d, tokens and mask; the rest of
+each document longer than L follows in pieces of its own, where OLMo drops it.
 Megatron-core (continued):
   - not compared: beyond one epoch (num_samples larger than an epoch) Megatron shuffles the documents of
     all its epochs in one permutation and its samples run on across epoch boundaries, where dsinspect
@@ -72,7 +77,7 @@ EOS = 50279  # OLMo's gpt_neox_olmo_dolma_v1_5 EOS; Megatron's NullTokenizer(voc
 SEED = 1234  # Megatron's random_seed
 FIELDS = [Field("tokens", pa.list_(pa.uint16()), "tokens", False)]
 PEERS = {"olmo": "olmo_core/__init__.py", "megatron": "megatron/core/__init__.py"}
-WORKERS = ("olmo", "olmo_packed", "megatron")  # peer_sequences_worker.py's modes, run at once
+WORKERS = ("olmo", "olmo_packed", "olmo_padded", "megatron")  # peer_sequences_worker.py's modes, run at once
 
 
 def peers_dir() -> Path:
@@ -311,3 +316,36 @@ def test_best_fit_pads_less_than_olmo_core_packed_dataset_and_drops_nothing(peer
     assert all(sum(b - a for a, b in pieces[d]) == int(n) for d, n in enumerate(sizes))  # no document loses a token
     split = {d for d, p in pieces.items() if len(p) > 1}
     assert split == set(np.flatnonzero(truncated).tolist())  # split: exactly the documents OLMo truncates
+
+
+def test_pad_is_olmo_core_padded_dataset_with_the_rest_of_each_long_document_kept(peers):
+    """Every sequence of the epoch as PackedLoader reads it (stream order: each document's pieces in a
+    row), against every item of OLMo-core's NumpyPaddedFSLDataset."""
+    docs, _, tmp = peers
+    olmo = peer_result(peers, "olmo_padded")
+    catalog = Catalog(str(tmp / "cat-pad"))
+    catalog.write_version("corpus", [{"tokens": d.tolist()} for d in docs], FIELDS,
+                          options=WriteOptions(shard_rows=100))  # the spec counts each shard's sequences
+    spec = RunSpec.create(catalog, "corpus", batch_size=16, world_size=1, shuffle="none", last_batch="pad",
+                          sequences=SequenceSpec(length=L, eos=EOS, packing="pad", pad=int(olmo["pad_token_id"])))
+    first: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # document -> its first piece's tokens and loss mask
+    rest = []  # the pieces after each document's first: (document, start, stop)
+    with PackedLoader(spec, 0, catalog, cache=ShardCache(tmp / "cache-pad")) as loader:
+        for batch in loader:  # the first epoch
+            for i, s in enumerate(batch.sequences):
+                if s.padding:
+                    continue
+                (d,), (a,), (b,) = s.segments.docs.tolist(), s.segments.starts.tolist(), s.segments.stops.tolist()
+                if a == 0:
+                    first[d] = (batch.tokens[i].copy(), batch.loss_mask[i].copy())
+                else:
+                    rest.append((d, a, b))
+    assert int(olmo["count"]) == len(docs) == len(first)
+    for d in range(len(docs)):
+        np.testing.assert_array_equal(first[d][0], olmo["input_ids"][d], err_msg=f"document {d}")
+        np.testing.assert_array_equal(first[d][1], olmo["label_mask"][d], err_msg=f"document {d}")
+    sizes = np.array([d.size + 1 for d in docs])
+    longer = np.flatnonzero(sizes > L)
+    assert len(longer) == 160
+    assert {d for d, _, _ in rest} == set(longer.tolist())  # what OLMo drops of them, dsinspect reads
+    assert sum(b - a for _, a, b in rest) == int((sizes[longer] - L).sum())

@@ -77,7 +77,7 @@ def _table(batch, decode, many: bool) -> Table:
         where = "\n".join(f"{short_address(g.address)} [{g.start}, {g.stop}) → {g.offset}" for g in segments)
         held = int(batch.held[i])
         text = decode(batch.tokens[i][:held], [g.offset for g in segments])
-        if held < batch.tokens.shape[1]:  # best_fit: the room after the documents
+        if held < batch.tokens.shape[1]:  # best_fit, pad: the room after the documents
             text += f" ‹pad ×{batch.tokens.shape[1] - held}›"
         name = f"e{s.source_epoch}:{s.sequence:,}" + (" pad" if s.padding else "")
         # data, never markup, and never terminal control: a document's text is shown as it is

@@ -9,7 +9,9 @@ written by Megatron's or OLMo's tools already end each document with it).
 
 `best_fit` packs each shard's documents into exactly ceil(shard tokens / width) sequences (so the
 manifest's per-shard counts still locate every sequence); the room a shard's sequences leave is
-filled with `pad` (default: `eos`, else 0), which the loss mask excludes.
+filled with `pad` (default: `eos`, else 0), which the loss mask excludes. `pad` puts one document in a
+sequence (a longer one in several), the rest padding: its per-shard counts depend on every document's
+length, so the run spec records them (`pad_sequences`, counted when the spec is created).
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from dsinspect.errors import UserError
 
-__all__ = ["Packing", "SequenceSpec", "sequence_count"]
+__all__ = ["Packing", "SequenceSpec", "sequence_count", "pad_sequences", "pad_bounds"]
 
 
 class Packing(str, enum.Enum):
     CONCAT = "concat"  # documents concatenated (with EOS) and cut into windows; the epoch's tail dropped
     BEST_FIT = "best_fit"  # each shard's documents packed by best-fit decreasing (sequences/best_fit.py)
+    PAD = "pad"  # one document per sequence, a longer one split into several, the rest padded (sequences/pad.py)
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class SequenceSpec:
     eos: int | None = None
     packing: Packing = Packing.CONCAT
     shuffle_documents: bool = False  # a seeded order of documents (shards, then documents within each)
-    pad: int | None = None  # best_fit: the token that fills a sequence's unused room (None: eos, else 0)
+    pad: int | None = None  # best_fit, pad: the token that fills a sequence's unused room (None: eos, else 0)
 
     def __post_init__(self) -> None:
         try:
@@ -55,7 +60,7 @@ class SequenceSpec:
             if not (isinstance(self.pad, int) and not isinstance(self.pad, bool) and self.pad >= 0):
                 raise UserError(f"pad must be a token id (an integer >= 0) or none, not {self.pad!r}")
             if self.packing is Packing.CONCAT:
-                raise UserError("pad is for best_fit packing: concat sequences are full")
+                raise UserError("pad is for best_fit and pad packing: concat sequences are full")
         for name in ("labels", "shuffle_documents"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, not {getattr(self, name)!r}")
@@ -67,13 +72,13 @@ class SequenceSpec:
 
     @property
     def overlap(self) -> int:
-        """Tokens a sequence shares with the next: 1 with labels under concat, else 0 (a best_fit
-        sequence holds its own L + 1 tokens)."""
+        """Tokens a sequence shares with the next: 1 with labels under concat, else 0 (a best_fit or
+        pad sequence holds its own L + 1 tokens)."""
         return int(self.labels and self.packing is Packing.CONCAT)
 
     @property
     def pad_token(self) -> int:
-        """The token a best_fit sequence's unused room holds."""
+        """The token a best_fit or pad sequence's unused room holds."""
         return self.pad if self.pad is not None else self.eos if self.eos is not None else 0
 
     def to_json(self) -> dict[str, Any]:
@@ -94,13 +99,32 @@ class SequenceSpec:
             raise UserError(f"{where}: malformed sequence spec ({e.__class__.__name__}: {e})") from None
 
 
-def sequence_count(shard_tokens: Sequence[int], shard_documents: Sequence[int], spec: SequenceSpec) -> int:
+def sequence_count(shard_tokens: Sequence[int], shard_documents: Sequence[int], spec: SequenceSpec,
+                   shard_sequences: Sequence[int] | None = None) -> int:
     """Sequences per epoch of a source whose shards hold `shard_documents` documents of `shard_tokens`
     tokens. `concat`: the stream (with an EOS per document when asked) cut every `length` tokens, a
     last sequence needing all its `width` tokens. `best_fit`: each shard's tokens (with EOS) in
-    ceil(tokens / width) sequences."""
+    ceil(tokens / width) sequences. `pad`: the sum of `shard_sequences` (`pad_sequences` of each shard)."""
     eos = int(spec.eos is not None)
+    if spec.packing is Packing.PAD:
+        if shard_sequences is None:
+            raise UserError("pad packing needs each shard's sequence count (RunSpec.create counts them)")
+        return sum(shard_sequences)
     if spec.packing is Packing.BEST_FIT:
         return sum(-(-(t + eos * d) // spec.width) for t, d in zip(shard_tokens, shard_documents))
     stream = sum(shard_tokens) + eos * sum(shard_documents)
     return max(0, (stream - spec.overlap) // spec.length)
+
+
+def pad_sequences(lengths: np.ndarray, spec: SequenceSpec) -> int:
+    """Sequences `pad` packing makes of documents of `lengths` tokens: ceil((m + [eos]) / width) each
+    (an empty document without EOS makes none)."""
+    sizes = np.asarray(lengths, np.int64) + int(spec.eos is not None)
+    return int((-(-sizes // spec.width)).sum())
+
+
+def pad_bounds(tokens: int, documents: int, spec: SequenceSpec) -> tuple[int, int]:
+    """The least and most sequences `pad` can make of `documents` documents holding `tokens` tokens: a
+    recorded count outside them was not counted from these documents."""
+    stream = tokens + documents * int(spec.eos is not None)
+    return -(-stream // spec.width), (stream + documents * (spec.width - 1)) // spec.width

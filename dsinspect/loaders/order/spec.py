@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.manifest import canonical_json, sha256_hex
 from dsinspect.loaders.format.pathnames import check_sha256
-from dsinspect.loaders.order.packing import SequenceSpec, sequence_count
+from dsinspect.loaders.format.token_counts import document_lengths
+from dsinspect.loaders.order.packing import Packing, SequenceSpec, pad_bounds, pad_sequences, sequence_count
 from dsinspect.loaders.store.address import check_name
 
 if TYPE_CHECKING:
@@ -40,13 +41,15 @@ class LastBatch(str, enum.Enum):
 @dataclass(frozen=True)
 class Source:
     """One dataset version in the run, with its shard sizes (the order needs them, not the data):
-    rows per shard, and for a run that packs documents into sequences, the packed field's tokens."""
+    rows per shard, and for a run that packs documents into sequences, the packed field's tokens (and
+    for `pad` packing the sequences each shard makes: the one count the manifest cannot give)."""
 
     name: str
     version: str
     shard_rows: tuple[int, ...]
     weight: float = 1.0
     shard_tokens: tuple[int, ...] | None = None
+    shard_sequences: tuple[int, ...] | None = None
 
     @cached_property
     def rows(self) -> int:
@@ -56,6 +59,8 @@ class Source:
         out = {"name": self.name, "version": self.version, "shard_rows": list(self.shard_rows), "weight": self.weight}
         if self.shard_tokens is not None:  # absent for row runs: their order hashes stay as they were
             out["shard_tokens"] = list(self.shard_tokens)
+        if self.shard_sequences is not None:  # pad packing only
+            out["shard_sequences"] = list(self.shard_sequences)
         return out
 
 
@@ -119,6 +124,17 @@ class RunSpec:
             _check(s.shard_tokens is not None and len(s.shard_tokens) == len(s.shard_rows)
                    and all(isinstance(n, int) and n >= 0 for n in s.shard_tokens),
                    f"source {s.name}@{s.version[:12]}: a run of packed sequences needs the tokens of each shard")
+            if self.sequences.packing is not Packing.PAD:
+                _check(s.shard_sequences is None, f"source {s.name}@{s.version[:12]}: shard_sequences are for pad "
+                       f"packing, not {self.sequences.packing.value}")
+                continue
+            _check(s.shard_sequences is not None and len(s.shard_sequences) == len(s.shard_rows),
+                   f"source {s.name}@{s.version[:12]}: pad packing needs the sequences of each shard")
+            for i, (n, t, d) in enumerate(zip(s.shard_sequences, s.shard_tokens, s.shard_rows)):
+                least, most = pad_bounds(t, d, self.sequences)
+                _check(isinstance(n, int) and least <= n <= most,
+                       f"source {s.name}@{s.version[:12]}: shard {i} cannot make {n!r} pad sequences of "
+                       f"{self.sequences.width:,} tokens from {d:,} documents of {t:,} tokens ({least:,} to {most:,})")
 
     def require_rows(self, reader: str) -> None:
         """Refuse a packed-sequence spec where `reader` reads rows: it would read sequence indices as rows."""
@@ -136,7 +152,8 @@ class RunSpec:
     def _source_lengths(self) -> tuple[int, ...]:
         if self.sequences is None:
             return tuple(s.rows for s in self.sources)
-        return tuple(sequence_count(s.shard_tokens, s.shard_rows, self.sequences) for s in self.sources)
+        return tuple(sequence_count(s.shard_tokens, s.shard_rows, self.sequences, s.shard_sequences)
+                     for s in self.sources)
 
     @property
     def global_batch(self) -> int:
@@ -186,7 +203,8 @@ class RunSpec:
                                 f"(format {data.get('format')!r}, expected {SPEC_FORMAT!r})")
             order, start = data["order"], data.get("start", {})
             spec = cls(sources=tuple(Source(*_source_names(s, i), tuple(int(r) for r in s["shard_rows"]),
-                                            float(s["weight"]), _counts(s.get("shard_tokens")))
+                                            float(s["weight"]), _counts(s.get("shard_tokens")),
+                                            _counts(s.get("shard_sequences"), "shard_sequences"))
                                      for i, s in enumerate(order["sources"])),
                        sequences=None if order.get("sequences") is None else
                        SequenceSpec.from_json(order["sequences"], "order.sequences"),
@@ -225,7 +243,9 @@ class RunSpec:
         for address, weight in addresses.items():
             v = catalog.resolve(address)
             tokens = None if packing is None else _shard_tokens(v, packing)
-            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight), tokens))
+            counted = _pad_counts(v, packing) if packing is not None and packing.packing is Packing.PAD else None
+            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight), tokens,
+                                  counted))
         return cls(tuple(sources), **options)
 
     def replace(self, **changes: Any) -> "RunSpec":
@@ -249,11 +269,20 @@ def _shard_tokens(version: Any, packing: SequenceSpec) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _counts(value: Any) -> tuple[int, ...] | None:
+def _pad_counts(version: Any, packing: SequenceSpec) -> tuple[int, ...]:
+    """The sequences each shard of `version` makes under `pad` packing, from its documents' lengths:
+    the packed field of every shard, read once here so that no reader ever needs them to locate a
+    sequence (an index of one number a shard, kept in the spec)."""
+    return tuple(pad_sequences(document_lengths(version.read_shard(shard, columns=[packing.field])
+                                                .column(packing.field)), packing)
+                 for shard in range(len(version.manifest.shards)))
+
+
+def _counts(value: Any, what: str = "shard_tokens") -> tuple[int, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in value):
-        raise UserError(f"shard_tokens must be a list of integers, not {value!r:.40}")
+        raise UserError(f"{what} must be a list of integers, not {value!r:.40}")
     return tuple(value)
 
 

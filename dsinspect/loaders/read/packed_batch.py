@@ -77,7 +77,7 @@ class PackedRows:
     @cached_property
     def _tiles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pieces that tile each row in order: its segments, then its padding (size 0 but for a
-        best_fit sequence with room left): (sizes, offsets in the row, numbers from 1 within the row,
+        best_fit or pad sequence with room left): (sizes, offsets in the row, numbers from 1 within the row,
         0 for padding), int32. Segment i of row j is piece i + j; j's padding follows its last
         segment. (Numpy's cumsum is ~5x slower than the `repeat`s these feed: no running sums.)"""
         owner, size, offset = self.flat
@@ -123,7 +123,7 @@ class PackedRows:
         owner, size, offset = self.flat
         start, end = np.minimum(offset, length), np.minimum(offset + size, length)
         keep = end > start  # segments past `length` (a label token's) hold none of the first `length`
-        padded = np.flatnonzero(self.held < length)  # best_fit padding, or a row with no segment: one more
+        padded = np.flatnonzero(self.held < length)  # best_fit or pad padding, or a row with no segment: one more
         return np.sort(np.concatenate([[0], end[keep] + owner[keep] * length, padded * length + length]))
 
     def model_arrays(self, token_dtype: type, a: int, b: int) -> dict[str, np.ndarray]:
@@ -216,7 +216,7 @@ class PackedBatch:
 
     @property
     def held(self) -> np.ndarray:
-        """Per sequence, the document tokens it holds: W, or fewer for a best_fit sequence whose room
+        """Per sequence, the document tokens it holds: W, or fewer for a best_fit or pad sequence whose room
         after them is padding (`pad_token`)."""
         return self.rows.held[self.a:self.b]
 
@@ -236,7 +236,7 @@ class PackedBatch:
     @property
     def loss_mask(self) -> np.ndarray:
         """[B, W] bool: False over a padding sequence (its tokens count once, in the batch that read them)
-        and over the padding after a best_fit sequence's documents."""
+        and over the padding after a best_fit or pad sequence's documents."""
         return self.rows.loss_mask[self.a:self.b]
 
     @property
@@ -248,7 +248,7 @@ class PackedBatch:
     def cu_seqlens_of(self, length: int) -> np.ndarray:
         """`cu_seqlens` of the first `length` tokens of each sequence, flattened to `[B * length]` (the
         model's inputs `tokens[:, :L]` when the sequences carry a label token: the last segment ends at L).
-        The padding after a best_fit sequence's documents is one more segment."""
+        The padding after a best_fit or pad sequence's documents is one more segment."""
         cuts = self.rows.cuts(length)
         lo, hi = np.searchsorted(cuts, [self.a * length, self.b * length], side="left")
         return (cuts[lo:hi + 1] - self.a * length).astype(np.int32)

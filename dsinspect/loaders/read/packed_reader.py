@@ -120,7 +120,7 @@ class PackedReader:
         ends = np.concatenate([[0], np.cumsum(sizes)])  # where each segment ends in the batches' documents
         held = ends[table.bounds[1:]] - ends[table.bounds[:-1]]
         wrong = held > width
-        if self.spec.sequences.packing is Packing.CONCAT:  # a concat sequence is full; best_fit's room is padding
+        if self.spec.sequences.packing is Packing.CONCAT:  # a concat sequence is full; the others' room is padding
             wrong |= held < width
         if wrong.any():
             i = int(np.flatnonzero(wrong)[0])
@@ -129,7 +129,7 @@ class PackedReader:
                                  f"segments hold {int(held[i])} tokens, not {width}")
         owner = table.owner
         dest = owner * width + ends[:-1] - ends[table.bounds[owner]]  # where each segment goes in the flat batch
-        flat = np.full(n * width, self.spec.sequences.pad_token, self.dtype)  # best_fit: room is padding
+        flat = np.full(n * width, self.spec.sequences.pad_token, self.dtype)  # best_fit, pad: room is padding
         hashes = np.empty((len(docs), 16), np.uint8)
         source = table.sources[owner]
         for k, (rows_of_shard, shard) in self._by_shard(source, docs).items():

@@ -1,6 +1,6 @@
 """A run of packed sequences: what each (step, rank) reads, down to document segments, and where any
 document was read. The run spec's order (order/plan.py) picks sequence indices exactly as it picks
-rows; each source's packing (concat.py) turns an index into documents, and back."""
+rows; each source's packing (concat.py, best_fit.py, pad.py) turns an index into documents, and back."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from dsinspect.loaders.order.packing import Packing
 from dsinspect.loaders.order.plan import BatchPlan, plan_batch
 from dsinspect.loaders.order.spec import RunSpec
 from dsinspect.loaders.sequences.best_fit import BestFitPlan
+from dsinspect.loaders.sequences.blocks import BlockPlan
 from dsinspect.loaders.sequences.concat import ConcatPlan
 from dsinspect.loaders.sequences.layout import TokenLayout
+from dsinspect.loaders.sequences.pad import PadPlan
 from dsinspect.loaders.sequences.segments import DocumentSpan, Segments
 
 __all__ = ["PackedRun", "PackedSequence", "SequenceTable", "DocumentReading"]
@@ -102,6 +104,17 @@ class DocumentReading:
     span: DocumentSpan
 
 
+def _plan(spec: RunSpec, k: int, lengths: Callable[[int], np.ndarray]) -> ConcatPlan | BlockPlan:
+    """Source k's packing."""
+    s, packing = spec.sources[k], spec.sequences
+    layout = TokenLayout(np.asarray(s.shard_rows), np.asarray(s.shard_tokens), lengths)
+    if packing.packing is Packing.BEST_FIT:
+        return BestFitPlan(layout, packing, spec.seed, k)
+    if packing.packing is Packing.PAD:
+        return PadPlan(layout, packing, spec.seed, k, np.asarray(s.shard_sequences))
+    return ConcatPlan(layout, packing, spec.seed, k)
+
+
 class PackedRun:
     """`lengths(source, shard)` gives the document lengths of one shard of a source, in stored order
     (the caller's I/O; asked only for the shards a located sequence or document touches)."""
@@ -110,9 +123,7 @@ class PackedRun:
         if spec.sequences is None:
             raise UserError("this run reads rows, not packed sequences (its spec has no `sequences`)")
         self.spec = spec
-        plan = BestFitPlan if spec.sequences.packing is Packing.BEST_FIT else ConcatPlan
-        self.plans = [plan(TokenLayout(np.asarray(s.shard_rows), np.asarray(s.shard_tokens), partial(lengths, k)),
-                           spec.sequences, spec.seed, k) for k, s in enumerate(spec.sources)]
+        self.plans = [_plan(spec, k, partial(lengths, k)) for k in range(len(spec.sources))]
 
     def batch(self, step: int, rank: int) -> list[PackedSequence]:
         """Each slot of `rank`'s batch at `step`: its sequence and that sequence's document segments."""

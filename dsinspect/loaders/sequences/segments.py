@@ -52,7 +52,7 @@ class DocumentSpan:
 def assemble(segments: Segments, tokens_of: Callable[[int], np.ndarray], eos: int | None,
              width: int | None = None, pad: int = 0) -> np.ndarray:
     """The sequence's tokens: each segment's stretch of its document (EOS appended when given), then
-    `pad` up to `width` tokens when given (a best_fit sequence's room after its documents)."""
+    `pad` up to `width` tokens when given (a best_fit or pad sequence's room after its documents)."""
     parts = []
     for doc, start, stop in zip(segments.docs.tolist(), segments.starts.tolist(), segments.stops.tolist()):
         tokens = np.asarray(tokens_of(doc))

@@ -24,7 +24,7 @@ is a gap).
 
 A run that packs documents into sequences (its spec has `sequences`) replays as a row per sequence
 (`e<epoch>:<index>`, then `pad` and dimmed for a repeat filling the epoch's last batch): its documents
-decoded with the stored tokenizer and set apart, best_fit padding as `‹pad ×n›`. Enter on a row opens
+decoded with the stored tokenizer and set apart, best_fit or pad padding as `‹pad ×n›`. Enter on a row opens
 the sequence's segments (each document's address, token range and place in the sequence); enter on a
 segment opens that document as a sample.
 

@@ -36,7 +36,7 @@ class SequenceView:
     padding: bool             # a repeat filling the epoch's last batch: every token masked from the loss
     segments: tuple[Any, ...]  # packed_batch.Segment: address, start, stop, offset
     texts: tuple[str, ...]    # each segment's tokens decoded (ids without a tokenizer)
-    pad: int                  # best_fit: the padding tokens after the documents
+    pad: int                  # best_fit, pad: the padding tokens after the documents
     width: int                # W: tokens in the sequence
     digest: str
     damaged: frozenset[str]   # addresses of its documents whose bytes no longer hash as stored

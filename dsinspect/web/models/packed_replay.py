@@ -130,7 +130,7 @@ def _escaped(text: str) -> str:
 def packed_html(batch: dict[str, Any], pad_token: int) -> str:
     """One rank's sequences (a `packed_replay_model` batch) as one line of HTML: a row per slot, each
     document's list entry a link to its sample and its text on the background of its document
-    (alternating), the padding after a best_fit sequence's documents hatched, loss-masked tokens faded."""
+    (alternating), the padding after a best_fit or pad sequence's documents hatched, loss-masked tokens faded."""
     rows = ["<tr><th>slot</th><th>sequence</th><th>documents [tokens taken) → at</th><th>text</th>"
             "<th>digest</th></tr>"]
     for s in batch["sequences"]:
