@@ -14,8 +14,10 @@ Readers (each a row of the table; the peers' packing conventions differ, see "to
 - `olmo-fsl`: OLMo-core `NumpyFSLDataset` (L tokens every L) over a flat token file written by OLMo's
   `write_array_to_disk` (EOS after each document), `NumpyDataLoaderBase.wrap_numpy_dataset(...)` (its
   seeded global shuffle; at 0 workers it reads with 4 threads of its own). `olmo-padded`
-  (`NumpyPaddedFSLDataset`, one document per sequence) and `olmo-packed` (`NumpyPackedFSLDataset`, OBFD
-  packing) are other packing modes, reported apart and not counted as "best peer".
+  (`NumpyPaddedFSLDataset`, one document per sequence, its first L tokens) and `olmo-packed`
+  (`NumpyPackedFSLDataset`, OBFD packing) are other packing modes, reported apart beside
+  `dsinspect-pad` and `dsinspect-best-fit` (PackedLoader, 0 workers, `packing="pad"` / `"best_fit"`:
+  L + 1 tokens a sequence, a longer document in pieces, nothing dropped) and not counted as "best peer".
 - `litdata`: LitData `StreamingDataset(item_loader=TokensLoader(L + 1), shuffle=True, seed=...)` over
   `optimize(..., item_loader=TokensLoader())` output, `StreamingDataLoader`.
 - `datatrove`: `DatatroveFolderDataset(seq_len=L)` (L + 1 tokens every L + 1) over `.ds` + `.ds.index`
@@ -208,11 +210,13 @@ if reader in ("megatron", "datatrove", "nanogpt"):
     from torch.utils.data import DataLoader, Dataset, RandomSampler
 out["import_s"] = time.perf_counter() - t
 
+PACKINGS = {"dsinspect": "concat", "dsinspect-pad": "pad", "dsinspect-best-fit": "best_fit"}  # PackedLoader alone
+
 def tokens_of(batch):  # the [B, W] token block of one batch, as a numpy view
-    if reader.startswith("dsinspect") and reader != "dsinspect":
-        return batch["input_ids"].numpy()
-    if reader == "dsinspect":
+    if reader in PACKINGS:
         return batch.tokens
+    if reader.startswith("dsinspect"):
+        return batch["input_ids"].numpy()
     if reader == "megatron":
         return batch["tokens"].numpy()
     if reader.startswith("olmo") or reader == "datatrove":
@@ -226,7 +230,8 @@ width = L + 1
 if reader.startswith("dsinspect"):
     catalog = Catalog(root + "/cat")
     spec = RunSpec.create(catalog, "corpus", seed=SEED, batch_size=B, world_size=1, shuffle="global",
-                          sequences=SequenceSpec(length=L, labels=True, eos=EOS, shuffle_documents=True))
+                          sequences=SequenceSpec(length=L, labels=True, eos=EOS, shuffle_documents=True,
+                                                 packing=PACKINGS.get(reader, "concat")))
     epoch = spec.epoch_length // B
     if reader == "dsinspect-ptl":
         loader = PackedTorchLoader(spec, catalog, rank=0, num_workers=workers)
@@ -235,7 +240,7 @@ if reader.startswith("dsinspect"):
     source = loader
     if reader == "dsinspect-torch":
         source = (packed_to_torch(b) for b in loader)
-    if reader != "dsinspect":
+    if reader not in PACKINGS:
         width = L  # input_ids: the first L of the L + 1 tokens (labels the last L)
 elif reader == "megatron":
     tokenizer = MegatronTokenizer.from_pretrained(metadata_path={"library": "null"}, vocab_size=EOS)
@@ -333,15 +338,24 @@ cpu1 = tree_cpu()
 out["first_batch_s"] = t1 - t
 edges = []  # the first and last 8 tokens of every sequence: equal batches at 0 and 2 workers or not
 shapes = set()
+real = [0, 0]  # document tokens (not padding) of the tokens handed over, counted apart from the clock
 def keep(batch):
     block = tokens_of(batch)
     shapes.add(block.shape)
     edges.append(np.concatenate([block[:, :8], block[:, -8:]], axis=1).astype(np.int64))
+    if reader in PACKINGS:
+        real.append(int(batch.held.sum()))
+    elif reader.startswith("olmo") and "label_mask" in batch:
+        real.append(int(batch["label_mask"].sum()))
+    else:
+        real.append(block.size)
+    real[1] += block.size
     return block.shape[0] * block.shape[1]
 n = 0
 keep(first)
 for _ in range(batches - 1):
     n += keep(next(it))
+out["real_fraction"] = sum(real[2:]) / real[1]
 took = time.perf_counter() - t1
 out["tokens_per_cpu_s"] = n / max(tree_cpu() - cpu1, 1e-9)
 out["tokens_per_s"] = n / took
@@ -361,13 +375,13 @@ os._exit(0)  # workers and prefetch threads are not part of the measurement
 """
 
 READERS = ["gather", "dsinspect", "dsinspect-torch", "dsinspect-ptl", "megatron", "olmo-fsl", "litdata",
-           "datatrove", "nanogpt", "olmo-padded", "olmo-packed"]
+           "datatrove", "nanogpt", "olmo-padded", "dsinspect-pad", "olmo-packed", "dsinspect-best-fit"]
 PEERS = {"megatron", "olmo-fsl", "olmo-padded", "olmo-packed", "litdata", "datatrove"}
 BEST_PEER_CANDIDATES = {"megatron", "olmo-fsl", "litdata", "datatrove", "nanogpt"}
 WRITER = {"megatron": "megatron", "olmo-fsl": "olmo", "olmo-padded": "olmo", "olmo-packed": "olmo",
           "litdata": "litdata", "datatrove": "datatrove"}
 PAIRS = {"dsinspect-torch": ("dsinspect-torch", "dsinspect-ptl")}  # PackedLoader at 0 against PackedTorchLoader at 2
-WORKERS = {"gather": [0], "dsinspect": [0], "dsinspect-torch": [0]}
+WORKERS = {"gather": [0], "dsinspect": [0], "dsinspect-torch": [0], "dsinspect-pad": [0], "dsinspect-best-fit": [0]}
 
 
 def tree_memory(pid: int) -> tuple[int, int]:
@@ -538,6 +552,7 @@ def main() -> None:
             "rss_mb": med([c["peak_rss"] / 2**20 for c in colds]),
             "uss_mb": med([c["peak_uss"] / 2**20 for c in colds]),
             "width": colds[0]["width"] if colds else None,
+            "real_fraction": med([w["real_fraction"] for w in warms]),
             "epoch_batches": colds[0]["epoch_batches"] if colds else None,
             "edges": colds[0]["edges"] if colds else None, "problem": problem}
     limit = rows.get(("gather", 0), {}).get("mtok_s")
@@ -546,7 +561,7 @@ def main() -> None:
                    default=0) for w in (0, 2)}
     header = (f"{'reader':<18}{'wk':>3}{'tok/seq':>8}{'Mtok/s':>8}{'x limit':>8}{'x best':>8}{'Mtok/cpu-s':>11}"
               f"{'x limit':>8}{'1st ms':>8}"
-              f"{'import s':>9}{'build s':>8}{'RSS MB':>8}{'USS MB':>8}  0 vs 2 workers")
+              f"{'import s':>9}{'build s':>8}{'RSS MB':>8}{'USS MB':>8}{'real %':>7}  0 vs 2 workers")
     print()
     print(header)
     print("-" * len(header))
@@ -566,7 +581,8 @@ def main() -> None:
               f"{fmt(row['mtok_cpu_s'], '.1f'):>11}"
               f"{fmt(row['mtok_cpu_s'] / limit_cpu if row['mtok_cpu_s'] and limit_cpu else None, '.2f'):>8}"
               f"{fmt(row['first_ms'], '.0f'):>8}{fmt(row['import_s'], '.2f'):>9}{fmt(row['build_s'], '.3f'):>8}"
-              f"{fmt(row['rss_mb'], '.0f'):>8}{fmt(row['uss_mb'], '.0f'):>8}  {same}"
+              f"{fmt(row['rss_mb'], '.0f'):>8}{fmt(row['uss_mb'], '.0f'):>8}"
+              f"{fmt(row['real_fraction'] * 100 if row['real_fraction'] is not None else None, '.1f'):>7}  {same}"
               + (f"  [{row['problem']}]" if row["problem"] else ""))
     end_load = os.getloadavg()
     print(f"\n{args.batches} batches of {BATCH} per reader. Mtok/s: median of {args.repeat} warm runs over batches "
@@ -574,7 +590,8 @@ def main() -> None:
           f"the gather; x best: against the fastest of {', '.join(sorted(BEST_PEER_CANDIDATES))} at the same "
           f"worker count. Mtok/cpu-s: the same tokens per CPU second of the process and its workers (less "
           f"sensitive to other load), x limit: against the gather's. 1st ms, import, build, RSS/USS (peak, "
-          f"process + workers): cold runs. 0 vs 2 workers: the first and last 8 tokens of every sequence.")
+          f"process + workers): cold runs. real %: the share of those tokens that are document tokens, not "
+          f"padding. 0 vs 2 workers: the first and last 8 tokens of every sequence.")
     print(f"load average at end: {end_load[0]:.2f} {end_load[1]:.2f} {end_load[2]:.2f}")
     if args.json:
         for row in rows.values():
