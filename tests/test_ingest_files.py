@@ -137,8 +137,8 @@ def test_an_interrupted_files_ingest_resumes_and_a_rewritten_file_is_read_again(
 def test_a_folder_with_other_files_needs_the_kind_named(tmp_path):
     write(str(tmp_path / "media"), images())
     (tmp_path / "media" / "notes.txt").write_text("shot in May")
-    with pytest.raises(UserError, match=r"media: no JSONL, Parquet, Arrow, tar or MDS files, nor only images and "
-                                        r"videos, found; pass the kind \(.*files\)"):
+    with pytest.raises(UserError, match=r"media: no JSONL, Parquet, Arrow, tar, MDS or token files, nor only images "
+                                        r"and videos, found; pass the kind \(.*files.*\)"):
         detect_source(str(tmp_path / "media"))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("DSINSPECT_CATALOG", None)

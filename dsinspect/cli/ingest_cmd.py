@@ -59,11 +59,13 @@ def ingest_progress(description: str) -> Iterator[Callable]:
         yield update
 
 
-@click.command(short_help="Import jsonl, parquet, hf, webdataset, mds or files as a new version.")
+@click.command(short_help="Import jsonl, parquet, hf, webdataset, mds, files, megatron, olmo, nanogpt, litdata or "
+                          "datatrove as a version.")
 @click.argument("source")
 @click.argument("name")
 @click.option("--kind", default=None,
-              help="Source kind: jsonl, parquet, hf, webdataset, mds, files (default: guessed).")
+              help="Source kind: jsonl, parquet, hf, webdataset, mds, files, megatron, olmo, nanogpt, litdata, "
+                   "datatrove (default: guessed).")
 @click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
 @click.option("--key", default=None, metavar="FIELD",
               help="The row key diff matches rows by. Default: the key of NAME's latest version; else a files "
@@ -85,8 +87,9 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
            no_key: bool, tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
            catalog_url: str | None, as_json: bool) -> None:
     """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS, a folder of images or
-    videos: files; any fsspec URL) as a new version of NAME (parent: its current latest) in a named
-    catalog (--catalog or DSINSPECT_CATALOG). Re-running an interrupted ingest resumes it."""
+    videos: files; a tokenized pretraining corpus: Megatron .bin/.idx, OLMo token memmaps, nanoGPT .bin,
+    LitData token chunks, datatrove .ds; any fsspec URL) as a new version of NAME (parent: its current
+    latest) in a named catalog (--catalog or DSINSPECT_CATALOG). Re-running an interrupted ingest resumes it."""
     from dsinspect.inspect.sizes import human_bytes
     from dsinspect.loaders.ingest import run_ingest
 
@@ -112,8 +115,9 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
 @click.command()
 @click.argument("address")
 @click.argument("dest")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl", "webdataset"]), required=True,
-              help="Output format; one file per shard.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl", "webdataset", "megatron", "olmo", "nanogpt"]),
+              required=True, help="Output format: parquet, jsonl, webdataset (one file per shard), or a "
+              "tokens field as Megatron .bin/.idx, OLMo token memmaps or nanoGPT .bin (docs/INGEST.md).")
 @catalog_option
 @json_option
 @click.pass_context

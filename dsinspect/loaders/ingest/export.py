@@ -1,4 +1,6 @@
-"""Export a version as Parquet, JSON Lines or WebDataset tar files, one file per shard, on any fsspec URL.
+"""Export a version as Parquet, JSON Lines or WebDataset tar files, one file per shard, on any fsspec URL;
+or its tokens in a pretraining format (`megatron`, `olmo`, `nanogpt`: the modules of those sources
+write them, as the ecosystem's own writer does).
 
 Every export writes a `_dsinspect.export` sidecar (fields with exact types, roles and options, the key,
 how each value was written) and copies side files (tokenizers) under `_blobs/`; a Parquet export
@@ -36,7 +38,11 @@ from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["FORMATS", "export_version", "read_exported_blobs"]
 
-FORMATS = ("parquet", "jsonl", "webdataset")
+FORMATS = ("parquet", "jsonl", "webdataset", "megatron", "olmo", "nanogpt")
+# the pretraining formats: a tokens field written as the ecosystem's own writer writes it (each module says how)
+_TOKEN_FORMATS = {"megatron": "dsinspect.loaders.ingest.megatron:export_megatron",
+                  "olmo": "dsinspect.loaders.ingest.token_memmaps:export_olmo",
+                  "nanogpt": "dsinspect.loaders.ingest.token_memmaps:export_nanogpt"}
 _EXT = {"parquet": "parquet", "jsonl": "jsonl", "webdataset": "tar"}
 _MTIME = 0  # fixed member times: the same version exports to the same bytes
 _USTAR_NAME = 100  # bytes of a member name without a '/' (USTAR keeps exports readable by every tar reader)
@@ -47,6 +53,10 @@ def export_version(version: DatasetVersion, fmt: str, dest: str,
     """Write `version` to the directory `dest`; a summary (files, rows, format)."""
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r} (formats: {', '.join(FORMATS)})")
+    if fmt in _TOKEN_FORMATS:
+        import pkgutil
+
+        return pkgutil.resolve_name(_TOKEN_FORMATS[fmt])(version, dest, on_rows)
     fs, root = url_to_fs(dest)
     refuse_read_only(fs, root)
     if fs.exists(root) and (not fs.isdir(root) or fs.ls(root, detail=False)):
