@@ -36,7 +36,7 @@ from dsinspect.loaders.ingest.restore import SIDECAR, SIDECAR_FORMAT, SIDECAR_KE
 from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs, write_atomic
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["FORMATS", "export_version", "read_exported_blobs"]
+__all__ = ["FORMATS", "export_version", "read_exported_blobs", "write_sidecar"]
 
 FORMATS = ("parquet", "jsonl", "webdataset", "megatron", "olmo", "nanogpt")
 # the pretraining formats: a tokens field written as the ecosystem's own writer writes it (each module says how)
@@ -77,12 +77,23 @@ def export_version(version: DatasetVersion, fmt: str, dest: str,
                 _write_tar(out, version, groups, start, sidecar["columns"], on_rows)
         start += version.manifest.shards[shard].rows
         files.append(fs.unstrip_protocol(path))
+    write_sidecar(version, fs, root, sidecar)
+    return {"address": version.address, "id": version.id, "format": fmt, "dest": dest, "files": files,
+            "rows": version.num_rows}
+
+
+def write_sidecar(version: DatasetVersion, fs: Any, root: str, sidecar: dict | None = None) -> None:
+    """The export's side files (tokenizers, under `_blobs/`) and its sidecar (default: one without
+    encodings, column names or layout, as a pretraining format's export writes it), so that ingesting
+    `root` restores the version's fields, roles, options and key."""
+    if sidecar is None:
+        sidecar = {"format": SIDECAR_FORMAT, "export": "tokens", "source": version.address, "version_id": version.id,
+                   "fields": [f.to_json() for f in version.fields], "key": version.manifest.key, "encodings": {},
+                   "columns": {}, "blobs": [blob for blob, _ in _blobs(version)], "layout": {}}
     for blob, data in _blobs(version):
         path = join(root, "_blobs", check_sha256(blob["sha256"], "tokenizer blob sha256"))
         write_atomic(fs, path, data)  # no file ending: kind detection skips it
     write_atomic(fs, join(root, SIDECAR), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
-    return {"address": version.address, "id": version.id, "format": fmt, "dest": dest, "files": files,
-            "rows": version.num_rows}
 
 
 def read_exported_blobs(url: str, sidecar: dict, have: Callable[[str, str], bool] = lambda sha, ext: False
