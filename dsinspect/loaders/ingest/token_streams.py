@@ -10,10 +10,14 @@ allocated: `check_declared`, `check_offsets`) and hands this module a file's doc
 tokens are then read by ranged reads, a batch of documents at a time (`document_batches`,
 `eos_batches`), so a 1 GiB stream converts under the same memory bound as any source.
 
-A row: `tokens` (a list of the stored integer type, exactly the tokens of the stream: EOS included
-where the stream holds it, so the rows of a file concatenated are its token stream bit for bit),
-`file` (the token file's path relative to the source URL), `document` (the document's index in that
-file) and `offset` (where its first token sits in the file, in tokens).
+A row: `id` (`FILE:INDEX`, the version's key: the document's index in its token file, the file's
+path relative to the source URL), `tokens` (a list of the stored integer type, exactly the tokens of
+the stream: EOS included where the stream holds it, so the rows of a file concatenated are its token
+stream bit for bit), `file` and `document` (the two parts of `id`, for queries and exports). A
+document's token offset in its file is not stored: it is the sum of the lengths before it
+(`dsinspect query NAME --sql "SELECT id, sum(tokens_len) OVER (PARTITION BY file ORDER BY document) -
+tokens_len AS token_offset FROM v"`); stored, it would change for every later document when one
+document's length changes, and `dsinspect diff` would name them all instead of the one that changed.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ TOKEN_TYPES = {name: np.dtype(name).newbyteorder("<") for name in
 
 def document_schema(dtype: np.dtype) -> pa.Schema:
     """The rows of a token-stream source whose tokens are of `dtype`."""
-    return pa.schema([pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype.newbyteorder("="))), nullable=False),
+    return pa.schema([pa.field("id", pa.string(), nullable=False),
+                      pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype.newbyteorder("="))), nullable=False),
                       pa.field("file", pa.string(), nullable=False),
-                      pa.field("document", pa.int64(), nullable=False),
-                      pa.field("offset", pa.int64(), nullable=False)])
+                      pa.field("document", pa.int64(), nullable=False)])
 
 
 def check_declared(count: int, itemsize: int, available: int, where: str, what: str) -> None:
@@ -91,7 +95,7 @@ def document_batches(url: str, name: str, dtype: np.dtype, offsets: np.ndarray, 
             if len(data) != (hi - lo) * item:
                 raise UserError(f"{url}: ends at byte {base + lo * item + len(data):,}; documents {first + a:,}.."
                                 f"{first + b - 1:,} need it to reach byte {base + hi * item:,} (truncated?)")
-            yield _batch(schema, np.frombuffer(data, dtype), offsets[a:b + 1] - lo, name, first + a, offsets[a:b])
+            yield _batch(schema, np.frombuffer(data, dtype), offsets[a:b + 1] - lo, name, first + a)
             a = b
 
 
@@ -108,7 +112,7 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
         f.seek(base)
         read = 0
         carry = np.zeros(0, dtype)  # the tokens of a document still open at the end of the last block
-        document = at = 0  # the next document's index and first token
+        document = 0  # the next document's index
         while True:
             want = block if size is None else min(block, size - read)
             data = f.read(want) if want > 0 else b""
@@ -125,24 +129,20 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
             for i in range(0, len(ends), BATCH_ROWS):
                 first, stops = starts[i:i + BATCH_ROWS], ends[i:i + BATCH_ROWS]
                 lo = int(first[0])
-                yield _batch(schema, tokens[lo:int(stops[-1])], np.concatenate([[0], stops - lo]), name, document,
-                             at + first)
+                yield _batch(schema, tokens[lo:int(stops[-1])], np.concatenate([[0], stops - lo]), name, document)
                 document += len(first)
             done = int(ends[-1]) if len(ends) else 0
-            at += done
             carry = tokens[done:].copy()
             if last:
                 return
 
 
-def _batch(schema: pa.Schema, values: np.ndarray, offsets: np.ndarray, name: str, first: int,
-           starts: np.ndarray) -> pa.RecordBatch:
-    """Documents `first`.. whose tokens are `values` cut at `offsets` (relative, from 0), first tokens
-    at `starts` (absolute, in tokens)."""
+def _batch(schema: pa.Schema, values: np.ndarray, offsets: np.ndarray, name: str, first: int) -> pa.RecordBatch:
+    """Documents `first`.. of the file `name`, whose tokens are `values` cut at `offsets` (from 0)."""
     n = len(offsets) - 1
     tokens = pa.ListArray.from_arrays(pa.array(np.asarray(offsets, np.int32)),
                                       pa.array(values.astype(values.dtype.newbyteorder("="), copy=False)))
+    documents = np.arange(first, first + n, dtype=np.int64)
     return pa.RecordBatch.from_arrays(
-        [tokens, pa.array([name] * n, pa.string()),
-         pa.array(np.arange(first, first + n, dtype=np.int64)), pa.array(np.asarray(starts, np.int64))],
-        schema=schema)
+        [pa.array([f"{name}:{d}" for d in documents.tolist()], pa.string()), tokens, pa.array([name] * n, pa.string()),
+         pa.array(documents)], schema=schema)
