@@ -145,15 +145,16 @@ def _scan(index: _Index, bin_url: str, bin_size: int) -> list[tuple[int, int, in
             b = min(a + _CHUNK, index.sequences)
             ends = _check_sequences(index, index.entries(f, "sequence_lengths", a, b),
                                     index.entries(f, "sequence_pointers", a, b), a, at, bin_url, bin_size)
+            bounds = np.concatenate([[at], ends])  # where sequences a.. start, and where the last ends
             while True:  # cut before the first sequence past a part's bounds (a longer one alone)
                 stop = min(a + int(np.searchsorted(ends, start_byte + PART_BYTES, side="right")),
                            start + PART_SEQUENCES)
                 stop = max(stop, start + 1)
                 if stop >= b:
                     break
-                cuts.append((start, stop, int(ends[stop - 1 - a]) - start_byte))
-                start, start_byte = stop, int(ends[stop - 1 - a])
-            at = int(ends[-1])
+                cuts.append((start, stop, int(bounds[stop - a]) - start_byte))
+                start, start_byte = stop, int(bounds[stop - a])
+            at = int(bounds[-1])
         if at != bin_size:
             raise UserError(f"{bin_url}: {bin_size:,} bytes, but the sequence_lengths of {index.url} add up to "
                             f"{at:,} bytes of {index.dtype.name} tokens")
