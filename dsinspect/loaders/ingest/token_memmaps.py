@@ -415,8 +415,9 @@ class _Writer:
             meta = path[:-len(self.fmt.suffix)] + METADATA
             self.meta_out = self.fs.open(meta, "wb")
             self.files.append(self.fs.unstrip_protocol(meta))
-            # as OLMo-core's write_document_indices writes it (gzip.open(path, "wt"), a write per line: deflate's
-            # blocks depend on how the text arrives), without the time of writing
+            # as OLMo-core's write_document_indices writes it, without the time of writing: through a text
+            # wrapper as gzip.open(path, "wt") does, whose close flushes the gzip stream (a zlib sync flush,
+            # which changes the bytes) before ending it
             self.metadata = io.TextIOWrapper(gzip.GzipFile(meta.rsplit("/", 1)[-1], "wb", 9, self.meta_out, mtime=0),
                                              encoding="utf-8")
         self.tokens = self.document = 0
@@ -441,8 +442,7 @@ class _Writer:
         offsets = tokens.offsets.to_numpy()
         bounds = self.tokens + (offsets - offsets[0])
         if self.metadata is not None:
-            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                self.metadata.write(f"{a},{b}\n")
+            self.metadata.write("".join(f"{a},{b}\n" for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())))
         self._check(rows, data, offsets - offsets[0])
         self.tokens, self.document = int(bounds[-1]), self.document + rows.num_rows
 
