@@ -255,6 +255,22 @@ def test_hand_written_files_read_back_from_every_url_form(tmp_path):
         assert one.drop_columns(["id", "file"]).equals(table.slice(1).drop_columns(["id", "file"]))
 
 
+def test_over_fsspec_memory_as_over_a_folder(tmp_path):
+    import fsspec
+
+    write_litdata(tmp_path / "lit", [d.astype(np.uint16) for d in docs_of(6, 7)], per_chunk=3)
+    write_datatrove(tmp_path / "dt", "a.ds", docs_of(7, 5), loss=True)
+    memory, root = fsspec.filesystem("memory"), f"/litdata-datatrove-{os.getpid()}"
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            memory.pipe(f"{root}/{path.relative_to(tmp_path)}", path.read_bytes())
+    try:
+        for name in ("lit", "dt", "dt/a.ds.index"):
+            assert read_all(f"memory://{root}/{name}")[1].equals(read_all(tmp_path / name)[1])
+    finally:
+        memory.rm(root, recursive=True)
+
+
 def test_a_large_ds_converts_in_parts_of_whole_documents(tmp_path, monkeypatch):
     docs = docs_of(3, 300)
     write_datatrove(tmp_path / "dt", "a.ds", docs, loss=True)
