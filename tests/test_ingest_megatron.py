@@ -350,6 +350,13 @@ def test_an_index_without_its_bin_is_one_line(tmp_path):
     one_line_error(run_cli("--catalog", tmp_path / "c", "ingest", idx, "x"), "x.idx", "has no x.bin beside it")
 
 
+def test_pairs_of_different_token_types_are_one_line(tmp_path):
+    write_pair(tmp_path / "a")
+    write_pair(tmp_path / "b", code=4, lengths=(5,), bin_size=20)
+    one_line_error(run_cli("--catalog", tmp_path / "c", "ingest", tmp_path, "x"), "b.idx", "int32", "a.idx", "uint16",
+                   "separately")
+
+
 def test_a_declared_2_to_the_60_allocates_nothing(tmp_path):
     for i, arguments in enumerate(({"n": 2**60}, {"d": 2**60}, {"n": 2**60 - 1, "d": 2**60 - 1})):
         idx = write_pair(tmp_path / f"x{i}", **arguments)

@@ -279,7 +279,7 @@ def _starts(f, index: _Index, a: int, b: int, entry: int) -> np.ndarray:
     counts = np.zeros(b - a, np.int64)
     for at in range(entry, index.documents, _CHUNK):
         values = index.entries(f, "document_indices", at, min(at + _CHUNK, index.documents))
-        counts += np.bincount(values[values < b] - a, minlength=b - a)
+        counts += np.bincount(values[(values >= a) & (values < b)] - a, minlength=b - a)
         if values[-1] >= b:
             break
     return counts
