@@ -1,6 +1,7 @@
 """Ingest of tokenized pretraining corpora: MB/s of `dsinspect ingest` of a >= 1 GB token file, inline and with
 the process pool, against a plain np.memmap copy of the same file (what moving the tokens costs at the
-least); peak RSS of each ingest; the load average before and after. Not a test.
+least); CPU seconds (this process and its children: what a busy machine cannot hide) and peak RSS of each
+ingest; the load average before and after. Not a test.
 
 Each format is a writer in `WRITERS` (format -> function writing a corpus of about N bytes of tokens in
 that format's layout with numpy, returning the source to ingest and the token files in it); add one to
@@ -157,16 +158,17 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="dsinspect-bench-tokens-"))
     load_before = os.getloadavg()
     results = []
-    print(f"{'format':<10} {'GB':>5} {'reader':<12} {'wall s':>7} {'MB/s':>7} {'× memmap':>9} {'peak RSS':>9} "
-          f"{'worker RSS':>10}")
+    print(f"{'format':<10} {'GB':>5} {'reader':<12} {'wall s':>7} {'CPU s':>7} {'MB/s':>7} {'× memmap':>9} "
+          f"{'peak RSS':>9} {'worker RSS':>10}")
     try:
         for fmt in args.formats.split(","):
             result = run_format(fmt, int(args.gib * GIB), root, args.repeats, args.workers)
             for name, run in result["runs"].items():
                 rss = f"{run['peak_rss'] / MB:>7.0f}MB" if "peak_rss" in run else ""
                 kids = f"{run['child_peak_rss'] / MB:>8.0f}MB" if name.startswith("pool") else ""
-                print(f"{fmt:<10} {result['bytes'] / 1e9:>5.2f} {name:<12} {run['wall']:>7.2f} {run['mb_per_s']:>7.0f} "
-                      f"{run['over_memmap']:>9.1f} {rss:>9} {kids:>10}", flush=True)
+                cpu = f"{run['cpu']:>7.1f}" if "cpu" in run else ""
+                print(f"{fmt:<10} {result['bytes'] / 1e9:>5.2f} {name:<12} {run['wall']:>7.2f} {cpu:>7} "
+                      f"{run['mb_per_s']:>7.0f} {run['over_memmap']:>9.1f} {rss:>9} {kids:>10}", flush=True)
             results.append(result)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -139,7 +139,7 @@ def built(tmp_path_factory):
                                  p == "mm/mm") for p in corpora if p != "flat/built"}
         again = {name: ingest(root / f"again-{name}", root / f"export-{name}", name) for name in versions}
         yield {"root": root, "corpora": corpora, "read": read, "versions": versions, "exports": exports,
-               "reread": reread, "again": again, "worker": worker}
+               "reread": reread, "again": again}
     finally:
         worker.close()
 

@@ -390,7 +390,7 @@ def _runs(files: pa.ChunkedArray | None, rows: int) -> Iterator[tuple[str | None
 
 class _Pair:
     """One .bin/.idx pair written as IndexedDatasetBuilder writes it: tokens appended to the .bin, the
-    index kept (16-17 bytes a sequence; the builder keeps Python lists) and written when closed."""
+    index kept (12-13 bytes a sequence; the builder keeps Python lists) and written when closed."""
 
     def __init__(self, fs, prefix: str, value: str, dtype: np.dtype, multimodal: bool, address: str):
         self.fs, self.prefix, self.value, self.dtype, self.address = fs, prefix, value, dtype, address
