@@ -46,7 +46,8 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def ingest(catalog: Path, source, name: str, *flags) -> Catalog:
+def ingest(catalog: Path, source, name: str, *flags):
+    """`dsinspect ingest SOURCE NAME FLAGS` into `catalog`: the version it made."""
     done = run_cli("--catalog", catalog, "ingest", source, name, "--engine", "inline", "--json", *flags)
     assert done.returncode == 0, done.stderr
     return Catalog(str(catalog)).resolve(name)
@@ -85,7 +86,7 @@ def assert_stream(version, files: dict[str, Path], dtype: str) -> dict[str, list
     docs = by_file(version)
     assert sorted(docs) == sorted(files)
     for name, path in files.items():
-        assert sha(np.concatenate(docs[name]).astype(f"<{np.dtype(dtype).str[1:]}").tobytes()) == \
+        assert sha(np.concatenate(docs[name]).astype(np.dtype(dtype).newbyteorder("<")).tobytes()) == \
             sha(path.read_bytes())
     return docs
 
@@ -192,8 +193,8 @@ class OlmoWorker:
 @pytest.fixture(scope="module")
 def olmo(tmp_path_factory, nanogpt):
     """OLMo-core writes a uint16 corpus of two files (GPT-NeoX ids, EOS 50279; the first with 2,000
-    documents, so that its metadata text reaches gzip in several pieces) and a uint32 one (dolma2 ids,
-    EOS 100257), each with its metadata; dsinspect ingests them with no flags (the uint32 one with
+    documents, more than one batch of the export) and a uint32 one (dolma2 ids, EOS 100257), each with
+    its metadata; dsinspect ingests them with no flags (the uint32 one with
     --tokenizer), exports them, nanoGPT's openwebtext and a JSON Lines version of int64 tokens without
     EOS as OLMo files; OLMo-core reads sources and exports back; the exports are re-ingested."""
     worker = OlmoWorker(peers_dir(), tmp_path_factory.mktemp("olmo-log") / "worker.log")
@@ -285,10 +286,11 @@ def test_olmo_export_reingests_to_the_same_version_id_with_its_tokenizer(olmo):
 
 # -- hostile inputs ----------------------------------------------------------------------------
 
-def write_olmo(path: Path, documents: list[np.ndarray], dtype: str, eos: int | None, metadata: str | None = None):
-    """An OLMo token file as the worker's writer lays it out (raw tokens, EOS after each document), and
-    its metadata: `start,end` lines of those documents unless `metadata` gives the text."""
-    docs = [np.append(d, eos) if eos is not None else d for d in documents]
+def write_olmo(path: Path, documents: list[np.ndarray], dtype: str, eos: int, metadata: str | None = None):
+    """An OLMo token file as OLMo-core's writer lays it out (raw tokens, EOS after each document: the
+    layout the worker's tests pin), and its metadata: the documents' `start,end` lines unless `metadata`
+    gives the text."""
+    docs = [np.append(d, eos) for d in documents]
     np.concatenate(docs).astype(dtype).tofile(path)
     if metadata is None:
         metadata = "".join(f"{a},{b}\n" for a, b in bounds(docs))
@@ -469,3 +471,20 @@ def test_a_metadata_file_rewritten_after_the_plan_is_refused_by_the_part(tmp_pat
         f.write("0,11\n11,55\n")
     with pytest.raises(UserError, match="end at token 55; the token file holds 110 uint16 tokens"):
         list(source.read(part))
+
+
+@pytest.mark.parametrize("tokens, outcome", [([[1, 2], [200]], "uint8"), ([[1], [70_000, 3]], "uint32"),
+                                             ([[1, 2], [5, -3]], "row 1: token -3 is negative")])
+def test_signed_tokens_export_to_olmo_as_the_narrowest_type_holding_them(tokens, outcome, tmp_path, cli):
+    (tmp_path / "ids.jsonl").write_text("".join(json.dumps({"input_ids": t}) + "\n" for t in tokens))
+    version = ingest(tmp_path / "catalog", tmp_path / "ids.jsonl", "ids")
+    assert str(version.manifest.schema.field("input_ids").type.value_type) == "int64"
+    code, out, err = cli("--catalog", tmp_path / "catalog", "export", "ids", tmp_path / "out", "--format", "olmo",
+                         "--json")
+    if outcome.startswith("uint"):
+        assert code == 0 and json.loads(out)["dtype"] == outcome, err
+        assert (tmp_path / "out" / "part-00000.npy").read_bytes() == np.concatenate(tokens).astype(outcome).tobytes()
+    else:
+        assert code == 2 and err.strip().splitlines() == [
+            f"dsinspect: error: {version.address}:1: token -3 is negative; OLMo stores unsigned tokens"]
+        assert not (tmp_path / "out").exists()

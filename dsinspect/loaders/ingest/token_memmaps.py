@@ -51,7 +51,7 @@ from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.format.roles import Role
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.ingest.source_files import BATCH_ROWS, SourceFile, is_glob, list_files, open_file
-from dsinspect.loaders.ingest.token_streams import document_batches, document_schema, eos_batches
+from dsinspect.loaders.ingest.token_streams import TOKEN_TYPES, document_batches, document_schema, eos_batches
 from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
 
@@ -106,14 +106,14 @@ class _TokenFiles:
         return self._parts
 
     def schema(self) -> pa.Schema:
-        return document_schema(np.dtype(self._parts[0].options["dtype"]))
+        return document_schema(TOKEN_TYPES[self._parts[0].options["dtype"]])
 
     def hints(self) -> Mapping[str, Any]:
         return {"roles": {"tokens": Role.TOKENS.value}}
 
     def read(self, part: Part) -> Iterator[pa.RecordBatch]:
         o = part.options
-        return eos_batches(part.url, o["name"], np.dtype(o["dtype"]), o["eos"], size=part.size)
+        return eos_batches(part.url, o["name"], TOKEN_TYPES[o["dtype"]], o["eos"], size=part.size)
 
 
 class NanoGptSource(_TokenFiles):
@@ -173,13 +173,13 @@ class OlmoSource(_TokenFiles):
             return None
         if name not in {t.name for t in OLMO_TYPES.values()}:
             raise UserError(f"option dtype {name!r}: OLMo's token types are uint8, uint16, uint32, uint64")
-        return np.dtype(name).newbyteorder("<")
+        return TOKEN_TYPES[name]
 
     def read(self, part: Part) -> Iterator[pa.RecordBatch]:
         if "metadata" not in part.options:
             yield from super().read(part)
             return
-        dtype, first, end = np.dtype(part.options["dtype"]), 0, 0
+        dtype, first, end = TOKEN_TYPES[part.options["dtype"]], 0, 0
         for starts, ends in _metadata_chunks(part.options["metadata"]):
             yield from document_batches(part.url, part.options["name"], dtype, np.append(starts, ends[-1]), first)
             first, end = first + len(starts), int(ends[-1])
@@ -240,7 +240,7 @@ def _metadata_chunks(url: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
                 if len(ends):
                     end, line = int(ends[-1]), line + len(starts)
                     yield starts, ends
-        except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as e:
+        except (pa.ArrowInvalid, gzip.BadGzipFile, EOFError, zlib.error) as e:  # not I/O errors: a retry may pass
             if "Empty CSV file" in str(e):
                 raise UserError(f"{url}: lists no documents") from None
             raise UserError(f"{url}: not a Dolma/OLMo metadata file of start,end lines "
@@ -248,7 +248,7 @@ def _metadata_chunks(url: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
 
 
 # the first two columns of headerless CSV lines (Dolma writes id, src, loc after them), as int64
-_CSV_READ = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 20)
+_CSV_READ = pacsv.ReadOptions(autogenerate_column_names=True, block_size=1 << 20, use_threads=False)
 _CSV_CONVERT = pacsv.ConvertOptions(include_columns=["f0", "f1"], column_types={"f0": pa.int64(), "f1": pa.int64()})
 
 
@@ -261,6 +261,7 @@ def _width(f: SourceFile, end: int, metadata: str) -> np.dtype:
 
 
 def _check_end(metadata: str, end: int, tokens: int, dtype: np.dtype) -> None:
+    """Refuse metadata whose documents do not end where the token file does."""
     if end != tokens:
         raise UserError(f"{metadata}: its documents end at token {end:,}; the token file holds {tokens:,} "
                         f"{dtype.name} tokens")
