@@ -443,17 +443,23 @@ def test_files_out_of_their_listing_order_export_without_a_sidecar(tmp_path):
         "a.npy:0", "b.npy:0", "b.npy:1"]
 
 
-def test_without_metadata_python_names_the_width_and_eos_and_a_width_given_is_checked(tmp_path):
-    """Options `dtype` and `eos` (Python only: the CLI has no flag for them) read a file without metadata
-    by its EOS; with metadata, `dtype` settles a width the sizes alone would take for another (110 uint16
-    tokens whose metadata ends at 55 read as 55 uint32)."""
+def test_without_metadata_the_options_name_the_width_and_eos_and_a_width_given_is_checked(tmp_path, cli):
+    """Options `dtype` and `eos` (`--option` from the shell) read a file without metadata by its EOS;
+    with metadata, `dtype` settles a width the sizes alone would take for another (110 uint16 tokens
+    whose metadata ends at 55 read as 55 uint32)."""
     (tmp_path / "bare").mkdir()
     write_olmo(tmp_path / "bare" / "a.npy", TEN, "uint16", 0)
     (tmp_path / "bare" / "a.csv.gz").unlink()
     catalog = Catalog(str(tmp_path / "catalog"))
-    version = run_ingest(catalog, str(tmp_path / "bare"), "bare", engine="inline",
-                         options={"dtype": "uint16", "eos": 0}).version
+    code, _, err = cli("ingest", tmp_path / "bare", "bare", "--catalog", catalog.url)
+    assert code == 2 and "or pass --option dtype=... --option eos=..." in err, err
+    code, out, err = cli("ingest", tmp_path / "bare", "bare", "--option", "dtype=uint16", "--option", "eos=0",
+                         "--engine", "inline", "--json", "--catalog", catalog.url)
+    assert code == 0, err
+    version = catalog.resolve("bare")
     assert rows(version).column("tokens").to_pylist() == [[*d.tolist(), 0] for d in TEN]
+    code, _, err = cli("ingest", tmp_path / "bare", "bare", "--option", "dtype", "--catalog", catalog.url)
+    assert code == 2 and "--option 'dtype': expected KEY=VALUE" in err, err
     (tmp_path / "half").mkdir()
     write_olmo(tmp_path / "half" / "a.npy", TEN, "uint16", 0, "0,11\n11,55\n")
     assert str(version.manifest.schema.field("tokens").type.value_type) == "uint16"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -36,6 +37,21 @@ def parse_roles(values: tuple[str, ...]) -> dict[str, str]:
             raise UserError(f"--role {value!r}: expected FIELD=ROLE, e.g. --role input_ids=tokens")
         roles[name] = role
     return roles
+
+
+def parse_options(values: tuple[str, ...]) -> dict[str, object]:
+    """`key=value` source options as a dict, each value read as JSON when it is JSON (numbers, true,
+    lists) and as text otherwise; a malformed pair is a UserError naming it."""
+    options: dict[str, object] = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or not name:
+            raise UserError(f"--option {value!r}: expected KEY=VALUE, e.g. --option dtype=uint32")
+        try:
+            options[name] = json.loads(text)
+        except ValueError:
+            options[name] = text
+    return options
 
 
 @contextmanager
@@ -74,6 +90,9 @@ def ingest_progress(description: str) -> Iterator[Callable]:
               help="Declare no key (rows matched by row hash), even if the latest version has one.")
 @click.option("--tokenizer", default=None, metavar="FILE|ENCODING",
               help="A tokenizer.json, or cl100k_base / o200k_base, stored with the data to decode its tokens fields.")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="A source option (repeatable; the value read as JSON when it is), e.g. an OLMo token file "
+                   "without its metadata: --option dtype=uint32 --option eos=50279 (docs/INGEST.md).")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,
               help="Where parts convert: this process, a local process pool, or Ray; auto: the pool only for "
                    "inputs large enough that it is faster.")
@@ -84,7 +103,8 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @json_option
 @click.pass_context
 def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...], key: str | None,
-           no_key: bool, tokenizer: str | None, engine: str, workers: int | None, message: str, tags: tuple[str, ...],
+           no_key: bool, tokenizer: str | None, options: tuple[str, ...], engine: str, workers: int | None,
+           message: str, tags: tuple[str, ...],
            catalog_url: str | None, as_json: bool) -> None:
     """Import SOURCE (JSONL, Parquet, HF save_to_disk, WebDataset tars, MDS, a folder of images or
     videos: files; a tokenized pretraining corpus: Megatron .bin/.idx, OLMo token memmaps, nanoGPT .bin,
@@ -96,7 +116,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     catalog = catalog_to_write(ctx, catalog_url)
     with ingest_progress(f"ingest {name}") as update:
         result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
-                            tokenizer=tokenizer,
+                            tokenizer=tokenizer, options=parse_options(options),
                             engine=engine, workers=workers, message=message, tags=tags, on_progress=update)
     if as_json:
         return emit_json(result.to_json())

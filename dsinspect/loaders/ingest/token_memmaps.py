@@ -7,8 +7,8 @@ header), EOS after each document; Dolma writes beside each `NAME.npy` a gzipped 
 one line `start,end[,id,src,loc]` per document, and OLMo-core reads document boundaries from it
 (`iter_document_indices`; its `write_document_indices` writes one with `start,end` only). Without a
 flag, the rows are the metadata file's documents and the token width is the file's bytes divided by
-the last document's end; a file without metadata needs the width and EOS (options `dtype`, `eos`,
-from Python). A real `.npy` (with a `\\x93NUMPY` header) is refused: OLMo-core would read its header
+the last document's end; a file without metadata needs the width and EOS (options `dtype` and `eos`:
+`--option dtype=uint32 --option eos=50279`). A real `.npy` (with a `\\x93NUMPY` header) is refused: OLMo-core would read its header
 as tokens.
 
 **nanoGPT** (`nanogpt`, `*.bin`): `data/*/prepare.py` writes `train.bin`/`val.bin` as raw uint16
@@ -152,7 +152,7 @@ class OlmoSource(_TokenFiles):
             if dtype is None or eos is None:
                 raise UserError(f"{f.url}: no {f.url.rsplit('/', 1)[-1][:-4]}{METADATA} beside it, so its token "
                                 "width and EOS are unknown: write it with olmo_core.data.utils.write_document_indices"
-                                "(path, dtype=..., eos_token_id=...), or pass options dtype and eos (Python)")
+                                "(path, dtype=..., eos_token_id=...), or pass --option dtype=... --option eos=...")
             if f.size % dtype.itemsize:
                 raise UserError(f"{f.url}: {f.size:,} bytes are not whole {dtype.name} tokens")
             if not isinstance(eos, int) or not 0 <= eos <= np.iinfo(dtype).max:

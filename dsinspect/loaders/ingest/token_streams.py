@@ -140,6 +140,9 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
 def _batch(schema: pa.Schema, values: np.ndarray, offsets: np.ndarray, name: str, first: int) -> pa.RecordBatch:
     """Documents `first`.. of the file `name`, whose tokens are `values` cut at `offsets` (from 0)."""
     n = len(offsets) - 1
+    if offsets[-1] > np.iinfo(np.int32).max:  # only a single document can get here (a batch holds ~16 MiB)
+        raise UserError(f"{name}: document {first:,} holds {int(offsets[-1]):,} tokens, more than a list holds "
+                        f"(2^31 - 1): no document boundary in {int(offsets[-1]):,} tokens (not this format?)")
     tokens = pa.ListArray.from_arrays(pa.array(np.asarray(offsets, np.int32)),
                                       pa.array(values.astype(values.dtype.newbyteorder("="), copy=False)))
     documents = np.arange(first, first + n, dtype=np.int64)
