@@ -22,7 +22,6 @@ from cli_inprocess import run_cli
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.manifest import Field
-from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.ingest.token_memmaps import OlmoSource
 from dsinspect.loaders.store.catalog import Catalog

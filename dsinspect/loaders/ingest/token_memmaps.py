@@ -8,8 +8,8 @@ one line `start,end[,id,src,loc]` per document, and OLMo-core reads document bou
 (`iter_document_indices`; its `write_document_indices` writes one with `start,end` only). Without a
 flag, the rows are the metadata file's documents and the token width is the file's bytes divided by
 the last document's end; a file without metadata needs the width and EOS (options `dtype` and `eos`:
-`--option dtype=uint32 --option eos=50279`). A real `.npy` (with a `\\x93NUMPY` header) is refused: OLMo-core would read its header
-as tokens.
+`--option dtype=uint32 --option eos=50279`). A real `.npy` (with a `\\x93NUMPY` header) is refused:
+OLMo-core would read its header as tokens.
 
 **nanoGPT** (`nanogpt`, `*.bin`): `data/*/prepare.py` writes `train.bin`/`val.bin` as raw uint16
 GPT-2 tokens; openwebtext's appends the end-of-text token 50256 to each document, shakespeare's
