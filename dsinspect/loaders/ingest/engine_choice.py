@@ -22,7 +22,11 @@ MiB = 1 << 20
 # Parquet 0.80 at 48 MB in 2 parts, 1.00 in 8, 1.7-1.9 at 16 MB; WebDataset tars (mostly copying
 # bytes) never faster up to 190 MB (1.04-1.20), so their bar is far out. Arrow, MDS and media
 # folders, not measured, are taken to be like tars. On a shared machine the pool loses more.
-POOL_MIN_BYTES = {"jsonl": 32 * MiB, "parquet": 40 * MiB}
+# Token files (rows of tokens: Parquet writing and row hashing are ~90 % of the work) from
+# bench_ingest_tokens.py (2026-12-06, idle): a 1.07 GB Megatron .bin in 17 parts, pool-2/inline 0.62,
+# the pool paying from ~0.25 GB; the other token formats write the same rows.
+POOL_MIN_BYTES = {"jsonl": 32 * MiB, "parquet": 40 * MiB,
+                  **dict.fromkeys(("megatron", "olmo", "nanogpt", "litdata", "datatrove"), 256 * MiB)}
 DEFAULT_POOL_MIN_BYTES = 1024 * MiB
 
 
