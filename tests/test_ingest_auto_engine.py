@@ -18,8 +18,9 @@ def test_auto_picks_inline_for_small_inputs_and_the_pool_for_large_multi_part_on
     assert choose_engine("jsonl", [200 * MiB] * 4, cpus=2) == "pool"
     assert choose_engine("parquet", [256 * MiB] * 4, cpus=2) == "pool"
     assert choose_engine("webdataset", [512 * MiB] * 4, cpus=2) == "pool"
-    # a 1 GiB Megatron .bin in its 64 MiB parts: the pool (0.62x inline's time); 4 parts: not yet
-    assert choose_engine("megatron", [64 * MiB] * 17, cpus=2) == "pool"
+    # token files pay from ~0.25 GB (a 1 GiB Megatron .bin: 0.62x inline's time): 512 MiB in its 64 MiB
+    # parts takes the pool, 256 MiB not yet
+    assert choose_engine("megatron", [64 * MiB] * 8, cpus=2) == "pool"
     assert choose_engine("megatron", [64 * MiB] * 4, cpus=2) == "inline"
 
 
