@@ -42,8 +42,9 @@ import pyarrow.compute as pc
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.ingest.files import root_prefix
 from dsinspect.loaders.ingest.source import Part, SourceSpec
-from dsinspect.loaders.ingest.source_files import SourceFile, is_glob, list_files
+from dsinspect.loaders.ingest.source_files import SourceFile, list_files
 from dsinspect.loaders.ingest.token_streams import TOKEN_TYPES, check_declared, document_batches, document_schema
 from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
@@ -219,7 +220,7 @@ class MegatronSource:
         prefixes = sorted({f.url[:-4] for f in files if f.url.endswith((".idx", ".bin"))})
         if not prefixes:
             raise UserError(f"{self.spec.url}: not a Megatron .idx or .bin file")
-        base = _base(self.spec.url)
+        base = root_prefix(self.spec.url)
         return [(by_url.get(p + ".idx") or _sibling(p + ".idx", p + ".bin"),
                  by_url.get(p + ".bin") or _sibling(p + ".bin", p + ".idx"),
                  check_relative(p[len(base):] + ".bin" if p.startswith(base) else p.rsplit("/", 1)[-1] + ".bin",
@@ -288,16 +289,6 @@ def _starts(f, index: _Index, a: int, b: int, entry: int) -> np.ndarray:
 def _schema(dtype: np.dtype, multimodal: bool) -> pa.Schema:
     schema = document_schema(dtype).append(pa.field(STARTS, pa.int64(), nullable=False))
     return schema.append(pa.field(MODE, pa.int8(), nullable=False)) if multimodal else schema
-
-
-def _base(url: str) -> str:
-    """The directory rows name their files from: `url` itself, a file's directory or a glob's fixed head."""
-    fs, path = url_to_fs(url)
-    if is_glob(url):
-        path = path[:min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
-    elif not fs.isdir(path):
-        path = path.rsplit("/", 1)[0]
-    return fs.unstrip_protocol(path).rstrip("/") + "/"
 
 
 def _sibling(url: str, of: str) -> SourceFile:

@@ -49,8 +49,9 @@ import pyarrow.parquet as pq
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.pathnames import check_relative
 from dsinspect.loaders.format.roles import Role
+from dsinspect.loaders.ingest.files import root_prefix
 from dsinspect.loaders.ingest.source import Part, SourceSpec
-from dsinspect.loaders.ingest.source_files import BATCH_ROWS, SourceFile, is_glob, list_files, open_file
+from dsinspect.loaders.ingest.source_files import BATCH_ROWS, SourceFile, list_files, open_file
 from dsinspect.loaders.ingest.token_streams import TOKEN_TYPES, document_batches, document_schema, eos_batches
 from dsinspect.loaders.store.storage import join, refuse_read_only, url_to_fs
 from dsinspect.loaders.store.version import DatasetVersion
@@ -83,7 +84,7 @@ class _TokenFiles:
     @cached_property
     def _parts(self) -> list[Part]:
         files = list_files(self.spec.url, (self.suffix,), self.what)
-        base = _base(self.spec.url)
+        base = root_prefix(self.spec.url)
         parts = []
         for i, f in enumerate(files):
             if f.size == 0:
@@ -184,16 +185,6 @@ class OlmoSource(_TokenFiles):
             yield from document_batches(part.url, part.options["name"], dtype, np.append(starts, ends[-1]), first)
             first, end = first + len(starts), int(ends[-1])
         _check_end(part.options["metadata"], end, part.size // dtype.itemsize, dtype)
-
-
-def _base(url: str) -> str:
-    """The directory rows name their files from: `url` itself, a file's directory or a glob's fixed head."""
-    fs, path = url_to_fs(url)
-    if is_glob(url):
-        path = path[:min(path.find(c) for c in "*?[" if c in path)].rsplit("/", 1)[0]
-    elif not fs.isdir(path):
-        path = path.rsplit("/", 1)[0]
-    return fs.unstrip_protocol(path).rstrip("/") + "/"
 
 
 def _beside(url: str) -> SourceFile | None:
