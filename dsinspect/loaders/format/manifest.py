@@ -94,6 +94,11 @@ class Shard:
         """Tokens of field `name` in this shard (None when the shard was written without the count)."""
         return dict(self.tokens).get(name)
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = "shard") -> "Shard":
+        """A shard as a manifest (or a stream commit) records it, every value checked."""
+        return _parse_shard(data, where)
+
     def to_json(self) -> dict:
         out = {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
         if self.index_sha256 is not None:  # absent, not null: versions written before indexes keep their ids

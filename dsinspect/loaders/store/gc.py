@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
+from dsinspect.errors import IntegrityError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.layout import SHARDS
 from dsinspect.loaders.store.leases import collecting
@@ -122,9 +123,30 @@ def _kind(basename: str, parent: str, referenced: set[str], kept: set[str]) -> s
 
 
 def _referenced(catalog: Catalog, name: str) -> set[str]:
-    if not catalog.fs.isdir(catalog.layout.versions(name)):
-        return set()
-    return {s.sha256 for vid in catalog.version_ids(name) for s in catalog.manifest(name, vid).shards}
+    versions = set()
+    if catalog.fs.isdir(catalog.layout.versions(name)):
+        versions = {s.sha256 for vid in catalog.version_ids(name) for s in catalog.manifest(name, vid).shards}
+    return versions | _streamed(catalog, name)
+
+
+def _streamed(catalog: Catalog, name: str) -> set[str]:
+    """The shards an append stream's commits hold (loaders/stream): referenced as a version's are."""
+    directory = catalog.layout.commits(name)
+    with write_errors(catalog.fs, directory):
+        if not catalog.fs.isdir(directory):
+            return set()
+        names = catalog.fs.ls(directory, detail=False)
+    shards = set()
+    for path in names:
+        if path.endswith(".json") and not posixpath.basename(path).startswith("."):
+            with write_errors(catalog.fs, path):
+                data = catalog.fs.cat_file(path)
+            try:  # what a commit names cannot be known from a damaged one: collect nothing rather than guess
+                shards.update(s["sha256"] for s in json.loads(data)["shards"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise IntegrityError(f"{catalog.fs.unstrip_protocol(path)}: a stream commit gc cannot read "
+                                     f"({e.__class__.__name__}); nothing of {name!r} is collected") from None
+    return shards
 
 
 def _sha256_of(path: str) -> str:

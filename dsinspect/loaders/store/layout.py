@@ -9,6 +9,8 @@
     <root>/datasets/<name>/leases/, leases.lock         writers in flight and gc (store.leases)
     <root>/datasets/<name>/derived/<kind>/<sha256>.parquet  per-row values derived from one shard
                                                         (token counts, image sizes: dsinspect.inspect.derived)
+    <root>/datasets/<name>/stream/stream.json            an append stream's fields and key (loaders/stream)
+    <root>/datasets/<name>/stream/commits/<seq>.json    its commits, numbered from 0 (16 digits), immutable
 
 Every name is checked (`address.check_name`, `format.pathnames`) before it becomes part of a path,
 so a stored or user-given name never points outside its directory.
@@ -22,10 +24,11 @@ from dsinspect.loaders.format.pathnames import check_ext, check_sha256
 from dsinspect.loaders.store.address import check_name
 from dsinspect.loaders.store.storage import join
 
-__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING", "DERIVED", "LEASES"]
+__all__ = ["Layout", "display", "DATASETS", "VERSIONS", "SHARDS", "BLOBS", "TAGS_FILE", "STAGING", "DERIVED", "LEASES",
+           "STREAM", "COMMITS"]
 
 DATASETS, VERSIONS, SHARDS, BLOBS, TAGS_FILE, STAGING = "datasets", "versions", "shards", "blobs", "tags.json", "ingest"
-DERIVED, LEASES = "derived", "leases"
+DERIVED, LEASES, STREAM, COMMITS = "derived", "leases", "stream", "commits"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,19 @@ class Layout:
     def staging(self, name: str) -> str:
         """The directory of `name`'s unfinished ingest jobs, one sub-directory each."""
         return join(self.dataset(name), STAGING)
+
+    def stream_spec(self, name: str) -> str:
+        """An append stream's fields and key (loaders/stream): written once, when it is created."""
+        return join(self.dataset(name), STREAM, "stream.json")
+
+    def commits(self, name: str) -> str:
+        return join(self.dataset(name), STREAM, COMMITS)
+
+    def commit(self, name: str, seq: int) -> str:
+        """Commit `seq` of `name`'s stream: 16 digits, so names sort as numbers."""
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq < 10**16:
+            raise ValueError(f"a commit number is an integer in 0..10^16 - 1, not {seq!r}")
+        return join(self.commits(name), f"{seq:016d}.json")
 
 
 def display(fs, path: str) -> str:

@@ -164,6 +164,43 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
             raise
 
 
+def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
+    """Write `data` to `path` unless `path` exists: True when this call created it, False when another
+    writer had (nothing written then). Readers see the whole file or none. Local files: a temp file
+    linked to `path` (link fails on an existing name); S3: a put with If-None-Match: *. Other stores
+    have no such primitive here: refused (StorageError), as two writers could both "create" `path`."""
+    with write_errors(fs, path):
+        if _is_s3(fs):
+            bucket, key, _ = fs.split_path(path)
+            try:
+                fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+            except OSError as e:
+                if _lost_race(e):
+                    return False
+                raise
+            finally:
+                fs.invalidate_cache(path)
+            return True
+        if not writes_locally(fs):
+            raise StorageError(f"{fs.unstrip_protocol(path)}: this store has no exclusive create "
+                               "(dsinspect uses local disks' links and S3's conditional puts)")
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            _unlink_quietly(tmp)
+
+
 def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> bool:
     """Move a finished local file to `path` unless that content-addressed path already exists.
 

@@ -1,0 +1,161 @@
+"""The commit log of a stream: many writers append, any number of readers follow, nothing is locked.
+
+An append writes its rows as content-addressed shards (as any version's: `VersionWriter`), then
+publishes a commit naming them by creating `stream/commits/<seq>.json` *exclusively*: a link of a
+finished temp file on a local disk, a put with If-None-Match: * on S3 (`storage.create_exclusive`).
+Whoever creates commit n first owns it; a writer that finds n taken tries n + 1. So:
+
+- a commit is visible whole or not at all (its file appears complete, its shards before it);
+- commits are numbered 0, 1, 2, … without gaps: a writer moves past n only once n exists, and starts
+  from a listing's highest number + 1, every number below which exists;
+- a writer killed before its commit file exists loses that append only: its shards are garbage that
+  gc collects (after its grace period; while the append runs its write lease keeps gc out), and a
+  reader never sees them; one killed after loses nothing;
+- readers follow by reading commit n, n + 1, … until one is missing: O(new commits), no listing.
+
+The order of commits is the order their files were created, which is the order a learner reads them
+in; `snapshot` makes any prefix of the stream an ordinary version (content-addressed: the same prefix
+always gives the same version id).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import posixpath
+from typing import Any, Iterable, Iterator
+
+from dsinspect.errors import IntegrityError, NotFoundError, StorageError, UserError
+from dsinspect.loaders.format.manifest import Field, Manifest
+from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.leases import write_lease
+from dsinspect.loaders.store.storage import create_exclusive, write_errors
+from dsinspect.loaders.store.version import DatasetVersion
+from dsinspect.loaders.store.writer import VersionWriter, WriteOptions
+from dsinspect.loaders.stream.commits import Commit, StreamSpec, check_label
+
+__all__ = ["Stream", "open_stream", "snapshot"]
+
+
+def open_stream(catalog: Catalog, name: str, fields: Iterable[Field] | None = None, *,
+                key: str | None = None) -> "Stream":
+    """The stream of dataset `name`; with `fields`, created when it does not exist yet (and refused
+    when it exists with other fields or another key)."""
+    layout, fs = catalog.layout, catalog.fs
+    path = layout.stream_spec(name)
+    if fields is not None:
+        wanted = StreamSpec(tuple(fields), key)
+        Manifest(wanted.fields, (), key)  # names, roles and the key checked as a version's would be
+        create_exclusive(fs, path, _pretty(wanted.to_json()))
+    data = _read(fs, path)
+    if data is None:
+        raise NotFoundError(f"dataset {name!r} has no stream (create it with its fields)")
+    spec = StreamSpec.from_bytes(data, fs.unstrip_protocol(path))
+    if fields is not None and spec != wanted:
+        raise UserError(f"dataset {name!r}: its stream exists with other fields or another key "
+                        f"({', '.join(f.name for f in spec.fields)}; key {spec.key})")
+    return Stream(catalog, name, spec)
+
+
+class Stream:
+    """Dataset `name`'s stream (`open_stream`): append rows as commits, read commits in order."""
+
+    def __init__(self, catalog: Catalog, name: str, spec: StreamSpec):
+        self.catalog, self.name, self.spec = catalog, name, spec
+        self._next = None  # the lowest commit number that may be free (a hint: checked on create)
+
+    def append(self, rows: Any, *, writer: str = "", message: str = "",
+               options: WriteOptions = WriteOptions()) -> Commit:
+        """Write `rows` (a Table, a RecordBatch, batches or row dicts) and publish them as the next
+        commit; the commit. Under a write lease from the first shard to the commit file, so gc never
+        takes a shard a commit is about to name."""
+        check_label(writer, "writer"), check_label(message, "message")
+        fs, layout = self.catalog.fs, self.catalog.layout
+        with write_lease(fs, layout, self.name):
+            shard_writer = VersionWriter(self.catalog, self.name, self.spec.fields, key=self.spec.key,
+                                         options=options)
+            shard_writer.write(rows)
+            shards = shard_writer.finish_shards()
+            if not shards:
+                raise UserError(f"stream {self.name!r}: an append of no rows")
+            created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+            seq = self._head() if self._next is None else self._next
+            while True:
+                commit = Commit(seq, self.spec.id, tuple(shards), writer, created, message)
+                if create_exclusive(fs, layout.commit(self.name, seq), commit.to_bytes()):
+                    self._next = seq + 1
+                    return commit
+                seq += 1  # taken by another writer: the next one may be free
+
+    def commits(self, since: int = 0, until: int | None = None) -> Iterator[Commit]:
+        """Commits `since`, `since + 1`, … (up to `until`, excluded), in order, as far as they exist now."""
+        seq = since
+        while until is None or seq < until:
+            commit = self.commit(seq)
+            if commit is None:
+                return
+            yield commit
+            seq += 1
+
+    def commit(self, seq: int) -> Commit | None:
+        """Commit `seq`, or None when it does not exist (yet); refused when it is not this stream's."""
+        fs = self.catalog.fs
+        path = self.catalog.layout.commit(self.name, seq)
+        data = _read(fs, path)
+        if data is None:
+            return None
+        commit = Commit.from_bytes(data, seq, fs.unstrip_protocol(path))
+        if commit.stream != self.spec.id:
+            raise IntegrityError(f"{fs.unstrip_protocol(path)}: a commit of another stream's rows")
+        return commit
+
+    def head(self) -> int:
+        """The number of commits now: the next commit's number."""
+        seq = self._head()
+        while self.commit(seq) is not None:  # a listing may lag (object stores): count on from it
+            seq += 1
+        return seq
+
+    def _head(self) -> int:
+        """The highest commit number a listing shows, + 1 (0 for none): every number below exists."""
+        fs, directory = self.catalog.fs, self.catalog.layout.commits(self.name)
+        with write_errors(fs, directory):
+            try:
+                names = fs.ls(directory, detail=False)
+            except FileNotFoundError:
+                return 0
+        numbers = [int(stem) for stem in (posixpath.basename(p)[:-5] for p in names if p.endswith(".json"))
+                   if stem.isdigit()]
+        return max(numbers) + 1 if numbers else 0
+
+
+def snapshot(stream: Stream, until: int | None = None, *, tags: Iterable[str] = (), message: str = "",
+             options: WriteOptions = WriteOptions()) -> DatasetVersion:
+    """Commits 0 .. `until` - 1 (default: all there are now) as an ordinary version of the dataset, their
+    shards in commit order (nothing is rewritten: the same prefix always gives the same version id)."""
+    commits = list(stream.commits(0, until))
+    if until is not None and len(commits) < until:
+        raise UserError(f"stream {stream.name!r} has {len(commits)} commits, not {until}")
+    if not commits:
+        raise UserError(f"stream {stream.name!r} has no commit to snapshot")
+    writer = VersionWriter(stream.catalog, stream.name, stream.spec.fields, key=stream.spec.key, tags=tags,
+                           message=message or f"stream commits 0..{len(commits) - 1}", options=options,
+                           created_at=commits[-1].created_at)
+    for commit in commits:
+        for shard in commit.shards:
+            writer.add_shard(shard)
+    return writer.commit()
+
+
+def _read(fs: Any, path: str) -> bytes | None:
+    """The bytes of the small file `path`, None when it does not exist (yet)."""
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StorageError(f"cannot read {fs.unstrip_protocol(path)}: {e}") from None
+
+
+def _pretty(obj: dict) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
