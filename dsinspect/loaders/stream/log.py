@@ -85,7 +85,9 @@ class Stream:
                 if create_exclusive(fs, layout.commit(self.name, seq), commit.to_bytes()):
                     self._next = seq + 1
                     return commit
-                seq += 1  # taken by another writer: the next one may be free
+                seq += 1  # taken by another writer: skip what others took meanwhile (an existence check
+                while fs.exists(layout.commit(self.name, seq)):  # costs less than a create that fails)
+                    seq += 1
 
     def commits(self, since: int = 0, until: int | None = None) -> Iterator[Commit]:
         """Commits `since`, `since + 1`, … (up to `until`, excluded), in order, as far as they exist now."""
