@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -20,8 +21,8 @@ from dsinspect.arrays import ranges
 from dsinspect.inspect.rollouts import Meaning, RolloutColumns
 from dsinspect.loaders.format.token_counts import list_parts
 
-__all__ = ["Layout", "TokenLists", "Aligned", "RolloutArrays", "token_lists", "scalars", "categories",
-           "rows_and_positions", "split_sequences"]
+__all__ = ["Layout", "TokenLists", "Aligned", "RolloutArrays", "token_lists", "scalars", "categories", "gather",
+           "rows_and_positions", "split_sequences", "segment_reduce", "choose_layout", "primitive", "validity"]
 
 
 class Layout(str, enum.Enum):
@@ -73,7 +74,7 @@ class RolloutArrays:
             return
         self.lengths = self.response.lengths
         self.begins = np.cumsum(self.lengths) - self.lengths
-        self.tokens = self.response.items[ranges(self.response.starts, self.lengths)]
+        self.tokens = gather(self.response.items, self.response.starts, self.lengths)
         self.effective, self.ends_with_eos = _effective_lengths(self.tokens, self.begins, self.lengths,
                                                                 self.pad_id, self.eos_ids)
 
@@ -81,14 +82,15 @@ class RolloutArrays:
     def prompt_lengths(self) -> np.ndarray | None:
         return None if self.prompt is None else self.prompt.lengths
 
-    def within(self) -> np.ndarray:
-        """Each flat response token's position in its row."""
-        return np.arange(len(self.tokens), dtype=np.int64) - np.repeat(self.begins, self.lengths)
-
+    @cached_property
     def in_response(self) -> np.ndarray:
         """Flat mask of the tokens before each row's trailing padding."""
-        return self.within() < np.repeat(self.effective, self.lengths)
+        if np.array_equal(self.effective, self.lengths):
+            return np.ones(len(self.tokens), bool)
+        within = np.arange(len(self.tokens), dtype=np.int64) - np.repeat(self.begins, self.lengths)
+        return within < np.repeat(self.effective, self.lengths)
 
+    @cached_property
     def final_eos(self) -> np.ndarray:
         """Flat mask of each row's final EOS token (the last before its padding)."""
         flags = np.zeros(len(self.tokens), bool)
@@ -118,12 +120,15 @@ class RolloutArrays:
         row_ok = considered & fits
         shift = _shift(layout, self.prompt_lengths, self.n)
         starts = np.where(row_ok, lists.starts + shift, 0)
-        take = ranges(starts, self.lengths)
-        if len(lists.items) == 0:
-            values = np.full(len(take), np.nan)
-        else:
-            values = lists.items[np.minimum(take, len(lists.items) - 1)]
-        return Aligned(values, np.repeat(row_ok, self.lengths), layout, row_ok, considered & ~fits)
+        total = len(self.tokens)
+        if row_ok.all():
+            values, ok = gather(lists.items, starts, self.lengths), np.ones(total, bool)
+        elif len(lists.items) == 0:
+            values, ok = np.full(total, np.nan), np.zeros(total, bool)
+        else:  # the rows that do not fit read from the start, clipped, and do not count
+            take = np.minimum(ranges(starts, self.lengths), len(lists.items) - 1)
+            values, ok = lists.items[take], np.repeat(row_ok, self.lengths)
+        return Aligned(values, ok, layout, row_ok, considered & ~fits)
 
 
 def choose_layout(lengths: np.ndarray, considered: np.ndarray, prompt: np.ndarray | None,
@@ -151,9 +156,13 @@ def _effective_lengths(tokens: np.ndarray, begins: np.ndarray, lengths: np.ndarr
     When the pad id is itself an EOS (many tokenizers pad with EOS), the first trailing pad is the EOS."""
     effective = lengths.copy()
     if pad_id is not None and len(tokens):
-        within = np.arange(len(tokens), dtype=np.int64) - np.repeat(begins, lengths)
-        last = np.where(tokens != pad_id, within + 1, 0)
-        effective = segment_reduce(np.maximum, last, begins, lengths, 0)
+        nonempty = np.flatnonzero(lengths > 0)
+        padded = nonempty[tokens[begins[nonempty] + lengths[nonempty] - 1] == pad_id]  # only these can shrink
+        sizes = lengths[padded]
+        sub = gather(tokens, begins[padded], sizes)
+        within = np.arange(len(sub), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        last = np.where(sub != pad_id, within + 1, 0)
+        effective[padded] = segment_reduce(np.maximum, last, np.cumsum(sizes) - sizes, sizes, 0)
         if pad_id in eos_ids:
             effective = np.where(effective < lengths, effective + 1, effective)
     ends = np.zeros(len(lengths), bool)
@@ -161,6 +170,16 @@ def _effective_lengths(tokens: np.ndarray, begins: np.ndarray, lengths: np.ndarr
     if eos_ids and len(tokens):
         ends[nonempty] = np.isin(tokens[begins[nonempty] + effective[nonempty] - 1], eos_ids)
     return effective, ends
+
+
+def gather(items: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`items[starts[i]:starts[i] + lengths[i]]` end to end: a view when the rows lie end to end already
+    (a list column's own layout), else one gather."""
+    if len(starts) == 0:
+        return items[:0]
+    if np.array_equal(starts[1:], starts[:-1] + lengths[:-1]):
+        return items[starts[0]:starts[0] + int(lengths.sum())]
+    return items[ranges(starts, lengths)]
 
 
 def segment_reduce(ufunc: np.ufunc, values: np.ndarray, begins: np.ndarray, lengths: np.ndarray,

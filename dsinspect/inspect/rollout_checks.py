@@ -16,11 +16,18 @@ import pyarrow as pa
 
 from dsinspect.arrays import ranges
 from dsinspect.inspect.rollout_arrays import Aligned, Layout, RolloutArrays, categories, primitive, scalars
-from dsinspect.inspect.rollout_findings import (CheckOptions, Code, RolloutFinding, RolloutReport, Skip,
-                                                row_finding, token_finding)
+from dsinspect.inspect.rollout_findings import (
+    CheckOptions,
+    Code,
+    RolloutReport,
+    Skip,
+    row_finding,
+    token_finding,
+)
 from dsinspect.inspect.rollouts import Meaning, RolloutColumns, infer_meanings
 
-__all__ = ["check_rollouts", "CHECKS", "finish_flags", "group_rewards", "logprob_region", "reward_functions"]
+__all__ = ["check_rollouts", "CHECKS", "finish_flags", "group_rewards", "logprob_region", "reward_functions",
+           "token_gaps"]
 
 Check = Callable[[RolloutArrays, CheckOptions], list]
 PER_TOKEN = (Meaning.LOSS_MASK, Meaning.SAMPLER_LOGPROBS, Meaning.LEARNER_LOGPROBS, Meaning.REF_LOGPROBS,
@@ -95,7 +102,7 @@ def loss_mask_on_padding(data: RolloutArrays, options: CheckOptions) -> list:
     mask = data.aligned(Meaning.LOSS_MASK)
     if mask is None:
         raise Skip("the loss mask is not a list")
-    covered = mask.ok & (mask.values != 0) & (data.tokens == options.pad_id) & ~data.final_eos()
+    covered = mask.ok & (mask.values != 0) & (data.tokens == options.pad_id) & ~data.final_eos
     message = f"the loss mask covers {{tokens}} padding token(s) (id {options.pad_id}) in {{rows}} rollout(s)"
     return [token_finding(Code.LOSS_MASK_ON_PADDING, np.flatnonzero(covered), data.begins, options, message,
                           column=data.columns.get(Meaning.LOSS_MASK))]
@@ -105,10 +112,16 @@ def logprob_region(data: RolloutArrays) -> np.ndarray:
     """The tokens whose log-probs matter: under the loss mask where a row's mask lines up, else the
     response before its padding."""
     mask = data.aligned(Meaning.LOSS_MASK)
-    region = data.in_response()
+    region = data.in_response
     if mask is None:
         return region
     return np.where(mask.ok, mask.values != 0, region)
+
+
+def token_gaps(sampler: Aligned, learner: Aligned) -> np.ndarray:
+    """|sampler - learner| per response token, in float64 (NaN where either is NaN or both the same inf)."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(sampler.values.astype(np.float64) - learner.values)
 
 
 def logprob_gap(data: RolloutArrays, options: CheckOptions) -> list:
@@ -119,7 +132,7 @@ def logprob_gap(data: RolloutArrays, options: CheckOptions) -> list:
     sampler, learner = data.aligned(Meaning.SAMPLER_LOGPROBS), data.aligned(Meaning.LEARNER_LOGPROBS)
     if sampler is None or learner is None:
         raise Skip("the log-probs are not lists")
-    gap = np.abs(sampler.values.astype(np.float64) - learner.values)
+    gap = token_gaps(sampler, learner)
     hits = np.flatnonzero(sampler.ok & learner.ok & logprob_region(data) & ~(gap <= options.logprob_gap))
     worst = np.nanmax(gap[hits]) if len(hits) and not np.isnan(gap[hits]).all() else math.nan
     message = (f"|sampler - learner log-prob| > {options.logprob_gap:.3g} at {{tokens}} token(s) of {{rows}} "
@@ -217,7 +230,7 @@ def special_token(data: RolloutArrays, options: CheckOptions) -> list:
     _need_response(data)
     if not options.special_ids:
         raise Skip("no special_ids given")
-    hits = np.isin(data.tokens, options.special_ids) & data.in_response() & ~data.final_eos()
+    hits = np.isin(data.tokens, options.special_ids) & data.in_response & ~data.final_eos
     message = "{tokens} special token(s) inside {rows} response(s)"
     return [token_finding(Code.SPECIAL_TOKEN, np.flatnonzero(hits), data.begins, options, message,
                           column=data.columns.get(Meaning.RESPONSE_TOKENS))]

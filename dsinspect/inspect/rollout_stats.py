@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.inspect.rollout_arrays import RolloutArrays, primitive, scalars
-from dsinspect.inspect.rollout_checks import group_rewards, logprob_region
+from dsinspect.inspect.rollout_checks import group_rewards, logprob_region, token_gaps
 from dsinspect.inspect.rollout_findings import CheckOptions
 from dsinspect.inspect.rollouts import Meaning, RolloutColumns, infer_meanings
 
@@ -56,7 +56,7 @@ def length_distribution(data: RolloutArrays, bins: int) -> dict[str, Any] | None
     if len(lengths) == 0:
         return {"count": 0}
     top = int(lengths.max())
-    counts, edges = np.histogram(lengths, bins=min(bins, top + 1), range=(0, top + 1))
+    counts, edges = np.histogram(lengths, bins=min(bins, top + 1), range=(0, top + 1))  # one per rollout: cheap
     p50, p90, p99 = np.percentile(lengths, [50, 90, 99]).tolist()
     return {"count": len(lengths), "min": int(lengths.min()), "mean": _num(lengths.mean()), "p50": p50,
             "p90": p90, "p99": p99, "max": top, "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
@@ -70,15 +70,24 @@ def logprob_gaps(data: RolloutArrays, options: CheckOptions, bins: int) -> dict[
     sampler, learner = data.aligned(Meaning.SAMPLER_LOGPROBS), data.aligned(Meaning.LEARNER_LOGPROBS)
     if sampler is None or learner is None:
         return None
-    gap = np.abs(sampler.values.astype(np.float64) - learner.values)[sampler.ok & learner.ok & logprob_region(data)]
-    finite = gap[np.isfinite(gap)]
+    gap = token_gaps(sampler, learner)[sampler.ok & learner.ok & logprob_region(data)]
+    finite_mask = np.isfinite(gap)
+    finite = gap if finite_mask.all() else gap[finite_mask]
     above = int(np.count_nonzero(~(gap <= options.logprob_gap)))
     top = float(finite.max()) if len(finite) else 0.0
-    counts, edges = np.histogram(finite, bins=bins, range=(0.0, top or 1.0))
+    counts, edges = uniform_histogram(finite, top or 1.0, bins)
     return {"tokens": len(gap), "nonfinite": len(gap) - len(finite),
             "mean": _num(finite.mean()) if len(finite) else None, "max": top if len(finite) else None,
             "threshold": options.logprob_gap, "above": above, "share_above": above / len(gap) if len(gap) else None,
             "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+
+
+def uniform_histogram(values: np.ndarray, top: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of `values` (all in [0, top]) in `bins` equal bins from 0 to `top`, the last one closed:
+    `np.histogram`'s answer by one division and a bincount (np.histogram takes ~4x as long on 20M values)."""
+    at = (values * (bins / top)).astype(np.intp)
+    np.minimum(at, bins - 1, out=at)
+    return np.bincount(at, minlength=bins), np.linspace(0.0, top, bins + 1)
 
 
 def zero_advantage_share(data: RolloutArrays) -> dict[str, Any] | None:
