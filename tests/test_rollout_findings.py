@@ -238,6 +238,28 @@ def test_openrlhf_experience_split_and_shifted_layout():
     assert got == {Code.LOSS_MASK_ON_PROMPT.value: {0: (3,)}, Code.LOGPROB_GAP.value: {1: (1,)}}
 
 
+def test_split_sequences_stops_at_the_total_length():
+    """Merged OpenRLHF batches are right-padded: the response ends at total_length, not at the list's end."""
+    table = pa.table({"sequences": _lists([[2, 5, 7, 0, 1, 1], [2, 8, 0]]), "response_length": [2, 1],
+                      "total_length": [4, 3]})
+    split = split_sequences(table)
+    assert split.column("prompt_tokens").to_pylist() == [[2, 5], [2, 8]]
+    assert split.column("response_tokens").to_pylist() == [[7, 0], [0]]
+    with pytest.raises(ValueError, match="longer than"):
+        split_sequences(table.set_column(1, "response_length", pa.array([5, 1])))
+
+
+def test_rewards_per_function_as_json_or_struct():
+    """A reward manager's extra info kept as a JSON object per row, or a struct of numbers."""
+    texts = ['{"acc": 1, "len_penalty": -0.5}', '{"acc": NaN, "len_penalty": 0}', None, '{"acc": 0, "note": "x"}']
+    result = check_rollouts(pa.table({"reward_extra_info": texts}))
+    assert result.columns.get(M.REWARDS) == "reward_extra_info"
+    assert found(result) == {Code.NONFINITE_REWARDS.value: {1: None}}
+    struct = pa.array([{"acc": 1, "fmt": 0.5}, None, {"acc": 0, "fmt": -math.inf}],
+                      pa.struct([("acc", pa.int64()), ("fmt", pa.float64())]))
+    assert found(check_rollouts(pa.table({"rewards": struct}))) == {Code.NONFINITE_REWARDS.value: {2: None}}
+
+
 def test_explicit_mapping_sets_unsets_and_refuses():
     table = verl_batch()
     columns = infer_meanings(table, {"reward": "token_level_rewards", "group": None, M.REF_LOGPROBS: None})
@@ -268,12 +290,41 @@ def test_a_check_without_its_input_says_why():
 def test_output_is_bounded_but_counts_everything():
     n, width = 500, 100
     table = pa.table({"response_tokens": _lists([[3] * width] * n)})
-    result = check_rollouts(table, CheckOptions(special_ids=(3,), rows_shown=7, positions_shown=5))
-    (finding,) = result.findings
-    assert finding.count == n and finding.tokens == n * width
-    assert finding.rows == tuple(range(7)) and finding.positions == ((0, 1, 2, 3, 4),) * 7
+    options = CheckOptions(special_ids=(3,), max_response_tokens=width, rows_shown=7, positions_shown=5)
+    result = check_rollouts(table, options)
+    (special,) = result.by_code(Code.SPECIAL_TOKEN)
+    assert special.count == n and special.tokens == n * width
+    assert special.rows == tuple(range(7)) and special.positions == ((0, 1, 2, 3, 4),) * 7
+    (cut,) = result.by_code(Code.TRUNCATED)
+    assert cut.count == n and cut.rows == tuple(range(7)) and cut.positions is None
     json.dumps(result.to_json())  # JSON all the way down
-    assert finding.as_finding().at["count"] == n
+    assert special.as_finding().at["count"] == n
+
+
+def test_when_the_pad_is_the_eos_the_first_trailing_pad_is_the_eos():
+    """Many tokenizers pad with their EOS: the loss mask may cover that EOS, not the pads after it."""
+    eos = 0
+    table = pa.table({"response_tokens": _lists([[5, 6, eos, eos, eos], [5, eos, eos]]),
+                      "loss_mask": _lists([[1, 1, 1, 0, 0], [1, 1, 1]]), "finish_reason": ["stop", "stop"]})
+    got = found(check_rollouts(table, CheckOptions(pad_id=eos, eos_ids=eos, special_ids=(eos,))))
+    assert got == {Code.LOSS_MASK_ON_PADDING.value: {1: (2,)}}
+
+
+def test_per_token_scores_are_summed_and_null_logprobs_are_no_numbers():
+    """verl's token_level_scores hold the reward at one token: a rollout's reward is their sum. A null
+    log-prob inside a list cannot be within any gap; a misaligned row's values are not read."""
+    f32 = pa.float32()
+    table = pa.table({
+        "responses": _lists([[5, 0], [6, 0], [7, 0], [8, 0]]),
+        "token_level_scores": _lists([[0.5, 0.5], [0.0, 1.0], [0.0, math.inf], [0.0, 0.0]], f32),
+        "uid": ["a", "a", "b", "b"],
+        "rollout_log_probs": _lists([[-1.0, None], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]], f32),
+        "old_log_probs": _lists([[-1.0, 0.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]], f32),  # 0.0: a null's bytes
+        "advantages": _lists([[math.nan], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], f32),
+    })
+    got = found(check_rollouts(table, CheckOptions()))
+    assert got == {Code.ZERO_ADVANTAGE_GROUP.value: {0: None, 1: None}, Code.NONFINITE_REWARD.value: {2: None},
+                   Code.LOGPROB_GAP.value: {0: (1,)}, Code.TOKEN_LENGTH_MISMATCH.value: {0: None}}
 
 
 # --- the vectorised checks against loops ---------------------------------------------------------------
@@ -367,6 +418,7 @@ def test_statistics_agree_with_plain_python(stored, rollouts, report):
     gap = stats["logprob_gap"]
     assert gap["above"] == report.by_code(Code.LOGPROB_GAP)[0].tokens
     assert sum(gap["histogram"]["counts"]) + gap["nonfinite"] == gap["tokens"]
+    assert len(gap["histogram"]["counts"]) == len(gap["histogram"]["edges"]) - 1
     groups: dict[int, list[float]] = {}
     for r in rows:
         groups.setdefault(r["group"], []).append(r["reward"])

@@ -82,6 +82,8 @@ def loss_mask_on_prompt(data: RolloutArrays, options: CheckOptions) -> list:
     aligned, lists = data.aligned(Meaning.LOSS_MASK), data.lists(Meaning.LOSS_MASK)
     if aligned is None:
         raise Skip("the loss mask is not a list")
+    if not (aligned.row_ok.any() or aligned.mismatched.any()):
+        return []  # no row to tell a layout by
     if aligned.layout is Layout.RESPONSE:
         raise Skip("the loss mask holds response tokens only: it cannot cover the prompt")
     shifted = aligned.layout is Layout.SHIFTED
