@@ -64,11 +64,12 @@ INJECTED_GROUPS = {
     8: ("rollout-missing-eos", "drop-eos"),                  # slots 0 and 1: "stop", but no EOS
     9: ("rollout-special-token", "assistant-inside"),        # first wrong slot: <|assistant|> after a digit
     10: ("rollout-special-token", "user-before-eos"),        # first wrong slot: <|user|> before the EOS
-    11: ("rollout-nonfinite-reward", "nan-reward"),          # slot 0: the verifier's NaN, so the group's
-    12: ("rollout-nonfinite-rewards", "inf-format"),         #   advantages are NaN too; slot 1: format +inf
+    11: ("rollout-nonfinite-reward", "nan-reward"),          # slot 0: the verifier's NaN, slot 3: +inf; so
+    12: ("rollout-nonfinite-rewards", "inf-format"),         #   the group's advantages are NaN; slot 1: format +inf
     13: ("rollout-nonfinite-advantage", "nan-advantage"),    # slot 2
     14: ("rollout-stale", "stale"),                          # the whole group sampled by STALE_VERSION
-    15: ("rollout-token-length-mismatch", "short-learner"),  # slot 0: learner log-probs one entry short
+    15: ("rollout-token-length-mismatch", "misaligned"),     # slot 0: learner log-probs one short; slot 2:
+                                                             #   sampler log-probs one long (the prompt's last)
 }
 
 SCHEMA = pa.schema([
@@ -141,7 +142,8 @@ def _group(seed: int, g: int) -> tuple[list[dict], dict[str, dict[int, Any]]]:
     found.update(_inject_rows(how, rows, len(prompt)))
     if how == "nan-reward":
         rows[0]["reward"] = rows[0]["rewards"]["correct"] = math.nan
-        found = {"rollout-nonfinite-reward": {0: None}, "rollout-nonfinite-rewards": {0: None},
+        rows[3]["reward"] = rows[3]["rewards"]["correct"] = math.inf
+        found = {"rollout-nonfinite-reward": {0: None, 3: None}, "rollout-nonfinite-rewards": {0: None, 3: None},
                  "rollout-nonfinite-advantage": {slot: None for slot in range(GROUP_SIZE)}}  # via the mean
     if how == "inf-format":
         rows[1]["rewards"]["format"] = math.inf
@@ -251,9 +253,10 @@ def _inject_rows(how: str | None, rows: list[dict], prompt_len: int) -> dict[str
             for p in positions:
                 rows[slot]["learner_logprobs"][p] = _f32([rows[slot]["sampler_logprobs"][p] - GAP])[0]
         return {"rollout-logprob-gap": {0: (0,), 2: (1, eos_at)}}
-    if how == "short-learner":
+    if how == "misaligned":
         rows[0]["learner_logprobs"] = rows[0]["learner_logprobs"][:-1]
-        return {"rollout-token-length-mismatch": {0: None}}
+        rows[2]["sampler_logprobs"] = [_f32([math.log(OTHER_P)])[0]] + rows[2]["sampler_logprobs"]
+        return {"rollout-token-length-mismatch": {0: None, 2: None}}
     return {}
 
 
