@@ -62,7 +62,7 @@ class RolloutArrays:
     columns: RolloutColumns
     pad_id: int | None = None
     eos_ids: tuple[int, ...] = ()
-    _aligned: dict = field(default_factory=dict, repr=False)   # meaning -> Aligned; ("lists", meaning) -> TokenLists
+    _cache: dict = field(default_factory=dict, repr=False)   # meaning -> Aligned; ("lists", meaning) -> TokenLists
 
     def __post_init__(self) -> None:
         self.n = self.table.num_rows
@@ -101,18 +101,18 @@ class RolloutArrays:
     def lists(self, meaning: Meaning) -> TokenLists | None:
         """`meaning`'s list column as it is stored (None without one)."""
         key = ("lists", meaning)
-        if key not in self._aligned:
+        if key not in self._cache:
             name = self.columns.get(meaning)
             column = self.table.column(name) if name else None
-            self._aligned[key] = token_lists(column) if column is not None and _is_list(column.type) else None
-        return self._aligned[key]
+            self._cache[key] = token_lists(column) if column is not None and _is_list(column.type) else None
+        return self._cache[key]
 
     def aligned(self, meaning: Meaning) -> Aligned | None:
         """`meaning`'s per-token column on the response axis (None without that column or a response)."""
-        if meaning not in self._aligned:
+        if meaning not in self._cache:
             lists = self.lists(meaning)
-            self._aligned[meaning] = None if lists is None or self.response is None else self._align(lists)
-        return self._aligned[meaning]
+            self._cache[meaning] = None if lists is None or self.response is None else self._align(lists)
+        return self._cache[meaning]
 
     def _align(self, lists: TokenLists) -> Aligned:
         considered = lists.valid & self.response.valid

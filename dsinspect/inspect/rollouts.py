@@ -2,7 +2,7 @@
 which finds each meaning's column from the names and types verl, TRL and OpenRLHF give them.
 
 A rollout is one sampled response to a prompt, with what the RL stack knew about it (log-probs, reward,
-advantage, loss mask...). The findings (`rollout_findings`) and statistics (`rollout_stats`) read a
+advantage, loss mask...). The checks (`rollout_checks`) and statistics (`rollout_stats`) read a
 table through this mapping, so a dump keeps its own column names. Where each alias comes from is said
 beside it, and in docs/RL.md.
 """
