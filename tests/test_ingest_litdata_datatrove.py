@@ -19,13 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from peer_workers import peers_dir
 
 from dsinspect.loaders.ingest import datatrove as datatrove_module
 from dsinspect.loaders.ingest.sources import detect_source, open_source
 from dsinspect.loaders.store.catalog import Catalog
 
 HERE = Path(__file__).resolve().parent
-PEER_FILES = ("litdata/__init__.py", "datatrove/__init__.py")
 
 
 def sha(data: bytes) -> str:
@@ -80,11 +80,8 @@ def refused(tmp_path: Path, source, *fragments: str, kind: str | None = None) ->
 @pytest.fixture(scope="module")
 def peers(tmp_path_factory):
     """The worker's corpora (one run for both libraries) and what the peers' readers read from them."""
-    where = os.environ.get("DSINSPECT_PEERS")
-    if not where:
-        pytest.skip("DSINSPECT_PEERS is not set (the directory holding litdata and datatrove)")
-    if not all((Path(where) / f).is_file() for f in PEER_FILES):
-        pytest.skip(f"DSINSPECT_PEERS={where} lacks litdata or datatrove")
+    where = str(peers_dir("litdata/__init__.py", "litdata"))
+    peers_dir("datatrove/__init__.py", "datatrove")
     work = tmp_path_factory.mktemp("token-peers")
     done = subprocess.run([sys.executable, "-W", "ignore", str(HERE / "token_peers_worker.py"), str(work)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": where}, timeout=300)

@@ -10,10 +10,7 @@ line naming the file and the field, exit 2, no version, nothing allocated for a 
 
 import hashlib
 import json
-import os
 import struct
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from peer_workers import PeerWorker, peers_dir
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import UserError
@@ -30,43 +28,19 @@ from dsinspect.loaders.ingest.megatron import MegatronSource
 from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.store.catalog import Catalog
 
-HERE = Path(__file__).resolve().parent
 MAGIC = b"MMIDIDX\x00\x00"
 
 
-def peers_dir() -> Path:
-    where = os.environ.get("DSINSPECT_PEERS")
-    if not where:
-        pytest.skip("DSINSPECT_PEERS is not set (the directory holding megatron-core)")
-    if not (Path(where) / "megatron" / "core" / "__init__.py").is_file():
-        pytest.skip(f"DSINSPECT_PEERS={where} lacks megatron-core")
-    return Path(where)
-
-
-class MegatronWorker:
-    """tests/megatron_worker.py, started once: `ask` sends a request and waits for its answer."""
+class MegatronWorker(PeerWorker):
+    """tests/megatron_worker.py, started once."""
 
     def __init__(self, where: Path, log: Path):
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-W", "ignore", str(HERE / "megatron_worker.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**os.environ, "PYTHONPATH": str(where)})
-
-    def ask(self, **request) -> None:
-        self.proc.stdin.write(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in request.items()}) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        assert answer == "ok", answer or f"the worker ended; see {self.log.name}"
+        super().__init__("megatron_worker.py", where, log)
 
     def read(self, prefix: Path, out: Path, multimodal: bool = False) -> dict:
         self.ask(op="read", prefix=prefix, multimodal=multimodal, out=out)
         with np.load(out) as data:
             return {k: data[k] for k in data.files}
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.log.close()
 
 
 def make_corpus(seed: int, dtype: str, documents: int, multimodal: bool = False) -> dict:
@@ -115,7 +89,8 @@ def built(tmp_path_factory):
     (multimodal uint8), flat/built (int32, a sequence a document, the tokens a uint32 version holds);
     each ingested with no flags (u16 also with --tokenizer), exported, the exports read by Megatron and
     re-ingested into other catalogs."""
-    worker = MegatronWorker(peers_dir(), tmp_path_factory.mktemp("megatron-log") / "worker.log")
+    worker = MegatronWorker(peers_dir("megatron/core/__init__.py", "megatron-core"),
+                            tmp_path_factory.mktemp("megatron-log") / "worker.log")
     root = tmp_path_factory.mktemp("megatron")
     (root / "tok.json").write_bytes(tokenizer_bytes())
     corpora = {"u16/corpus": ("uint16", make_corpus(1, "uint16", 60)), "i32/a": ("int32", make_corpus(2, "int32", 40)),

@@ -9,15 +9,13 @@ documents from it, and its re-ingest is the same version id. Hostile inputs: one
 import gzip
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from peer_workers import PeerWorker, peers_dir
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
 from dsinspect.errors import UserError
@@ -26,7 +24,6 @@ from dsinspect.loaders.ingest.source import SourceSpec
 from dsinspect.loaders.ingest.token_memmaps import OlmoSource
 from dsinspect.loaders.store.catalog import Catalog
 
-HERE = Path(__file__).resolve().parent
 EOT = 50256  # GPT-2's end of text: nanoGPT's openwebtext prepare.py appends it to each document
 NEOX_EOS = 50279  # OLMo-core's TokenizerConfig.gpt_neox_olmo_dolma_v1_5(): uint16 files
 DOLMA2_EOS = 100257  # TokenizerConfig.dolma2(): ids past 65,535, uint32 files
@@ -159,36 +156,6 @@ def test_nanogpt_export_is_the_bytes_prepare_py_wrote_and_reingests_to_the_same_
 
 # -- OLMo-core ---------------------------------------------------------------------------------
 
-def peers_dir() -> Path:
-    where = os.environ.get("DSINSPECT_PEERS")
-    if not where:
-        pytest.skip("DSINSPECT_PEERS is not set (the directory holding ai2-olmo-core)")
-    if not (Path(where) / "olmo_core" / "__init__.py").is_file():
-        pytest.skip(f"DSINSPECT_PEERS={where} lacks ai2-olmo-core")
-    return Path(where)
-
-
-class OlmoWorker:
-    """tests/olmo_memmap_worker.py, started once: `ask` sends a request and waits for its answer."""
-
-    def __init__(self, where: Path, log: Path):
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-W", "ignore", str(HERE / "olmo_memmap_worker.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**os.environ, "PYTHONPATH": str(where)})
-
-    def ask(self, **request) -> None:
-        self.proc.stdin.write(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in request.items()}) + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        assert answer == "ok", answer or f"the worker ended; see {self.log.name}"
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def olmo(tmp_path_factory, nanogpt):
     """OLMo-core writes a uint16 corpus of two files (GPT-NeoX ids, EOS 50279; the first with 2,000
@@ -196,7 +163,8 @@ def olmo(tmp_path_factory, nanogpt):
     its metadata; dsinspect ingests them with no flags (the uint32 one with
     --tokenizer), exports them, nanoGPT's openwebtext and a JSON Lines version of int64 tokens without
     EOS as OLMo files; OLMo-core reads sources and exports back; the exports are re-ingested."""
-    worker = OlmoWorker(peers_dir(), tmp_path_factory.mktemp("olmo-log") / "worker.log")
+    worker = PeerWorker("olmo_memmap_worker.py", peers_dir("olmo_core/__init__.py", "ai2-olmo-core"),
+                        tmp_path_factory.mktemp("olmo-log") / "worker.log")
     root = tmp_path_factory.mktemp("olmo")
     (root / "tok.json").write_bytes(tokenizer_bytes())
     corpora = {"olmo16": ("uint16", NEOX_EOS, {"part-0-00000.npy": make_documents(3, 2000, NEOX_EOS),

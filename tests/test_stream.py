@@ -56,6 +56,8 @@ def test_a_stream_keeps_its_fields_and_refuses_what_is_not_its_own(tmp_path):
         open_stream(catalog, "rollouts", [*FIELDS, Field("extra", pa.int64(), "scalar")], key="rollout_id")
     with pytest.raises(UserError, match="an append of no rows"):
         stream.append([])
+    with pytest.raises(UserError, match="writer must be text of at most 256 characters"):
+        stream.append(rollouts("x", 1), writer="w" * 300)
     stream.append(rollouts("a", 2))
     stream.append(rollouts("b", 2))
     path = Path(catalog.root) / "datasets" / "rollouts" / "stream" / "commits"

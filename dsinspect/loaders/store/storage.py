@@ -150,18 +150,28 @@ def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         if not writes_locally(fs):
             fs.pipe_file(path, data)  # object stores publish a whole object at once
             return
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+        tmp = _synced_temp(path, data)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             _unlink_quietly(tmp)
             raise
+
+
+def _synced_temp(path: str, data: bytes) -> str:
+    """`data` in a new temp file beside local `path` (its directory made), on disk: the temp file's path."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
 
 
 def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> bool:
@@ -184,21 +194,14 @@ def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> b
         if not writes_locally(fs):
             raise StorageError(f"{fs.unstrip_protocol(path)}: this store has no exclusive create "
                                "(dsinspect uses local disks' links and S3's conditional puts)")
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+        tmp = _synced_temp(path, data)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-            return True
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
         finally:
             _unlink_quietly(tmp)
+        return True
 
 
 def publish_file(fs: fsspec.AbstractFileSystem, local_path: str, path: str) -> bool:

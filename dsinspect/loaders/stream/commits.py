@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dsinspect.errors import IntegrityError, ManifestError
+from dsinspect.errors import IntegrityError, ManifestError, UserError
 from dsinspect.loaders.format.manifest import Field, Shard, canonical_json, sha256_hex
 
 __all__ = ["Commit", "StreamSpec", "STREAM_FORMAT", "COMMIT_FORMAT"]
@@ -87,5 +87,5 @@ class Commit:
 def check_label(text: str, what: str) -> str:
     """A writer's name or a commit message: short text."""
     if not isinstance(text, str) or len(text) > _TEXT_MAX:
-        raise ValueError(f"{what} must be text of at most {_TEXT_MAX} characters")
+        raise UserError(f"{what} must be text of at most {_TEXT_MAX} characters, not {text!r:.40}")
     return text
