@@ -15,6 +15,7 @@ from dsinspect.cli import (
     runs_cmd,
     show_cmd,
     stats_cmd,
+    stream_cmd,
     tui_cmd,
     web_cmd,
     where_cmd,
@@ -82,7 +83,7 @@ for command in web_cmd.COMMANDS:
     cli.add_command(command)
 for command in tui_cmd.COMMANDS:
     cli.add_command(command)
-for command in ingest_cmd.COMMANDS:
+for command in ingest_cmd.COMMANDS + stream_cmd.COMMANDS:
     cli.add_command(command)
 
 

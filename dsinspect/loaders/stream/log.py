@@ -74,8 +74,12 @@ class Stream:
         with write_lease(fs, layout, self.name):
             shard_writer = VersionWriter(self.catalog, self.name, self.spec.fields, key=self.spec.key,
                                          options=options)
-            shard_writer.write(rows)
-            shards = shard_writer.finish_shards()
+            try:
+                shard_writer.write(rows)
+                shards = shard_writer.finish_shards()
+            except BaseException:
+                shard_writer.abort()  # rows that do not fit: nothing of them stays behind
+                raise
             if not shards:
                 raise UserError(f"stream {self.name!r}: an append of no rows")
             created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
