@@ -1,4 +1,5 @@
-"""Shared by the ingest tests: JSONL sources written to disk, and a source opener that fails on purpose.
+"""Shared by the ingest tests: JSONL sources written to disk, a source opener that fails on purpose, and
+what the token-format tests do alike (ingest from the shell, a version's rows, a sha256).
 
 The failing opener is named by "module:function" like any opener, so it runs in pool workers and
 Ray tasks too (they import this module from `tests/`). It wraps the real JSONL reader and, on
@@ -9,12 +10,36 @@ counted with marker files, so a retry in another process sees them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 from pathlib import Path
 
+import pyarrow as pa
+
+from dsinspect.loaders.store.catalog import Catalog
+
 OPENER = "ingest_helpers:open_failing"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def ingest_with_cli(catalog: Path, source, name: str, *flags):
+    """`dsinspect ingest SOURCE NAME FLAGS` (inline) into `catalog`: the version it made. (The CLI is
+    imported here: pool workers and Ray tasks import this module for its opener.)"""
+    from cli_inprocess import run_cli
+
+    done = run_cli("--catalog", catalog, "ingest", source, name, "--engine", "inline", "--json", *flags)
+    assert done.returncode == 0, done.stderr
+    return Catalog(str(catalog)).resolve(name)
+
+
+def version_rows(version) -> pa.Table:
+    """Every row of `version`, its row-hash column included."""
+    return pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
 
 
 def write_jsonl_source(directory: Path, files: int, rows: int) -> Path:

@@ -7,7 +7,6 @@ datatrove's loss masks come through bit for bit. Hand-written files (no peer nee
 documented, parts cut inside a file, and hostile inputs: one line naming file and field, exit 2, no
 version."""
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,27 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from ingest_helpers import ingest_with_cli as ingest
+from ingest_helpers import sha
+from ingest_helpers import version_rows as rows
 from peer_workers import peers_dir
 
 from dsinspect.loaders.ingest import datatrove as datatrove_module
 from dsinspect.loaders.ingest.sources import detect_source, open_source
-from dsinspect.loaders.store.catalog import Catalog
 
 HERE = Path(__file__).resolve().parent
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def ingest(catalog: Path, source, name: str, *flags):
-    done = run_cli("--catalog", catalog, "ingest", source, name, "--engine", "inline", "--json", *flags)
-    assert done.returncode == 0, done.stderr
-    return Catalog(str(catalog)).resolve(name)
-
-
-def rows(version) -> pa.Table:
-    return pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
 
 
 def by_file(table: pa.Table) -> dict[str, list[int]]:

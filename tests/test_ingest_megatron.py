@@ -8,7 +8,6 @@ document boundary is the reader's; the export is the builder's bytes, the reader
 and documents from it, and its re-ingest is the same version id. Hostile indexes, written by hand: one
 line naming the file and the field, exit 2, no version, nothing allocated for a declared 2^60."""
 
-import hashlib
 import json
 import struct
 import tracemalloc
@@ -18,6 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from ingest_helpers import ingest_with_cli as ingest
+from ingest_helpers import sha
+from ingest_helpers import version_rows as rows
 from peer_workers import PeerWorker, peers_dir
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
@@ -63,24 +65,10 @@ def make_corpus(seed: int, dtype: str, documents: int, multimodal: bool = False)
             "documents": np.array([len(ns) for _, ns in shapes]), "items": np.array([items for items, _ in shapes])}
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def ingest(catalog: Path, source, name: str, *flags) -> Catalog:
-    done = run_cli("--catalog", catalog, "ingest", source, name, "--json", *flags)
-    assert done.returncode == 0, done.stderr
-    return Catalog(str(catalog)).resolve(name)
-
-
 def export(version, dest: Path) -> dict:
     done = run_cli("--catalog", version.catalog.url, "export", version.address, dest, "--format", "megatron", "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def rows(version) -> pa.Table:
-    return pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ ends where the writer ended it; the export is the writer's own bytes, OLMo-core'
 documents from it, and its re-ingest is the same version id. Hostile inputs: one line, exit 2, no version."""
 
 import gzip
-import hashlib
 import json
 from pathlib import Path
 
@@ -15,6 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
+from ingest_helpers import ingest_with_cli as ingest
+from ingest_helpers import sha
+from ingest_helpers import version_rows as rows
 from peer_workers import PeerWorker, peers_dir
 
 from dsinspect.demo.tokenizer import tokenizer_bytes
@@ -38,25 +40,10 @@ def make_documents(seed: int, count: int, high: int) -> list[np.ndarray]:
     return [rng.integers(0, high, int(n)) for n in lengths]
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def ingest(catalog: Path, source, name: str, *flags):
-    """`dsinspect ingest SOURCE NAME FLAGS` into `catalog`: the version it made."""
-    done = run_cli("--catalog", catalog, "ingest", source, name, "--engine", "inline", "--json", *flags)
-    assert done.returncode == 0, done.stderr
-    return Catalog(str(catalog)).resolve(name)
-
-
 def export(version, dest: Path, fmt: str) -> dict:
     done = run_cli("--catalog", version.catalog.url, "export", version.address, dest, "--format", fmt, "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def rows(version) -> pa.Table:
-    return pa.concat_tables([version.read_shard(s) for s in range(len(version.manifest.shards))])
 
 
 def by_file(version) -> dict[str, list[np.ndarray]]:
