@@ -111,7 +111,7 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
     with open_file(url) as f:
         f.seek(base)
         read = 0
-        carry = np.zeros(0, dtype)  # the tokens of a document still open at the end of the last block
+        open_parts: list[np.ndarray] = []  # the tokens of a document still open, block by block (each scanned once)
         document = 0  # the next document's index
         while True:
             want = block if size is None else min(block, size - read)
@@ -120,10 +120,16 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
             if len(data) % item or (size is not None and want > 0 and len(data) < want):
                 raise UserError(f"{url}: the token stream ends at byte {base + read:,}, not on a whole "
                                 f"{dtype.name} token{'' if size is None else f' at byte {base + size:,}'}")
-            tokens = np.concatenate([carry, np.frombuffer(data, dtype)]) if len(carry) else np.frombuffer(data, dtype)
-            ends = np.flatnonzero(tokens == eos) + 1
-            last = not data
-            if last and len(tokens) and (not len(ends) or ends[-1] != len(tokens)):
+            fresh = np.frombuffer(data, dtype)
+            ends = np.flatnonzero(fresh == eos) + 1
+            if data and not len(ends):  # no document ends here: joined once one does
+                open_parts.append(fresh)
+                continue
+            held = sum(len(x) for x in open_parts)
+            cut = int(ends[-1]) if len(ends) else 0
+            tokens = np.concatenate([*open_parts, fresh[:cut]]) if open_parts else fresh[:cut]
+            ends = ends + held
+            if not data and len(tokens):
                 ends = np.append(ends, len(tokens))  # the tail without an EOS: a document of its own
             starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
             for i in range(0, len(ends), BATCH_ROWS):
@@ -131,10 +137,9 @@ def eos_batches(url: str, name: str, dtype: np.dtype, eos: int, base: int = 0,
                 lo = int(first[0])
                 yield _batch(schema, tokens[lo:int(stops[-1])], np.concatenate([[0], stops - lo]), name, document)
                 document += len(first)
-            done = int(ends[-1]) if len(ends) else 0
-            carry = tokens[done:].copy()
-            if last:
+            if not data:
                 return
+            open_parts = [fresh[cut:]] if cut < len(fresh) else []
 
 
 def _batch(schema: pa.Schema, values: np.ndarray, offsets: np.ndarray, name: str, first: int) -> pa.RecordBatch:
