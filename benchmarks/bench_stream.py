@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 CHILD = r"""
-import json, os, sys, time
+import json, os, sys, time, zlib
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +32,7 @@ fields = [("rollout_id", pa.string()), ("prompt", pa.list_(pa.int32())), ("respo
           ("reward", pa.float32())] + ([("sampler_logprobs", pa.list_(pa.float32()))] if logprobs else [])
 schema = pa.schema(fields)
 def batch(a):
-    rng = np.random.default_rng([hash(name) & 0xFFFF, a])
+    rng = np.random.default_rng([zlib.crc32(name.encode()), a])  # str hash() differs per process
     cols = [pa.array([f"{name}-{a}-{r}" for r in range(rows)]),
             pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32) * 128),
                                      pa.array(rng.integers(0, 100_000, rows * 128, dtype=np.int32))),

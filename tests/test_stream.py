@@ -136,8 +136,9 @@ def test_eight_writers_and_a_follower_lose_nothing_and_a_killed_writer_loses_onl
     stored = [r for s in range(len(version.manifest.shards))
               for r in version.read_shard(s, columns=["rollout_id"]).column(0).to_pylist()]
     assert len(stored) == len(set(stored)), "no rollout committed twice"
+    held = set(stored)
     for lines in reported.values():  # every append a writer saw return is in the stream
-        assert len(lines) == 12 and all(i in set(stored) for ids_ in lines for i in ids_)
+        assert len(lines) == 12 and all(i in held for ids_ in lines for i in ids_)
     doomed_told = [json.loads(line.split(" ", 1)[1]) for line in told if line.strip()]
     doomed_stored = {i for i in stored if i.startswith("doomed-")}
     said = {i for ids_ in doomed_told for i in ids_}
