@@ -65,10 +65,11 @@ class Stream:
         self._next = None  # the lowest commit number that may be free (a hint: checked on create)
 
     def append(self, rows: Any, *, writer: str = "", message: str = "",
-               options: WriteOptions = WriteOptions()) -> Commit:
+               options: WriteOptions = WriteOptions(), created_at: str | None = None) -> Commit:
         """Write `rows` (a Table, a RecordBatch, batches or row dicts) and publish them as the next
         commit; the commit. Under a write lease from the first shard to the commit file, so gc never
-        takes a shard a commit is about to name."""
+        takes a shard a commit is about to name. `created_at` (ISO 8601) stamps the commit instead of
+        the clock: a stream generated again (the sample catalog's) is then the same bytes."""
         check_label(writer, "writer"), check_label(message, "message")
         fs, layout = self.catalog.fs, self.catalog.layout
         with write_lease(fs, layout, self.name):
@@ -82,7 +83,7 @@ class Stream:
                 raise
             if not shards:
                 raise UserError(f"stream {self.name!r}: an append of no rows")
-            created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
+            created = created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
             seq = self._head() if self._next is None else self._next
             while True:
                 commit = Commit(seq, self.spec.id, tuple(shards), writer, created, message)
