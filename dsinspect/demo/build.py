@@ -1,7 +1,9 @@
-"""Write the demo catalog: four datasets, two versions each, byte-for-byte the same on every run.
+"""Write the demo catalog: five datasets, two versions each, byte-for-byte the same on every run.
 
-v2 of each dataset updates, removes and adds rows relative to v1 through copy-on-write
-derivation; the changes are recorded in `<catalog>/sample-data.json` so tests can hold diffs to them.
+v2 of each of the first four (`EDITED`) updates, removes and adds rows relative to v1 through
+copy-on-write derivation; `demo-rollouts` is a stream of LLM RL rollouts (demo/rollouts.py) appended by
+four samplers in 12 commits, v1 and v2 its snapshots after 6 and 12. What v2 changed is recorded in
+`<catalog>/sample-data.json` so tests can hold diffs to it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from dsinspect.loaders.store.derive import derive_version
 from dsinspect.loaders.store.storage import join, write_atomic
 from dsinspect.loaders.store.writer import WriteOptions
 
-__all__ = ["GENERATOR_VERSION", "write_sample_catalog", "DATASETS"]
+__all__ = ["GENERATOR_VERSION", "write_sample_catalog", "DATASETS", "EDITED", "STREAMED"]
 
-GENERATOR_VERSION = "3"
+GENERATOR_VERSION = "4"
 CREATED = {"v1": "2026-01-05T09:00:00+00:00", "v2": "2026-02-16T09:00:00+00:00"}
 SEED = 20260105
 
@@ -113,7 +115,61 @@ def _datasets() -> list[DemoDataset]:
     ]
 
 
-DATASETS = ("demo-text", "demo-images", "demo-video", "demo-rl")
+EDITED = ("demo-text", "demo-images", "demo-video", "demo-rl")  # v2 derived from v1 by edits
+STREAMED = ("demo-rollouts",)                                     # v1, v2: snapshots of a stream
+DATASETS = EDITED + STREAMED
+ROLLOUT_COMMITS, ROLLOUT_SAMPLERS, ROLLOUT_V1_COMMITS = 12, 4, 6
+ROLLOUTS_CREATED = "2026-03-02T09:{minute:02d}:00+00:00"  # commit n at minute n
+
+
+def _rollout_fields(catalog: Catalog) -> list[Field]:
+    """The demo rollouts' columns, each with its viewer role and, in its options, its rollout meaning
+    (inspect/rollouts.py): declared, so no viewer has to guess them from names."""
+    from dsinspect.demo.rollouts import SCHEMA
+    from dsinspect.demo.tokenizer import tokenizer_bytes
+
+    tokenizer = {"kind": "huggingface", "blob": catalog.put_blob("demo-rollouts", tokenizer_bytes(), ".json")}
+    roles = {"prompt_text": "text", "response_text": "text", "prompt_tokens": "tokens", "response_tokens": "tokens",
+             "sampler_logprobs": "array", "learner_logprobs": "array", "ref_logprobs": "array",
+             "loss_mask": "array", "rewards": "json", "turns": "json", "env_output": "text"}
+    fields = []
+    for f in SCHEMA:
+        role = roles.get(f.name, "scalar")
+        options: dict[str, Any] = {"tokenizer": tokenizer} if role == "tokens" else {}
+        if f.name != "rollout_id":
+            options["rollout"] = f.name  # the demo names each column after its meaning
+        arrow_type = pa.string() if role == "json" else f.type
+        fields.append(Field(f.name, arrow_type, role, nullable=f.name != "rollout_id", options=options))
+    return fields
+
+
+def _rollout_rows() -> list[dict]:
+    """demo_rollouts() with the struct and list-of-struct columns as JSON text (a role each can hold)."""
+    from dsinspect.demo.rollouts import demo_rollouts
+
+    return [{**row, "rewards": json.dumps(row["rewards"], sort_keys=True),
+             "turns": json.dumps(row["turns"], sort_keys=True)} for row in demo_rollouts().rows]
+
+
+def _write_rollout_stream(catalog: Catalog) -> dict[str, Any]:
+    """The samplers' commits (a few groups each, round robin) and the two snapshots."""
+    from dsinspect.loaders.stream import open_stream, snapshot
+
+    rows = _rollout_rows()
+    stream = open_stream(catalog, "demo-rollouts", _rollout_fields(catalog), key="rollout_id")
+    per_commit = len(rows) // ROLLOUT_COMMITS
+    options = WriteOptions(row_group_rows=4)
+    if stream.head() == 0:  # written once: a stream is appended to, never rewritten
+        for n in range(ROLLOUT_COMMITS):
+            stream.append(rows[n * per_commit:(n + 1) * per_commit], writer=f"sampler-{n % ROLLOUT_SAMPLERS}",
+                          message=f"groups {2 * n}-{2 * n + 1}", options=options,
+                          created_at=ROLLOUTS_CREATED.format(minute=n))
+    v1 = snapshot(stream, ROLLOUT_V1_COMMITS, tags=["v1"], message=f"v1: commits 0..{ROLLOUT_V1_COMMITS - 1}")
+    v2 = snapshot(stream, ROLLOUT_COMMITS, tags=["v2"], parent=v1.id,
+                  message=f"v2: commits 0..{ROLLOUT_COMMITS - 1}")
+    return {"v1": v1.id, "v2": v2.id, "key": "rollout_id", "updated": {}, "removed": [],
+            "added": [r["rollout_id"] for r in rows[ROLLOUT_V1_COMMITS * per_commit:]],
+            "commits": ROLLOUT_COMMITS}
 
 
 def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -138,6 +194,7 @@ def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None)
             "updated": {str(k): sorted(f for f in row if row[f] != by_key[k][f]) for k, row in updates.items()},
             "removed": list(ds.remove), "added": [r[ds.key] for r in added],
         }
+    record["datasets"]["demo-rollouts"] = _write_rollout_stream(catalog)
     write_atomic(catalog.fs, join(catalog.root, "sample-data.json"),
                  (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return record

@@ -137,15 +137,17 @@ class Stream:
 
 
 def snapshot(stream: Stream, until: int | None = None, *, tags: Iterable[str] = (), message: str = "",
-             options: WriteOptions = WriteOptions()) -> DatasetVersion:
+             parent: str | None = None, options: WriteOptions = WriteOptions()) -> DatasetVersion:
     """Commits 0 .. `until` - 1 (default: all there are now) as an ordinary version of the dataset, their
-    shards in commit order (nothing is rewritten: the same prefix always gives the same version id)."""
+    shards in commit order (nothing is rewritten: the same prefix, and `parent`, always give the same
+    version id). `parent`: the version id it follows (an earlier snapshot), for `ls` and the viewers."""
     commits = list(stream.commits(0, until))
     if until is not None and len(commits) < until:
         raise UserError(f"stream {stream.name!r} has {len(commits)} commits, not {until}")
     if not commits:
         raise UserError(f"stream {stream.name!r} has no commit to snapshot")
     writer = VersionWriter(stream.catalog, stream.name, stream.spec.fields, key=stream.spec.key, tags=tags,
+                           parent=parent,
                            message=message or f"stream commits 0..{len(commits) - 1}", options=options,
                            created_at=commits[-1].created_at)
     for commit in commits:
