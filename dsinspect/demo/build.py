@@ -124,8 +124,10 @@ ROLLOUTS_CREATED = "2026-03-02T09:{minute:02d}:00+00:00"  # commit n at minute n
 
 def _rollout_fields(catalog: Catalog) -> list[Field]:
     """The demo rollouts' columns, each with its viewer role and, in its options, its rollout meaning
-    (inspect/rollouts.py): declared, so no viewer has to guess them from names."""
-    from dsinspect.demo.rollouts import SCHEMA
+    (inspect/rollouts.py): declared, so no viewer has to guess them from names; the response tokens' options
+also declare what the checks need beyond the rows (pad and EOS ids, special ids, the length limit, the
+staleness bound; docs/RL.md)."""
+    from dsinspect.demo.rollouts import CHECKS, SCHEMA
     from dsinspect.demo.tokenizer import tokenizer_bytes
 
     tokenizer = {"kind": "huggingface", "blob": catalog.put_blob("demo-rollouts", tokenizer_bytes(), ".json")}
@@ -138,6 +140,9 @@ def _rollout_fields(catalog: Catalog) -> list[Field]:
         options: dict[str, Any] = {"tokenizer": tokenizer} if role == "tokens" else {}
         if f.name != "rollout_id":
             options["rollout"] = f.name  # the demo names each column after its meaning
+        if f.name == "response_tokens":  # what the checks need beyond the rows, declared with the data
+            options["checks"] = {k: list(v) if isinstance(v := CHECKS[k], tuple) else v for k in ("pad_id", "eos_ids", "special_ids", "max_response_tokens",
+                                                        "staleness_bound")}
         arrow_type = pa.string() if role == "json" else f.type
         fields.append(Field(f.name, arrow_type, role, nullable=f.name != "rollout_id", options=options))
     return fields
