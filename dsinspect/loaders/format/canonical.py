@@ -53,6 +53,11 @@ def encode_column(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
 
 def field_hashes(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
     """The 16-byte field hash of every value in `arr`."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    fast = _fixed_list_hashes(arr)
+    if fast is not None:
+        return fast
     digest = xxhash.xxh3_128_digest
     return [digest(e) for e in encode_column(arr)]
 
@@ -157,6 +162,43 @@ def _list_payloads(arr: pa.Array) -> list[bytes]:
         return [pack(int(b - a)) + blob[a * stride:b * stride] for a, b in zip(bounds[:-1], bounds[1:])]
     encoded = encode_column(items)
     return [pack(int(b - a)) + b"".join(encoded[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _fixed_list_hashes(arr: pa.Array) -> list[bytes] | None:
+    """The field hashes of a list of fixed-width items none of which is null (token ids, log-probs),
+    hashed without encoding each row apart: the items tagged in one buffer, each row's hash fed its
+    header and its slice of it. The same bytes as `encode_column`'s, so the same hashes; None for
+    any other array (the general path)."""
+    t = arr.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) \
+            or not _fixed_width(t.value_type):
+        return None
+    items = arr.flatten()  # drops the items under null slots
+    if items.null_count:
+        return None
+    import pyarrow.compute as pc  # as in _list_payloads: only when lists are hashed
+
+    counts = pc.list_value_length(arr)
+    lengths = np.frombuffer(counts.buffers()[1], dtype=np.int32 if counts.type == pa.int32() else np.int64)
+    valid = _validity(arr)
+    lengths = np.where(valid, lengths[counts.offset:counts.offset + len(counts)], 0).astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    values = _fixed_rows(items)
+    width = values.shape[1]
+    tagged = np.empty(len(items), dtype=np.dtype([("tag", "u1"), ("value", f"V{width}")]))  # packed: 1 + width
+    tagged["tag"] = 1  # a strided copy of whole values: ~8x faster than filling an (n, 1 + width) byte array
+    tagged["value"] = values.reshape(-1).view(f"V{width}")
+    blob, stride = memoryview(tagged).cast("B"), 1 + width
+    hasher, pack, null = xxhash.xxh3_128, _U64.pack, xxhash.xxh3_128_digest(_NULL)
+    out = []
+    for a, b, ok in zip(bounds[:-1], bounds[1:], valid.tolist()):
+        if ok:
+            h = hasher(_PRESENT + pack(b - a))
+            h.update(blob[a * stride:b * stride])
+            out.append(h.digest())
+        else:
+            out.append(null)
+    return out
 
 
 def _struct_payloads(arr: pa.StructArray) -> list[bytes]:

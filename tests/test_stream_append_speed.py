@@ -1,0 +1,97 @@
+"""What makes a stream append fast must change no hash: lists of fixed-width items (token ids,
+log-probs) are hashed without encoding each row apart (canonical._fixed_list_hashes), and every
+such hash equals the digest of `encode_column`'s bytes, the encoding's reference path."""
+
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from dsinspect.loaders.format.canonical import (
+    _fixed_list_hashes,
+    combine_row_hash,
+    encode_column,
+    field_hashes,
+    row_hashes,
+)
+
+
+def _reference(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
+    return [xxhash.xxh3_128_digest(e) for e in encode_column(arr)]
+
+
+def _rollouts() -> pa.Table:
+    """Five rollouts (0 to 1,024 tokens) of deterministic token ids and log-probs, one of them NaN."""
+    counts = [0, 1, 7, 1024, 3]
+    n = sum(counts)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    tokens = ((np.arange(n, dtype=np.int64) * 2654435761) % 151_643).astype(np.int32)
+    logprobs = (-(np.arange(n, dtype=np.float32) % 97) / np.float32(7.0)).astype(np.float32)
+    logprobs[5] = np.nan
+    return pa.table({"rollout_id": [f"r{i}" for i in range(len(counts))],
+                     "response": pa.ListArray.from_arrays(offsets, pa.array(tokens)),
+                     "sampler_logprobs": pa.ListArray.from_arrays(offsets, pa.array(logprobs))})
+
+
+# Computed by the implementation before the fast path (c2e8613, every row encoded apart), on _rollouts().
+ROLLOUT_ROW_HASHES = ["60583fe586ac2d861eb322d27f6e8328", "a64c91840b27176e29537896db999ccd",
+                      "e1f028a88218b33339ae315502ea2029", "f54310162d02d9ed1cf7ea6555190a50",
+                      "9e72d4dd2b7acb3e7139d4d54b1b647d"]
+
+
+def test_rollout_row_hashes_are_the_ones_the_old_implementation_gave():
+    table = _rollouts()
+    assert [h.hex() for h in row_hashes(table, table.column_names)] == ROLLOUT_ROW_HASHES
+    by_reference = [combine_row_hash([(n, _reference(table.column(n))[r]) for n in table.column_names])
+                    for r in range(table.num_rows)]
+    assert [h.hex() for h in by_reference] == ROLLOUT_ROW_HASHES
+
+
+LISTS = {
+    "int32": pa.array([[1, 2, 3], [], None, [70000], [-1] * 1030], pa.list_(pa.int32())),
+    "float32 nan and -0": pa.array([[1.5, float("nan")], [-0.0, 0.0], None, [float("-inf")]], pa.list_(pa.float32())),
+    "float64 nan payload": pa.ListArray.from_arrays(
+        pa.array([0, 2, 3], pa.int32()),
+        pa.array(np.array([0x7FF8000000000001, 0x3FF0000000000000, 0xFFF0000000000001],
+                          np.uint64).view(np.float64))),
+    "float16": pa.array([[np.float16(1.5), np.float16("nan")], []], pa.list_(pa.float16())),
+    "int8": pa.array([[1, -2], [127]], pa.list_(pa.int8())),
+    "uint64": pa.array([[2**64 - 1], [0, 1]], pa.list_(pa.uint64())),
+    "large_list int64": pa.array([[2**40, -1], None, []], pa.large_list(pa.int64())),
+    "fixed_size_list float32": pa.array([[1.0, 2.0], None, [3.0, float("nan")]], pa.list_(pa.float32(), 2)),
+    "timestamp": pa.array([[0, 10**12], None], pa.list_(pa.timestamp("us"))),
+    "decimal": pa.array([[Decimal("1.25"), Decimal("-3")], []], pa.list_(pa.decimal128(10, 2))),
+    "fixed binary": pa.array([[b"abcd"], [b"\x00" * 4, b"\xff" * 4]], pa.list_(pa.binary(4))),
+    "all null": pa.array([None, None], pa.list_(pa.int32())),
+    "empty": pa.array([], pa.list_(pa.int32())),
+    "null item (general path)": pa.array([[1, None], [2]], pa.list_(pa.int32())),
+    "bool items (general path)": pa.array([[True, False], None], pa.list_(pa.bool_())),
+    "list of lists (general path)": pa.array([[[1], [2, 3]], []], pa.list_(pa.list_(pa.int32()))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LISTS))
+def test_list_field_hashes_equal_the_encodings_digests(name):
+    arr = LISTS[name]
+    assert field_hashes(arr) == _reference(arr)
+    assert (_fixed_list_hashes(arr) is None) == ("general path" in name)  # the fast path is what was compared
+
+
+@pytest.mark.parametrize("name", ["int32", "float32 nan and -0", "large_list int64", "fixed_size_list float32"])
+def test_sliced_and_chunked_lists_hash_as_their_values(name):
+    arr = LISTS[name]
+    for start in range(len(arr)):
+        part = arr.slice(start, len(arr) - start - 1 if start else len(arr))
+        assert field_hashes(part) == _reference(part)
+    chunked = pa.chunked_array([arr.slice(0, 1), arr.slice(1)])
+    assert field_hashes(chunked) == _reference(arr)
+
+
+def test_null_slots_over_items_hash_as_nulls():
+    """A null list whose offsets still span items (Arrow allows it): null, and its items skipped."""
+    arr = pa.ListArray.from_arrays(pa.array([0, 2, 4, 5], pa.int32()), pa.array([1, 2, 3, 4, 5], pa.int32()),
+                                   mask=pa.array([False, True, False]))
+    assert field_hashes(arr) == _reference(arr)
+    assert field_hashes(arr)[1] == xxhash.xxh3_128_digest(b"\x00")
