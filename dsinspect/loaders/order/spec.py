@@ -195,6 +195,11 @@ class RunSpec:
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
 
+    @property
+    def start_step(self) -> int:
+        """The step this spec's segment starts at (what a run record names its spec file by)."""
+        return self.start.step
+
     @classmethod
     def from_json(cls, data: Any, where: str = "run spec") -> "RunSpec":
         try:

@@ -30,7 +30,8 @@ class RunRecorder:
     """One rank's record. `samples`: per-sample digests on every line (True), never (False), or
     "auto": while they add at most DIGEST_SHARE of the bytes the step read (docs/RUN_RECORDS.md)."""
 
-    def __init__(self, directory: str, rank: int, *, flush_every: int = 64, samples: bool | str = "auto"):
+    def __init__(self, directory: str, rank: int, *, flush_every: int = 64, samples: bool | str = "auto",
+                 specs_folder: str = "specs"):
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
             raise UserError(f"bad rank {rank!r}: a run record's rank is an integer >= 0")  # it names a file
         if samples not in (True, False, "auto"):
@@ -38,6 +39,7 @@ class RunRecorder:
         self.fs, self.root = url_to_fs(directory)
         refuse_read_only(self.fs, self.root)
         self.directory, self.rank, self.flush_every, self.samples = directory, rank, max(1, flush_every), samples
+        self.specs_folder = specs_folder  # a stream learner's specs are not run specs: "learner" (docs/RL.md)
         self.segment: str | None = None
         self._begun: tuple[RunSpec, str | None] | None = None
         self._auto: bool | None = None
@@ -47,27 +49,30 @@ class RunRecorder:
 
     def begin(self, spec: RunSpec, parent: str | None = None) -> str:
         """Start the segment of `spec` (resumed from the state of segment `parent`, if any): its spec
-        file (if no process wrote it yet) and this rank's header line. Returns the segment id."""
+        file (if no process wrote it yet) and this rank's header line. Returns the segment id. `spec`:
+        a RunSpec, or any value with `start_step`, `world_size`, `batch_size`, `hash` and `dumps()`."""
         if self._begun is not None and self._begun[0] is spec and self._begun[1] == parent:
             return self.segment  # the per-step call: the spec's hash is not recomputed
         segment = segment_id(spec, parent)
         self._begun = (spec, parent)
         if segment == self.segment:
             return segment
-        spec_path = join(self.root, "specs", spec_file_name(spec, segment))
+        spec_path = join(self.root, self.specs_folder, spec_file_name(spec, segment))
         if not self.fs.exists(spec_path):  # the same bytes from any writer, so a race is harmless
             write_atomic(self.fs, spec_path, spec.dumps().encode())
         self.segment = segment
         self._auto: bool | None = None  # "auto" digests: decided by the segment's first line
-        self._out.lines.append(json.dumps({"segment": segment, "parent": parent, "start": spec.start.step,
+        self._out.lines.append(json.dumps({"segment": segment, "parent": parent, "start": spec.start_step,
                                        "world_size": spec.world_size, "batch_size": spec.batch_size,
                                        "spec": spec.hash, "rank": self.rank, "time": round(time.time(), 6)}) + "\n")
         self.flush()
         return segment
 
     def record(self, step: int, epoch: int, fingerprint: str, n: int, of: str = "stored", *,
-               row_hashes: np.ndarray | None = None, data_bytes: int | None = None, wait: float | None = None) -> None:
-        """One step's line; `row_hashes` ((n, 16) uint8, as stored) give the per-sample digests."""
+               row_hashes: np.ndarray | None = None, data_bytes: int | None = None, wait: float | None = None,
+               extra: dict | None = None) -> None:
+        """One step's line; `row_hashes` ((n, 16) uint8, as stored) give the per-sample digests; `extra`:
+        more keys for the line (a stream learner's rows consumed and its policy version)."""
         if self.segment is None:
             raise UserError("RunRecorder.record before begin(spec): a line needs its segment")
         line = {"step": step, "rank": self.rank, "epoch": epoch, "fingerprint": fingerprint, "n": n, "of": of,
@@ -76,6 +81,8 @@ class RunRecorder:
             line["samples"] = sample_digests(row_hashes)
         if wait is not None:
             line["wait"] = round(wait, 5)
+        if extra:
+            line.update(extra)
         self._out.lines.append(json.dumps(line) + "\n")
         if len(self._out.lines) >= self.flush_every:
             self.flush()

@@ -68,7 +68,7 @@ def segment_id(spec: RunSpec, parent: str | None) -> str:
 
 
 def spec_file_name(spec: RunSpec, segment: str) -> str:
-    return f"step-{spec.start.step:012d}-{segment}.json"
+    return f"step-{spec.start_step:012d}-{segment}.json"
 
 
 def read_specs(directory: str) -> list[tuple[str | None, RunSpec]]:
