@@ -40,8 +40,8 @@ def test_configured_catalog_comes_from_the_environment_only(monkeypatch, tmp_pat
 
 def test_catalog_rows_list_every_version(demo):
     rows = catalogs.catalog_rows(demo)
-    assert {r["dataset"] for r in rows} == {"demo-text", "demo-images", "demo-video", "demo-rl"}
-    assert len(rows) == 8 and all(len(r["version"]) == 12 for r in rows)
+    assert {r["dataset"] for r in rows} == {"demo-text", "demo-images", "demo-video", "demo-rl", "demo-rollouts"}
+    assert len(rows) == 10 and all(len(r["version"]) == 12 for r in rows)
 
 
 def test_dataset_model_has_schema_shards_and_versions(demo):
