@@ -12,7 +12,7 @@ from dsinspect.web.models import sample
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
            "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check", "version_query",
-           "query_page", "stats_model"]
+           "query_page", "stats_model", "rollout_model", "rollout_index", "group_model"]
 
 
 def url() -> str:
@@ -45,6 +45,30 @@ def sample_table(catalog_url: str, address: str, page: int) -> dict[str, Any]:
 @st.cache_data(show_spinner="Reading and decoding the sample…", max_entries=16)
 def sample_model(catalog_url: str, address: str) -> sample.SampleModel:
     return sample.sample_model(catalog(catalog_url), address)
+
+
+# rollouts by version id (immutable): a rollout and its group's check, a key looked up, a group side by side
+@st.cache_data(show_spinner="Reading the rollout and checking its group…", max_entries=64)
+def rollout_model(catalog_url: str, version_address: str, index: int) -> Any:
+    """Row `index` of `version_address` (NAME@FULL_ID) as a RolloutView, None when it is not rollouts."""
+    from dsinspect.web.models import rollout
+
+    return rollout.rollout_at(catalog(catalog_url), version_address, index)
+
+
+@st.cache_data(show_spinner="Finding the rollout…", max_entries=256)
+def rollout_index(catalog_url: str, version_address: str, rollout_id: str) -> int:
+    from dsinspect.web.models import rollout
+
+    return rollout.rollout_index(catalog(catalog_url), version_address, rollout_id)
+
+
+@st.cache_data(show_spinner="Reading the group and checking it…", max_entries=32)
+def group_model(catalog_url: str, version_address: str, group: str) -> Any:
+    """Group `group` of `version_address` (NAME@FULL_ID) as a GroupView."""
+    from dsinspect.web.models import rollout
+
+    return rollout.group_at(catalog(catalog_url), version_address, group)
 
 
 @st.cache_data(show_spinner="Decoding the frame…", max_entries=256)

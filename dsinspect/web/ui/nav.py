@@ -16,6 +16,7 @@ PAGES = {
     "catalog": ("app_pages/catalog.py", "Catalog", ":material/folder:"),
     "dataset": ("app_pages/dataset.py", "Dataset", ":material/table:"),
     "sample": ("app_pages/sample.py", "Sample", ":material/search:"),
+    "group": ("app_pages/group.py", "Group", ":material/view_column:"),
     "replay": ("app_pages/replay.py", "Replay", ":material/replay:"),
     "runs": ("app_pages/runs.py", "Runs", ":material/timeline:"),
     "diff": ("app_pages/diff.py", "Diff", ":material/compare_arrows:"),
@@ -30,14 +31,17 @@ def page_file(key: str) -> str:
 
 def page_for(params: Mapping[str, str]) -> str:
     """The page a root URL with these query parameters opens: `address` with an index names a sample,
-    without one a dataset version; `spec` or `run` a replay; `a` and `b` a diff; nothing the catalog."""
+    without one a dataset version, with `rollout` one rollout (a sample, by its id), with `group` a group of
+    rollouts; `spec` or `run` a replay; `a` and `b` a diff; nothing the catalog."""
     if (params.get("spec") or params.get("run")) and "replay" in PAGES:
         return "replay"
     if params.get("a") and params.get("b") and "diff" in PAGES:
         return "diff"
     address = params.get("address")
+    if address and params.get("group") and "group" in PAGES:
+        return "group"
     if address:
-        return "sample" if ":" in address else "dataset"
+        return "sample" if ":" in address or params.get("rollout") else "dataset"
     return "catalog"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-__all__ = ["follow_url", "address_box", "set_param", "remember_dataset", "last_dataset"]
+__all__ = ["follow_url", "address_box", "set_param", "set_params", "remember_dataset", "last_dataset"]
 
 
 def follow_url(key: str, value: Any) -> None:
@@ -23,13 +23,14 @@ def follow_url(key: str, value: Any) -> None:
         st.session_state[key] = st.session_state[shown] = value
 
 
-def address_box(label: str, key: str, placeholder: str, default: str = "") -> str:
-    """The page's `?address=` (or `default`), in a box; editing the box rewrites the URL and reruns."""
+def address_box(label: str, key: str, placeholder: str, default: str = "", drop: tuple[str, ...] = ()) -> str:
+    """The page's `?address=` (or `default`), in a box; editing the box rewrites the URL (without the
+    parameters `drop` names: they went with the old address) and reruns."""
     address = st.query_params.get("address") or default
     follow_url(key, address)
     typed = st.text_input(label, key=key, placeholder=placeholder).strip()
     if typed != address:
-        st.query_params["address"] = typed
+        set_params({"address": typed, **dict.fromkeys(drop)})
         st.rerun()
     return address
 
@@ -39,6 +40,15 @@ def set_param(name: str, value: str) -> None:
     button, not st.page_link, for a link to the page already shown: such a link reruns the page but
     leaves the browser's address and history as they were."""
     st.query_params[name] = value
+
+
+def set_params(values: dict[str, str | None]) -> None:
+    """Several parameters at once (a button's on_click, as `set_param`); None removes one."""
+    for name, value in values.items():
+        if value is not None:
+            st.query_params[name] = value
+        elif name in st.query_params:
+            del st.query_params[name]
 
 
 def remember_dataset(address: str) -> None:
