@@ -72,12 +72,17 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
     from dsinspect.loaders.audit.replay import replay, resolve
     from dsinspect.loaders.records.run import is_run_dir
     from dsinspect.loaders.records.transforms import guarded
+    from dsinspect.loaders.stream.learner_record import is_learner_run
 
     catalog = catalog_from(ctx, catalog_url)
     spec_path, log = (run_path(catalog, p) if p else None for p in (spec_path, log))
     if log and not path_exists(log):  # before "name the run": what was typed is what is missing
         raise UserError(f"--check-log {log}: no such fingerprint log or run record (a name is looked up in "
                         f"{default_runs_dir(catalog.url)})")
+    learner = next((p for p in (log, spec_path) if p and is_learner_run(p)), None)
+    if learner is not None:  # a stream learner's record: its steps are rollouts consumed from commits
+        return _replay_learner(catalog, learner, log is not None, step, steps, rank, allow_gaps,
+                               bool(transform or export_dir or columns or addresses), as_json)
     if log and not spec_path and not addresses:
         spec_path = log if is_run_dir(log) else None  # a run record holds its own specs
     specs = _specs(ctx, catalog, spec_path, addresses, spec_flags)
@@ -119,6 +124,26 @@ def replay_cmd(ctx: click.Context, spec_path: str | None, addresses: tuple[str, 
             out.print(f"exported to {receipt['directory']}: {receipt['parquet']['file']}, {receipt['receipt_file']}")
     if result.unverified:
         fail(_damaged(result), 1)
+
+
+def _replay_learner(catalog: Catalog, directory: str, checking: bool, step: int | None, steps: str | None,
+                    rank: str | None, allow_gaps: bool, row_flags: bool, as_json: bool) -> None:
+    from dsinspect.cli.replay_learner import check_learner_cmd, replay_learner_cmd
+    from dsinspect.loaders.audit.logcheck import parse_steps
+
+    if row_flags:
+        raise UserError(f"{directory} is a stream learner's record: --address, --transform, --export and --columns "
+                        "replay rows of a version")
+    if checking:
+        if step is not None and steps:
+            raise UserError("give --step or --steps, not both")
+        wanted = parse_steps(steps if steps else (str(step) if step is not None else None))
+        return check_learner_cmd(catalog, directory, wanted, allow_gaps, as_json)
+    if step is None:
+        raise UserError("give --step N (or --check-log RUN to check the whole record)")
+    if steps or allow_gaps:
+        raise UserError("--steps and --allow-gaps go with --check-log")
+    return replay_learner_cmd(catalog, directory, step, rank if rank is not None else "0", as_json)
 
 
 def _export_streamed(catalog: Catalog, specs: SpecSource, step: int, rank: str, columns: list[str] | None,

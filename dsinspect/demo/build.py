@@ -141,8 +141,8 @@ staleness bound; docs/RL.md)."""
         if f.name != "rollout_id":
             options["rollout"] = f.name  # the demo names each column after its meaning
         if f.name == "response_tokens":  # what the checks need beyond the rows, declared with the data
-            options["checks"] = {k: list(v) if isinstance(v := CHECKS[k], tuple) else v for k in ("pad_id", "eos_ids", "special_ids", "max_response_tokens",
-                                                        "staleness_bound")}
+            declared = ("pad_id", "eos_ids", "special_ids", "max_response_tokens", "staleness_bound")
+            options["checks"] = {k: list(v) if isinstance(v := CHECKS[k], tuple) else v for k in declared}
         arrow_type = pa.string() if role == "json" else f.type
         fields.append(Field(f.name, arrow_type, role, nullable=f.name != "rollout_id", options=options))
     return fields

@@ -21,6 +21,8 @@ from dsinspect.errors import UserError
 from dsinspect.loaders.records.run import Gap, RunRecord, is_run_dir, read_run
 from dsinspect.loaders.records.runlog import read_log
 from dsinspect.loaders.store.storage import join, url_to_fs
+from dsinspect.loaders.stream.learner import LEARNER_SPECS
+from dsinspect.loaders.stream.learner_record import read_learner_specs
 
 __all__ = ["KEPT", "GAP", "SUPERSEDED", "NONE", "DIVERGED", "GLYPHS", "MAX_COLUMNS", "MAX_ROWS",
            "default_runs_dir", "is_run_record", "run_names", "SegmentSummary", "RunSummary", "RunGrid", "RunView",
@@ -42,11 +44,11 @@ def default_runs_dir(catalog_url: str) -> str:
 
 
 def is_run_record(path: str) -> bool:
-    """`path` is a run record directory (it holds specs/ or fingerprints/); False for anything else,
-    a URL fsspec cannot open included (a face asks this of whatever a person typed)."""
+    """`path` is a run record directory (it holds specs/, learner-specs/ or fingerprints/); False for anything
+    else, a URL fsspec cannot open included (a face asks this of whatever a person typed)."""
     try:
         fs, root = url_to_fs(str(path))
-        return fs.isdir(join(root, "specs")) or fs.isdir(join(root, "fingerprints"))
+        return any(fs.isdir(join(root, sub)) for sub in ("specs", LEARNER_SPECS, "fingerprints"))
     except (UserError, OSError, ValueError):
         return False
 
@@ -80,7 +82,7 @@ def run_names(directory: str) -> list[str]:
         if entry.get("type") != "directory":
             continue
         path = entry["name"].rstrip("/")
-        if fs.isdir(join(path, "specs")) or fs.isdir(join(path, "fingerprints")):
+        if any(fs.isdir(join(path, sub)) for sub in ("specs", LEARNER_SPECS, "fingerprints")):
             names.append(path.rsplit("/", 1)[-1])
     return sorted(names)
 
@@ -117,6 +119,7 @@ class RunSummary:
     superseded: int                      # lines of segments the job did not keep
     gaps: list[Gap]
     wait_per_step: float | None
+    kind: str = "rows"                   # "rows" (a Loader's), or "learner" (a stream learner's: rollouts)
 
     @property
     def missing(self) -> int:
@@ -127,7 +130,8 @@ class RunSummary:
         return {"name": self.name, "path": self.path, "sources": self.sources, "world_sizes": self.world_sizes,
                 "steps": list(self.steps) if self.steps else None, "lines": self.lines,
                 "superseded": self.superseded, "gaps": [g.to_json() for g in self.gaps], "missing": self.missing,
-                "wait_per_step": self.wait_per_step, "segments": [s.to_json() for s in self.segments]}
+                "wait_per_step": self.wait_per_step, "segments": [s.to_json() for s in self.segments],
+                "kind": self.kind}
 
 
 @dataclass
@@ -166,11 +170,13 @@ class RunView:
         fs, root = url_to_fs(self.path)
         if not fs.isdir(root):
             raise UserError(f"{self.path}: no such run record directory")
-        if not fs.isdir(join(root, "specs")):
+        self.learner = read_learner_specs(self.path) if fs.isdir(join(root, LEARNER_SPECS)) else None
+        if self.learner is None and not fs.isdir(join(root, "specs")):
             raise UserError(f"{self.path}: not a run record (no specs/ folder)")
         everything = list(read_log(self.path))
         self.lines = [line for line in everything if "segment" not in line]  # step lines, as the record holds them
-        self.record: RunRecord = read_run(everything, specs_dir=self.path)
+        self.record: RunRecord = (RunRecord(everything) if self.learner is not None
+                                  else read_run(everything, specs_dir=self.path))
         kept = {id(line) for line in self.record.kept()}
         n = len(self.lines)
         self._step = np.fromiter((int(line["step"]) for line in self.lines), np.int64, n)
@@ -185,10 +191,10 @@ class RunView:
         chain_ids = {s.id for s in record.chain}
         sources: list[str] = []
         for segment in sorted(by_time, key=lambda s: s.start):
-            for source in (segment.spec.sources if segment.spec else ()):
-                text = f"{source.name}@{source.version[:12]}"
-                if text not in sources:
-                    sources.append(text)
+            learner = (self.learner or {}).get(segment.id)
+            texts = ([f"{source.name}@{source.version[:12]}" for source in segment.spec.sources] if segment.spec
+                     else [f"{learner.dataset} (stream)"] if learner else [])
+            sources += [text for text in texts if text not in sources]
         waited = sum(s.waited for s in by_time)
         segments = [SegmentSummary(
             s.id, s.parent, s.start, s.world_size, s.batch_size, s.lines,
@@ -197,7 +203,8 @@ class RunView:
         return RunSummary(
             self.name, self.path, sources, [s.world_size for s in reversed(record.chain)], segments,
             (record.begin, record.end) if record.end is not None else None, len(record.kept()), record.superseded,
-            record.gaps(), sum(s.wait for s in by_time) / waited if waited else None)
+            record.gaps(), sum(s.wait for s in by_time) / waited if waited else None,
+            "learner" if self.learner is not None else "rows")
 
     # -- the grid ---------------------------------------------------------------------------------
 

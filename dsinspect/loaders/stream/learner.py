@@ -38,7 +38,7 @@ from dsinspect.lru import LRU
 __all__ = ["StreamLearner", "LearnerBatch", "LearnerSpec", "StreamRows", "StreamTimeout", "LEARNER_SPECS",
            "version_field"]
 
-LEARNER_SPECS = "learner"           # a learner's record keeps its specs here, not in specs/ (not RunSpecs)
+LEARNER_SPECS = "learner-specs"  # a learner's record keeps its specs here, not in specs/ (not RunSpecs)
 LEARNER_SPEC_FORMAT = "dsinspect.learner-spec/1"
 STATE_FORMAT = "dsinspect.learner-state/1"
 _CACHED_COMMITS = 64                # verified commit tables kept (a learner reads commits nearly in order)

@@ -2,7 +2,7 @@
 record against the stream.
 
 The record is a run record (records/: segment headers and one line per step and rank, the kept history
-across kills and resumes) whose specs are `LearnerSpec`s under `learner/` and whose lines also carry the
+across kills and resumes) whose specs are `LearnerSpec`s under `learner-specs/` and whose lines also carry the
 rows consumed (`rows`: runs of commit, offset, count), the policy version trained at (`version`) and the
 rows dropped as stale (`dropped`). Commits never change once they exist, so a step is replayed from the
 stream however far it has moved on since.
@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.records.run import Gap, RunRecord
 from dsinspect.loaders.records.runlog import SPEC_FILE, batch_fingerprint, read_log
 from dsinspect.loaders.store.catalog import Catalog
@@ -33,12 +33,12 @@ from dsinspect.loaders.stream.learner import LEARNER_SPECS, LearnerSpec, StreamR
 from dsinspect.loaders.stream.log import open_stream
 from dsinspect.loaders.stream.selection import Position, ranges_of, rows_of, select
 
-__all__ = ["is_learner_run", "LearnerRun", "read_learner_run", "ConsumedStep", "consumed_step", "LearnerCheck",
-           "check_learner_run"]
+__all__ = ["is_learner_run", "LearnerRun", "read_learner_run", "read_learner_specs", "ConsumedStep", "consumed_step",
+           "LearnerCheck", "check_learner_run"]
 
 
 def is_learner_run(directory: str | os.PathLike) -> bool:
-    """Whether `directory` holds a stream learner's record (its specs in learner/)."""
+    """Whether `directory` holds a stream learner's record (its specs in learner-specs/)."""
     fs, root = url_to_fs(os.fspath(directory))
     return fs.isdir(join(root, LEARNER_SPECS))
 
@@ -68,6 +68,12 @@ class LearnerRun:
 
 def read_learner_run(directory: str | os.PathLike) -> LearnerRun:
     path = os.fspath(directory)
+    return LearnerRun(path, RunRecord(read_log(path)), read_learner_specs(path))
+
+
+def read_learner_specs(directory: str | os.PathLike) -> dict[str, LearnerSpec]:
+    """Segment id -> spec, from the record's learner-specs/ folder."""
+    path = os.fspath(directory)
     fs, root = url_to_fs(path)
     base = join(root, LEARNER_SPECS)
     if not fs.isdir(base):
@@ -77,7 +83,7 @@ def read_learner_run(directory: str | os.PathLike) -> LearnerRun:
         match = SPEC_FILE.match(name)
         if match and match.group(2):
             specs[match.group(2)] = LearnerSpec.loads(fs.cat_file(join(base, name)), f"{path}/{LEARNER_SPECS}/{name}")
-    return LearnerRun(path, RunRecord(read_log(path)), specs)
+    return specs
 
 
 @dataclass
@@ -95,6 +101,8 @@ class ConsumedStep:
     dropped: list[tuple[int, int]]       # rows this step dropped as stale (all ranks')
     fingerprint: str                     # as recorded
     recomputed: str                      # from the rows' stored hashes now
+    fields: tuple[Field, ...] = ()       # the stream's
+    key: str | None = None               # the stream's key (a rollout id)
 
     @property
     def ok(self) -> bool:
@@ -121,7 +129,8 @@ def consumed_step(catalog: Catalog, run: LearnerRun, step: int, rank: int) -> Co
         policies = table.column(spec.version_field).to_pylist()
         staleness = [None if pv is None else int(version) - int(pv) for pv in policies]
     return ConsumedStep(step, rank, spec.dataset, version, spec.staleness_bound, positions, table, staleness, dropped,
-                        str(line["fingerprint"]), batch_fingerprint(table.column(HASH_COLUMN).to_pylist()))
+                        str(line["fingerprint"]), batch_fingerprint(table.column(HASH_COLUMN).to_pylist()),
+                        rows_source.stream.spec.fields, rows_source.stream.spec.key)
 
 
 @dataclass
