@@ -20,41 +20,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dsinspect.inspect.rollout_arrays import split_sequences
 from dsinspect.inspect.rollout_checks import check_rollouts
 from dsinspect.inspect.rollout_findings import CheckOptions, RolloutReport
 from dsinspect.inspect.rollout_stats import rollout_statistics
-from dsinspect.inspect.rollouts import Meaning, RolloutColumns, infer_meanings
+from dsinspect.inspect.rollouts import Meaning, RolloutColumns
 from dsinspect.loaders.format.manifest import Field
+from dsinspect.loaders.format.rollout_fields import MEANING_OPTION, rollout_columns
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["MEANING_OPTION", "CHECKS_OPTION", "rollout_columns", "is_rollouts", "check_options",
-           "rollout_table", "check_version", "version_statistics", "declared_checks", "newest_policy_version",
-           "needed_columns"]
+           "rollout_table", "read_rollouts", "check_version", "version_statistics", "declared_checks",
+           "newest_policy_version", "needed_columns", "SPLIT_COLUMNS"]
 
-MEANING_OPTION = "rollout"   # a field's options: {"rollout": "<meaning>"}
 CHECKS_OPTION = "checks"     # a field's options: {"checks": {"pad_id": 1, "eos_ids": [0], ...}}
 _DECLARABLE = ("pad_id", "eos_ids", "special_ids", "max_response_tokens", "logprob_gap", "staleness_bound",
                "learner_version", "unscored_nan_rewards")
-# Without one of these a table is not rollouts of a language model (a gym episode, a corpus...).
-_RESPONSE = (Meaning.RESPONSE_TOKENS, Meaning.SEQUENCE_TOKENS, Meaning.RESPONSE_TEXT)
-_ABOUT_RL = (Meaning.REWARD, Meaning.REWARDS, Meaning.ADVANTAGE, Meaning.SAMPLER_LOGPROBS,
-             Meaning.LEARNER_LOGPROBS, Meaning.GROUP, Meaning.POLICY_VERSION, Meaning.LOSS_MASK)
-
-
-def rollout_columns(fields: Iterable[Field]) -> RolloutColumns | None:
-    """Each meaning's column among `fields`: declared ones first, the rest inferred; None when the
-    fields are not rollouts (no response, or nothing an RL stack adds to one)."""
-    fields = list(fields)
-    declared = {f.options[MEANING_OPTION]: f.name for f in fields
-                if isinstance(f.options.get(MEANING_OPTION), str)}
-    schema = pa.schema([pa.field(f.name, f.type) for f in fields])
-    try:
-        columns = infer_meanings(schema, declared)
-    except ValueError:  # a declaration that does not fit its column's type: infer as if undeclared
-        columns = infer_meanings(schema)
-    has_response = any(columns.get(m) for m in _RESPONSE)
-    has_rl = any(columns.get(m) for m in _ABOUT_RL) or columns.reward_functions
-    return columns if has_response and has_rl else None
+# OpenRLHF keeps prompt + response in `sequences`: the response is its last `response_length` tokens
+# before `total_length` (split_sequences); read beside the sequence when there are no response tokens.
+SPLIT_COLUMNS = ("response_length", "total_length")
 
 
 def is_rollouts(version: DatasetVersion) -> bool:
@@ -104,20 +88,48 @@ def rollout_table(version: DatasetVersion, rows: Sequence[int] | None = None,
                   columns: RolloutColumns | None = None) -> pa.Table:
     """The rollout columns of `rows` (default: every row, shard by shard) in that order."""
     columns = columns or _columns_of(version)
-    names = needed_columns(columns)
+    return _read(version, rows, needed_columns(columns))
+
+
+def read_rollouts(version: DatasetVersion, rows: Sequence[int] | None = None,
+                  fields: Sequence[Field] | None = None) -> tuple[pa.Table, RolloutColumns]:
+    """The rollout columns of `rows` (default: all) and their meanings, from `fields` (default the
+    version's; others declare other meanings). A sequence without response tokens but with its
+    response length (OpenRLHF) comes with `prompt_tokens` and `response_tokens` cut from it."""
+    columns = _columns_of(version, fields)
+    names = {f.name for f in (fields or version.fields)}
+    split = columns.get(Meaning.RESPONSE_TOKENS) is None and columns.get(Meaning.SEQUENCE_TOKENS) is not None \
+        and SPLIT_COLUMNS[0] in names and not {"prompt_tokens", "response_tokens"} & names
+    if not split:
+        return _read(version, rows, needed_columns(columns)), columns
+    extra = [c for c in SPLIT_COLUMNS if c in names]
+    table = _read(version, rows, list(dict.fromkeys([*needed_columns(columns), *extra])))
+    try:
+        table = split_sequences(table, columns.get(Meaning.SEQUENCE_TOKENS), *extra)
+    except ValueError as e:
+        from dsinspect.errors import UserError
+
+        raise UserError(f"{version.address}: {e}") from None
+    meanings = {**columns.columns, Meaning.PROMPT_TOKENS: "prompt_tokens", Meaning.RESPONSE_TOKENS: "response_tokens"}
+    order = list(Meaning)
+    return table, RolloutColumns({m: meanings[m] for m in sorted(meanings, key=order.index)},
+                                 columns.reward_functions)
+
+
+def _read(version: DatasetVersion, rows: Sequence[int] | None, names: list[str]) -> pa.Table:
     if rows is not None:
         return version.take(np.asarray(rows, dtype=np.int64), names)
     tables = [table for _, table in version.iter_tables(names)]
     return pa.concat_tables(tables) if tables else pa.schema([]).empty_table()
 
 
-def check_version(version: DatasetVersion, rows: Sequence[int] | None = None, **overrides: Any) -> RolloutReport:
+def check_version(version: DatasetVersion, rows: Sequence[int] | None = None, *,
+                  fields: Sequence[Field] | None = None, **overrides: Any) -> RolloutReport:
     """Every rollout check over the version (or `rows` of it); a finding's rows are version row
-    indices (positions in `rows` mapped back when rows are given)."""
-    columns = _columns_of(version)
-    table = rollout_table(version, rows, columns)
+    indices (positions in `rows` mapped back when rows are given). `fields`: see `read_rollouts`."""
+    table, columns = read_rollouts(version, rows, fields)
     newest = newest_policy_version(version, columns)  # of the whole version, so a group is judged alike
-    report = check_rollouts(table, check_options(version.fields, newest, **overrides), columns)
+    report = check_rollouts(table, check_options(fields or version.fields, newest, **overrides), columns)
     if rows is None:
         return report
     back = np.asarray(rows, dtype=np.int64)
@@ -125,15 +137,15 @@ def check_version(version: DatasetVersion, rows: Sequence[int] | None = None, **
     return report
 
 
-def version_statistics(version: DatasetVersion, **overrides: Any) -> dict[str, Any]:
-    columns = _columns_of(version)
-    table = rollout_table(version, None, columns)
-    options = check_options(version.fields, newest_policy_version(version, columns), **overrides)
-    return rollout_statistics(table, options, columns)
+def version_statistics(version: DatasetVersion, *, fields: Sequence[Field] | None = None, bins: int = 20,
+                       **overrides: Any) -> dict[str, Any]:
+    table, columns = read_rollouts(version, None, fields)
+    options = check_options(fields or version.fields, newest_policy_version(version, columns), **overrides)
+    return rollout_statistics(table, options, columns, bins)
 
 
-def _columns_of(version: DatasetVersion) -> RolloutColumns:
-    columns = rollout_columns(version.fields)
+def _columns_of(version: DatasetVersion, fields: Sequence[Field] | None = None) -> RolloutColumns:
+    columns = rollout_columns(fields or version.fields)
     if columns is None:
         from dsinspect.errors import UserError
 
