@@ -31,6 +31,7 @@ PROMPT = f"<|user|>Say {SCRIPT} and <b>x</b> and **md**=<|assistant|>"
 RESPONSE = f"<b>x</b> **md** {IMG}"
 ROLE = "<i>critic</i>"          # a stored role that is markup: shown as text
 BIG = 4097                      # rollouts in the `huge` dataset's one group: past model.MAX_GROUP
+LONG = 70                       # rollouts in mk's group 2: past the MAX_GROUP_ROWS a group view builds
 
 
 def rollout_id(row: int) -> int:
@@ -74,7 +75,8 @@ def _markup_row(i: int, group: int, prompt: str, response: str, reward: float, t
 
 
 def _markup_rows() -> list[dict]:
-    """Group 0: markup in the prompt, the response and a turn's role, a tool call; group 1: ten rollouts."""
+    """Group 0: markup in the prompt, the response and a turn's role, a tool call; group 1: ten rollouts;
+    group 2: LONG, more than the group view builds."""
     tok = load_tokenizer()
     n_prompt, n_call = len(tok.encode(PROMPT).ids), len(tok.encode("<b>x</b>").ids)
     turns = [{"role": "user", "start": 0, "end": n_prompt},
@@ -83,6 +85,7 @@ def _markup_rows() -> list[dict]:
     rows = [_markup_row(0, 0, PROMPT, RESPONSE, 1.0, turns)]
     rows += [_markup_row(i, 0, PROMPT, RESPONSE, float(i % 2)) for i in (1, 2, 3)]
     rows += [_markup_row(10 + i, 1, "<|user|>7+5=<|assistant|>", "12", float(i % 2)) for i in range(10)]
+    rows += [_markup_row(100 + i, 2, "<|user|>1+1=<|assistant|>", "2", float(i % 2)) for i in range(LONG)]
     return rows
 
 
@@ -281,6 +284,17 @@ def test_a_bad_or_hostile_link_is_one_message(rollout_env, params, headline, det
     if detail:
         assert detail in codes(at)
     assert not at.dataframe and ".dsi-rollout" not in "".join(m.value for m in at.markdown)
+
+
+def test_a_group_longer_than_its_view_is_paged_and_links_to_all_its_rows(rollout_env):
+    at = run(address="mk@v1", group="2", page="8")
+    shown = model.MAX_GROUP_ROWS
+    assert any(f"{LONG} rollouts · the first {shown} are shown" in c.value for c in at.caption)
+    pages = -(-shown // model.GROUP_PAGE)
+    assert any(f"page {pages} of {pages}" in c.value for c in at.caption)
+    link = next(el for el in at.get("page_link") if "All 70 rollouts" in el.proto.label)
+    assert parse_qs(link.proto.query_string)["where"] == ['"group" = 2']  # the Dataset page's filter: all its rows
+    assert len(run(address="mk@v1", group="2", page=str(pages + 1)).error) == 1
 
 
 def test_a_group_too_large_is_refused_before_its_rollouts_are_read(catalog, monkeypatch):
