@@ -20,7 +20,8 @@ from dsinspect.loaders.store.storage import cache_dir
 __all__ = ["open_catalog", "bundled_catalog_path", "cache_dir", "named_catalog_url", "BUNDLED"]
 
 BUNDLED = Path(__file__).resolve().parent.parent / "sample_data"  # the source tree's copy (read, never written)
-_LEFTOVERS = ("derived", "runs")  # what reading a catalog adds: not part of the sample data
+DEMO_LEARNER = "demo-learner"  # the run record in the sample catalog's runs/ (demo/learner.py)
+_COPY_FORMAT = b"copy 2: with runs/demo-learner"  # in the copy's name: a copy made before it was shipped is not used
 
 
 def named_catalog_url(url: str | None = None) -> str | None:
@@ -39,7 +40,7 @@ def bundled_catalog_path() -> Path:
     in an installed wheel (which has no such folder), generated there once."""
     record = BUNDLED / "sample-data.json"
     if (BUNDLED / "datasets").is_dir() and record.is_file():
-        digest = hashlib.sha256(record.read_bytes()).hexdigest()[:16]
+        digest = hashlib.sha256(record.read_bytes() + _COPY_FORMAT).hexdigest()[:16]
         return _once(cache_dir() / f"sample-catalog-{digest}", _copy_bundled)
     from dsinspect.demo.build import GENERATOR_VERSION, write_sample_catalog
 
@@ -47,7 +48,15 @@ def bundled_catalog_path() -> Path:
 
 
 def _copy_bundled(staging: Path) -> None:
-    shutil.copytree(BUNDLED, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*_LEFTOVERS))
+    shutil.copytree(BUNDLED, staging, dirs_exist_ok=True, ignore=_leftovers)
+
+
+def _leftovers(directory: str, names: list[str]) -> list[str]:
+    """What reading the source tree's catalog may have left there: not copied. The demo learner's run
+    record is sample data (demo/learner.py), the only run record that is."""
+    if Path(directory) == BUNDLED / "runs":
+        return [n for n in names if n != DEMO_LEARNER]
+    return [n for n in names if n == "derived"]
 
 
 def _once(target: Path, fill: Callable[[Path], None]) -> Path:

@@ -71,7 +71,7 @@ def test_learner_records_in_runs_and_one_line_refusals(learned, cli):
     catalog, _ = learned
     code, out, err = cli("runs", "--json", "--catalog", catalog.url)
     assert code == 0, err
-    (run,) = json.loads(out)["runs"]
+    run = next(r for r in json.loads(out)["runs"] if r["name"] == "learner")  # beside the demo's own
     assert run["kind"] == "learner" and run["sources"] == ["demo-rollouts (stream)"] and run["lines"] == 16
     for args, message in [(("--step", 99), "the record ends at step 7"),
                           (("--step", 1, "--rank", 5), "rank 5 is outside step 1's world size 2"),
@@ -79,3 +79,23 @@ def test_learner_records_in_runs_and_one_line_refusals(learned, cli):
                           ((), "give --step N")]:
         code, _, err = cli("replay", "--spec", "learner", *args, "--catalog", catalog.url)
         assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_the_sample_catalog_ships_a_demo_learner_whose_record_checks(cli, monkeypatch, tmp_path):
+    from dsinspect.demo.learner import write_demo_learner
+
+    monkeypatch.delenv("DSINSPECT_CATALOG", raising=False)
+    code, out, err = cli("replay", "--check-log", "demo-learner", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["ok"] and result["replayed"] and result["superseded"] == 4, err
+    shutil.copytree(BUNDLED / "datasets", tmp_path / "catalog" / "datasets")
+    write_demo_learner(Catalog(str(tmp_path / "catalog")))  # made again: the same lines, but for the clock
+
+    def lines(root):
+        found = {}
+        for path in sorted((root / "runs" / "demo-learner" / "fingerprints").iterdir()):
+            found[path.name] = [{k: v for k, v in json.loads(line).items() if k != "time"}
+                                for line in path.read_text().splitlines()]
+        return found
+
+    assert lines(tmp_path / "catalog") == lines(BUNDLED)

@@ -2,7 +2,8 @@
 
 v2 of each of the first four (`EDITED`) updates, removes and adds rows relative to v1 through
 copy-on-write derivation; `demo-rollouts` is a stream of LLM RL rollouts (demo/rollouts.py) appended by
-four samplers in 12 commits, v1 and v2 its snapshots after 6 and 12. What v2 changed is recorded in
+four samplers in 12 commits, v1 and v2 its snapshots after 6 and 12, read by a demo learner whose run
+record is `runs/demo-learner` (demo/learner.py). What v2 changed is recorded in
 `<catalog>/sample-data.json` so tests can hold diffs to it.
 """
 
@@ -177,8 +178,11 @@ def _write_rollout_stream(catalog: Catalog) -> dict[str, Any]:
             "commits": ROLLOUT_COMMITS}
 
 
-def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Write (or re-write, as a no-op) the demo catalog at `url`; the record of what v2 changed."""
+def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None, *,
+                         learner_run: bool = True) -> dict[str, Any]:
+    """Write (or re-write, as a no-op) the demo catalog at `url`; the record of what v2 changed. With
+    `learner_run`, also the demo learner's run record over the rollout stream (`runs/demo-learner`,
+    demo/learner.py): not for the source tree's `sample_data/`, whose copies make their own."""
     catalog = Catalog(url)
     record: dict[str, Any] = {"generator": GENERATOR_VERSION, "datasets": {}}
     for i, ds in enumerate(_datasets()):
@@ -200,6 +204,10 @@ def write_sample_catalog(url: str, on_rows: Callable[[int], None] | None = None)
             "removed": list(ds.remove), "added": [r[ds.key] for r in added],
         }
     record["datasets"]["demo-rollouts"] = _write_rollout_stream(catalog)
+    if learner_run:
+        from dsinspect.demo.learner import write_demo_learner
+
+        write_demo_learner(catalog)
     write_atomic(catalog.fs, join(catalog.root, "sample-data.json"),
                  (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     return record
