@@ -42,7 +42,7 @@ LEARNER_SPECS = "learner-specs"  # a learner's record keeps its specs here, not 
 LEARNER_SPEC_FORMAT = "dsinspect.learner-spec/1"
 STATE_FORMAT = "dsinspect.learner-state/1"
 _CACHED_COMMITS = 64                # verified commit tables kept (a learner reads commits nearly in order)
-_MAX_POLL = 0.05                    # the longest sleep between looks for a new commit
+_MAX_POLL = 0.01                    # the longest sleep between looks for a new commit (a look: one failed open)
 
 
 class StreamTimeout(UserError, TimeoutError):
