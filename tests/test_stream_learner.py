@@ -270,3 +270,23 @@ def _ids(catalog: Catalog, commit) -> list[str]:
         with catalog.fs.open(catalog.layout.shard("rollouts", shard.sha256), "rb") as f:
             ids += pq.read_table(f, columns=["rollout_id"]).column(0).to_pylist()
     return ids
+
+
+def test_a_learner_reads_a_stream_on_s3_and_records_into_s3(tmp_path):
+    """Commits on S3 (If-None-Match puts), a learner following them and recording its run there too."""
+    from s3_server import s3_server
+
+    with s3_server() as (_, url, _):
+        catalog = Catalog(url)
+        stream = open_stream(catalog, "rollouts", FIELDS, key="rollout_id")
+        for k in range(4):
+            append(stream, f"c{k}", [k] * 3)
+        record = url.rstrip("/") + "/runs/learner"
+        learner = StreamLearner(Catalog(url), "rollouts", 4, staleness_bound=1, record_dir=record, timeout=30)
+        taken = [learner.next_batch(v).rows.column("rollout_id").to_pylist() for v in (0, 1, 2)]
+        learner.close()
+        assert taken == [["c0-0", "c0-1", "c0-2", "c1-0"], ["c1-1", "c1-2", "c2-0", "c2-1"],
+                         ["c2-2", "c3-0", "c3-1", "c3-2"]]
+        run = read_learner_run(record)
+        assert check_learner_run(catalog, run).ok
+        assert consumed_step(catalog, run, 1, 0).rows.column("rollout_id").to_pylist() == taken[1]
