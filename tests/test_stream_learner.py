@@ -26,6 +26,7 @@ from dsinspect.loaders.stream import (
     consumed_step,
     open_stream,
     read_learner_run,
+    snapshot,
 )
 from dsinspect.loaders.stream.selection import Position, select
 
@@ -114,6 +115,9 @@ def test_a_learner_records_what_it_consumed_and_replay_and_check_read_it_back(tm
     for (step, rank), ids in got.items():
         replayed = consumed_step(catalog, run, step, rank)
         assert replayed.rows.column("rollout_id").to_pylist() == ids and replayed.ok
+    version, indices = consumed_step(catalog, run, 3, 1).version(catalog)  # what a viewer opens them with
+    assert version.id == snapshot(stream, 5).id and version.num_rows == 26  # the same as a snapshot, unpublished
+    assert [version.row(i)["rollout_id"] for i in indices] == got[(3, 1)]
     third = consumed_step(catalog, run, 2, 0)
     assert third.learner_version == 2 and third.staleness == [1, 0, -1]  # -1: sampled by a newer policy
     assert third.positions == [(3, 1), (3, 2), (3, 3)] and third.dropped == [(3, 0)]  # policy 0 at 2, bound 1

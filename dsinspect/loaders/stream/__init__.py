@@ -12,6 +12,7 @@ from dsinspect.loaders.stream.commits import Commit, StreamSpec
 from dsinspect.loaders.stream.learner import LearnerBatch, StreamLearner, StreamTimeout
 from dsinspect.loaders.stream.learner_record import (
     check_learner_run,
+    commits_version,
     consumed_step,
     is_learner_run,
     read_learner_run,
@@ -19,4 +20,5 @@ from dsinspect.loaders.stream.learner_record import (
 from dsinspect.loaders.stream.log import Stream, open_stream, snapshot
 
 __all__ = ["Stream", "open_stream", "snapshot", "Commit", "StreamSpec", "StreamLearner", "LearnerBatch",
-           "StreamTimeout", "read_learner_run", "consumed_step", "check_learner_run", "is_learner_run"]
+           "StreamTimeout", "read_learner_run", "consumed_step", "check_learner_run", "is_learner_run",
+           "commits_version"]

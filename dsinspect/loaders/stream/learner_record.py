@@ -24,17 +24,18 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import UserError
-from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field, Manifest
 from dsinspect.loaders.records.run import Gap, RunRecord
 from dsinspect.loaders.records.runlog import SPEC_FILE, batch_fingerprint, read_log
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.storage import join, url_to_fs
+from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.loaders.stream.learner import LEARNER_SPECS, LearnerSpec, StreamRows
-from dsinspect.loaders.stream.log import open_stream
+from dsinspect.loaders.stream.log import Stream, open_stream
 from dsinspect.loaders.stream.selection import Position, ranges_of, rows_of, select
 
 __all__ = ["is_learner_run", "LearnerRun", "read_learner_run", "read_learner_specs", "ConsumedStep", "consumed_step",
-           "LearnerCheck", "check_learner_run"]
+           "LearnerCheck", "check_learner_run", "commits_version"]
 
 
 def is_learner_run(directory: str | os.PathLike) -> bool:
@@ -108,11 +109,36 @@ class ConsumedStep:
     def ok(self) -> bool:
         return self.fingerprint == self.recomputed
 
+    def version(self, catalog: Catalog) -> tuple[DatasetVersion, list[int]]:
+        """The stream up to the last commit this step read, as a version in memory (`commits_version`),
+        and each consumed row's index in it: what a viewer opens a consumed rollout with."""
+        stream = open_stream(catalog, self.dataset)
+        until = max(seq for seq, _ in self.positions) + 1
+        version = commits_version(stream, until)
+        starts = version.shard_starts
+        firsts, shard = {}, 0
+        for commit in stream.commits(0, until):
+            firsts[commit.seq] = int(starts[shard])
+            shard += len(commit.shards)
+        return version, [firsts[seq] + offset for seq, offset in self.positions]
+
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "rank": self.rank, "dataset": self.dataset, "learner_version": self.learner_version,
                 "staleness_bound": self.staleness_bound, "rows": [list(r) for r in ranges_of(self.positions)],
                 "staleness": self.staleness, "dropped": [list(r) for r in ranges_of(self.dropped)],
                 "fingerprint": self.fingerprint, "recomputed": self.recomputed, "ok": self.ok}
+
+
+def commits_version(stream: Stream, until: int) -> DatasetVersion:
+    """Commits 0 .. until - 1 as a version held in memory, not published: what `snapshot(stream, until)`
+    would write (the same shards in the same order, so the same id and row indices), for a viewer to
+    show a learner's rollouts with every tool a version has. Commit c's row r is row
+    `sum(rows of commits before c) + r`."""
+    commits = list(stream.commits(0, until))
+    if len(commits) < until:
+        raise UserError(f"stream {stream.name!r} has {len(commits)} commits, not {until}")
+    manifest = Manifest(stream.spec.fields, tuple(s for c in commits for s in c.shards), stream.spec.key)
+    return DatasetVersion(stream.catalog, stream.name, manifest.id, manifest)
 
 
 def consumed_step(catalog: Catalog, run: LearnerRun, step: int, rank: int) -> ConsumedStep:
