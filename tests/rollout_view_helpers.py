@@ -19,11 +19,25 @@ def encode(text: str) -> list[int]:
     return load_tokenizer().encode(text).ids
 
 
+MARKUP_PIECES = ("[bold red]", "x", "[/]", "<|endoftext|>")
+
+
+def markup_tokenizer() -> bytes:
+    """A word-level tokenizer.json whose tokens are markup: id 0 is "[bold red]", 1 "x", 2 "[/]", 3 an EOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({p: i for i, p in enumerate(MARKUP_PIECES)} | {"[UNK]": 4}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="removed")
+    return tok.to_str().encode("utf-8")
+
+
 def write_rollouts(catalog: Catalog, name: str, table: pa.Table, key: str | None = "rollout_id",
-                   checks: dict | None = None, tokenizer: bool = True) -> Any:
-    """`table` as a version of `name`: int lists are tokens (decoded by the demo tokenizer), number lists
-    arrays, `turns`/`rewards` JSON text, other strings text, the rest scalars; meanings inferred by name."""
-    blob = {"kind": "huggingface", "blob": catalog.put_blob(name, tokenizer_bytes(), ".json")} if tokenizer else None
+                   checks: dict | None = None, tokenizer: bool | bytes = True) -> Any:
+    """`table` as a version of `name`: int lists are tokens (decoded by the demo tokenizer, or the
+    tokenizer.json bytes given), number lists arrays, `turns`/`rewards` JSON text, other strings text,
+    the rest scalars; meanings inferred by name."""
+    data = tokenizer if isinstance(tokenizer, bytes) else tokenizer_bytes()
+    blob = {"kind": "huggingface", "blob": catalog.put_blob(name, data, ".json")} if tokenizer else None
     fields = []
     for f in table.schema:
         t = f.type

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
-from rollout_view_helpers import EOS, USER, encode, ints, write_rollouts
+from rollout_view_helpers import EOS, USER, encode, ints, markup_tokenizer, write_rollouts
 
 import dsinspect
 from dsinspect.inspect.rollout_view import rollout_view, scale, shade
@@ -140,6 +140,14 @@ def test_markup_in_tokens_and_text_is_printed_as_text(tmp_path):
     assert f"▍user  prompt 1–10\n{text}\n" in rollout and f"\n{text}<|endoftext|>\n" in rollout
     grouped = ANSI.sub("", ok("markup", "--group", "0", catalog=tmp_path / "catalog", color=True))
     assert f"{text}<|endoftext|>" in grouped
+    pieces = pa.table({"rollout_id": [0], "group": [0], "prompt_tokens": ints([[0, 1, 2]]),
+                       "response_tokens": ints([[0, 1, 2, 3]]), "reward": [1.0]})
+    write_rollouts(catalog, "pieces", pieces, tokenizer=markup_tokenizer())  # each token a markup tag
+    out = ANSI.sub("", ok("pieces@latest:0", catalog=tmp_path / "catalog", color=True))
+    assert f"prompt (3 tokens)\n{text}\nresponse (4 tokens)\n{text}<|endoftext|>\n" in out
+    assert "│   0 │  0 │ [bold red]    │" in out  # the values table's piece column
+    grouped = ANSI.sub("", ok("pieces", "--group", "0", catalog=tmp_path / "catalog", color=True))
+    assert f"prompt {text}\n" in grouped and f"{text}<|endoftext|>" in grouped
 
 
 def test_the_cli_lists_every_colour_value():

@@ -11,7 +11,18 @@ import math
 import numpy as np
 import pyarrow as pa
 import pytest
-from rollout_view_helpers import ASSISTANT, EOS, PAD, USER, encode, floats, ints, write_rollouts
+from rollout_view_helpers import (
+    ASSISTANT,
+    EOS,
+    MARKUP_PIECES,
+    PAD,
+    USER,
+    encode,
+    floats,
+    ints,
+    markup_tokenizer,
+    write_rollouts,
+)
 
 import dsinspect
 from dsinspect.demo import rollouts as demo
@@ -261,6 +272,10 @@ def test_markup_in_tokens_and_text_is_kept_as_text(catalog):
     view = rollout_view(write_rollouts(catalog, "markup", table), 0)
     assert "".join(c.piece for c in view.response[:-1]) == text
     assert view.prompt_text == view.response_text == text
+    pieces = pa.table({"rollout_id": [0], "prompt_tokens": ints([[0, 1, 2]]), "response_tokens": ints([[0, 1, 2, 3]]),
+                       "reward": [0.0]})
+    view = rollout_view(write_rollouts(catalog, "pieces", pieces, tokenizer=markup_tokenizer()), 0)
+    assert [c.piece for c in view.response] == list(MARKUP_PIECES)
 
 
 def test_ids_without_a_tokenizer(catalog):

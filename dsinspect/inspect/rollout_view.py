@@ -33,7 +33,7 @@ from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["COLOR_BY", "LABELS", "DIVERGING", "TokenCell", "Turn", "RolloutView", "GroupView", "rollout_view",
-           "group_view", "find_rollout", "shade", "scale", "legend", "MAX_GROUP_ROWS"]
+           "group_view", "group_of", "find_rollout", "shade", "scale", "legend", "MAX_GROUP_ROWS"]
 
 COLOR_BY = ("logprob_gap", "sampler_logprobs", "learner_logprobs", "ref_logprobs", "advantage", "loss_mask")
 LABELS = {"logprob_gap": "|sampler − learner| log-prob", "sampler_logprobs": "sampler log-prob",
@@ -214,6 +214,14 @@ def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = 
                      [_advantage_of(v) for v in views],
                      any(f.code == "rollout-zero-advantage-group" for f in findings), findings, len(rows),
                      list(rows), len(prompts) <= 1, dict(built.report.skipped))
+
+
+def group_of(version: DatasetVersion, index: int) -> Any:
+    """The group of row `index` (None without a group column or value): one value read."""
+    name = _columns(version).get(Meaning.GROUP)
+    if name is None:
+        return None
+    return version.take([version.check_index(index)], [name]).column(0)[0].as_py()
 
 
 def find_rollout(version: DatasetVersion, key_value: Any) -> int:

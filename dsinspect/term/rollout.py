@@ -34,7 +34,7 @@ from dsinspect.inspect.views import Finding, Severity
 from dsinspect.term.render import clean
 
 __all__ = ["pick_color_by", "shade_color", "cell_text", "tokens_text", "legend_text", "summary_text",
-           "findings_lines", "cell_detail", "values_table", "render_rollout", "render_group", "number",
+           "findings_lines", "cell_detail", "texts_text", "values_table", "render_rollout", "render_group", "number",
            "TABLE_PAGE"]
 
 TABLE_PAGE = 256   # tokens a values table lists a page
@@ -286,14 +286,14 @@ def render_rollout(view: RolloutView, color_by: str | None = None, color: bool =
     if view.prompt or view.response:
         parts.append(tokens_text(view, chosen, lo, hi, color))
     else:
-        parts.append(_texts(view))
+        parts.append(texts_text(view))
     parts.append(findings_lines(view.findings))
     if table and (view.prompt or view.response):
         parts.append(values_table(view, page))
     return Group(*parts)
 
 
-def _texts(view: RolloutView) -> Text:
+def texts_text(view: RolloutView) -> Text:
     """A rollout kept as text only: its prompt and response, turns listed."""
     text = Text()
     for label, value in (("prompt", view.prompt_text), ("response", view.response_text)):

@@ -59,6 +59,7 @@ class DataSource:
         self._lock = Lock()
         self._queries: dict[str, Any] = {}  # version id -> its VersionQuery
         self._query_lock = Lock()
+        self._rollouts: dict[str, bool] = {}  # version id -> is LLM rollouts
 
     @property
     def url(self) -> str:
@@ -186,6 +187,36 @@ class DataSource:
         path = self.run_location(path)
         return guarded(lambda: check_log(path, path, catalog=self.catalog, transform=fn, on_progress=on_progress),
                        transform)
+
+    # -- LLM RL rollouts ------------------------------------------------------------------------------
+
+    def is_rollouts(self, version: DatasetVersion) -> bool:
+        """The version is LLM rollouts (its fields' meanings; no row read), cached per version id."""
+        from dsinspect.inspect.rollout_dataset import is_rollouts
+
+        with self._lock:
+            known = self._rollouts.get(version.id)
+        if known is None:
+            known = is_rollouts(version)
+            with self._lock:
+                self._rollouts[version.id] = known
+        return known
+
+    def rollout(self, version: DatasetVersion, index: int) -> Any:
+        """Row `index` as a rollout (inspect.rollout_view.RolloutView), its group checked with it."""
+        from dsinspect.inspect.rollout_view import rollout_view
+
+        return rollout_view(version, index)
+
+    def rollout_group(self, version: DatasetVersion, index: int) -> Any:
+        """The group of row `index` (inspect.rollout_view.GroupView): its responses side by side."""
+        from dsinspect.errors import UserError
+        from dsinspect.inspect.rollout_view import group_of, group_view
+
+        group = group_of(version, index)
+        if group is None:
+            raise UserError(f"{version.address}:{index} belongs to no group (no group column, or a null group)")
+        return group_view(version, group)
 
     # -- query and statistics (DuckDB over the version's view v) ----------------------------------
 

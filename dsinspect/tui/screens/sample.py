@@ -16,8 +16,10 @@ from textual.widgets.option_list import Option
 
 from dsinspect.loaders.store.address import Address, parse_address
 from dsinspect.tui.messages import LoadFailed, Matches
+from dsinspect.tui.screens.rollout_group import GroupChoice, RolloutGroupScreen
 from dsinspect.tui.widgets.field_view import FieldView, Prepared, hashes_renderable, hex_renderable, prepare
 from dsinspect.tui.widgets.key_footer import KeyFooter
+from dsinspect.tui.widgets.rollout_tokens import ROLLOUT, PreparedRollout, RolloutPane, RolloutTokens
 from dsinspect.tui.widgets.token_strip import TokenStrip
 from dsinspect.tui.widgets.video_player import VideoPlayer
 
@@ -45,6 +47,9 @@ class SampleScreen(Screen):
         Binding("left", "token(-1)", "Prev token", show=False),
         Binding("pagedown", "hex_page(1)", "Hex page", show=False),
         Binding("pageup", "hex_page(-1)", "Hex page", show=False),
+        Binding("v", "color_by", "Colour by"),
+        Binding("G", "group", "Group"),
+        Binding("f", "finding(1)", "Next finding", show=False),
     ]
 
     def __init__(self, address: str) -> None:
@@ -57,6 +62,7 @@ class SampleScreen(Screen):
         self.wanted: Address = self.addr  # the sample asked for last: only its read is shown
         self.blank = True  # nothing of any sample is on screen (composed, or cleared when left)
         self.matches: Matches | None = None  # the filter results it was opened from: n/p step through them
+        self.rollout_color_by: str | None = None  # what rollouts are coloured by (v), kept from sample to sample
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -150,12 +156,26 @@ class SampleScreen(Screen):
         self.app.call_from_thread(self.show_sample, addr, sample, prepared)
 
     def _field_to_show(self, sample: Any, wanted: str | None) -> str:
-        """The field shown before (stepping through samples keeps it), else the first interesting one."""
+        """The field shown before (stepping through samples keeps it), else the rollout view of LLM
+        rollouts, else the first interesting field."""
         names = [f.name for f in sample.fields]
-        return wanted if wanted in names else names[self._first_interesting(sample)]
+        if wanted in names:
+            return wanted
+        return ROLLOUT if self._is_rollouts(sample) else names[self._first_interesting(sample)]
 
-    def _prepare(self, sample: Any, name: str, width: int) -> Prepared | None:
+    def _is_rollouts(self, sample: Any) -> bool:
+        try:
+            return self.app.source.is_rollouts(sample.version)
+        except Exception:  # noqa: BLE001 - fields that cannot be read as rollouts are shown as fields
+            return False
+
+    def _prepare(self, sample: Any, name: str, width: int) -> Prepared | PreparedRollout | None:
         """Decode field `name` (in a worker thread); a failure becomes a notification."""
+        if name == ROLLOUT:
+            try:
+                return PreparedRollout(self.app.source.rollout(sample.version, sample.index))
+            except Exception as e:  # noqa: BLE001 - the fields still show what is there
+                return PreparedRollout(None, f"the rollout view could not be built: {e}")
         try:
             return prepare(sample, name, width)
         except Exception as e:  # noqa: BLE001 - the core should not raise; if it does, say so and carry on
@@ -174,15 +194,19 @@ class SampleScreen(Screen):
             "bold white on red")
         self.query_one("#sample-summary", Static).update(Text.assemble(
             (sample.address, "bold"), f"  row {sample.index:,} of {sample.num_rows:,}  ", check))
-        names = [f.name for f in sample.fields]
+        rollouts = self._is_rollouts(sample)
+        names = [ROLLOUT] * rollouts + [f.name for f in sample.fields]
         self.field_name = prepared.info.name if prepared else self._field_to_show(sample, self.field_name)
         self.hex_page = 0
         self.shown = (sample, self.field_name)  # set before any await: the highlight below must not decode again
         fields = self.query_one("#fields", OptionList)
         fields.clear_options()
+        if rollouts:
+            fields.add_option(Option(Text.assemble(("rollout", "bold"), "\n  tokens, values, findings"), id=ROLLOUT))
         fields.add_options(Option(self._field_label(f), id=f.name) for f in sample.fields)
         fields.highlighted = names.index(self.field_name)  # its OptionHighlighted finds the field already shown
         fields.focus()
+        self.refresh_bindings()  # v and G are there for rollouts only
         self.query_one("#raw-body", Static).update("")  # the hex is drawn just after the decoded view
         self.call_after_refresh(self._show_raw)
         if prepared is not None:
@@ -216,7 +240,7 @@ class SampleScreen(Screen):
         if prepared is not None:
             self.app.call_from_thread(self.show_field, sample, prepared)
 
-    async def show_field(self, sample: Any, prepared: Prepared) -> None:
+    async def show_field(self, sample: Any, prepared: Prepared | PreparedRollout) -> None:
         if sample is not self.sample or prepared.info.name != self.field_name:
             return  # the person has moved on
         self.shown = (sample, prepared.info.name)
@@ -224,9 +248,20 @@ class SampleScreen(Screen):
         with self.app.batch_update():  # one repaint for the swap, not one for the empty pane and one for the view
             await decoded.remove_children()
             if sample is self.sample and prepared.info.name == self.field_name:
-                await decoded.mount(FieldView(prepared, rows=decoded.content_size.height, id="field-view"))
+                if isinstance(prepared, PreparedRollout):
+                    await decoded.mount(RolloutPane(prepared, self.rollout_color_by, id="rollout-pane"))
+                else:
+                    await decoded.mount(FieldView(prepared, rows=decoded.content_size.height, id="field-view"))
 
     def _show_raw(self) -> None:
+        if self.field_name == ROLLOUT and self.sample is not None and self.addr == self.wanted:
+            check = self.sample.row_hash
+            self.query_one("#hashes", Static).update(Text.assemble(
+                ("row hash ", "dim"), (check.stored or "(none)", "bold"),
+                ("  ✓ matches", "green") if check.ok else ("  ✗ MISMATCH", "bold red"),
+                ("  · a field on the left shows its bytes and field hash", "dim")))
+            self.query_one("#raw-body", Static).update("")
+            return
         if self.sample is not None and self.field_name and self.addr == self.wanted:
             self.query_one("#hashes", Static).update(hashes_renderable(self.sample, self.field_name))
             columns = self.query_one("#raw-body", Static).content_size.width or self.size.width
@@ -243,9 +278,47 @@ class SampleScreen(Screen):
             players.first().action_step(delta)
 
     def action_token(self, delta: int) -> None:
-        strips = self.query(TokenStrip)
-        if strips:
-            strips.first().action_move(delta)
+        for kind in (TokenStrip, RolloutTokens):
+            shown = self.query(kind)
+            if shown:
+                shown.first().action_move(delta)
+                return
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`v`, `G` and `f` only on a sample of LLM rollouts."""
+        if action in ("color_by", "group", "finding"):
+            return self.sample is not None and self._is_rollouts(self.sample)
+        return True
+
+    def action_color_by(self) -> None:
+        """Colour the rollout's tokens by the next value it has (kept for the next samples)."""
+        shown = self.query(RolloutTokens)
+        if shown:
+            self.rollout_color_by = shown.first().cycle()
+        else:
+            self.notify("the rollout view is the first entry on the left", severity="information")
+
+    def action_finding(self, delta: int) -> None:
+        shown = self.query(RolloutTokens)
+        if shown:
+            shown.first().action_finding(delta)
+
+    def action_group(self) -> None:
+        """The responses of this rollout's group side by side."""
+        if self.sample is not None:
+            self.app.push_screen(RolloutGroupScreen(f"{self.addr.name}@{self.addr.ref}", self.sample.index,
+                                                    self.rollout_color_by), self._back_from_group)
+
+    def _back_from_group(self, choice: GroupChoice | None) -> None:
+        """The group screen closed: keep the value it coloured by, open the rollout picked there."""
+        if choice is None:
+            return
+        self.rollout_color_by = choice.color_by
+        if choice.index is not None:
+            self.app.open_address(f"{self.addr.name}@{self.addr.ref}:{choice.index}")
+            return
+        for shown in self.query(RolloutTokens):
+            shown.color_by = choice.color_by if choice.color_by in shown.view.color_by else shown.color_by
 
     def action_toggle_raw(self) -> None:
         """Hide or show the hex dumps; the hashes stay."""
