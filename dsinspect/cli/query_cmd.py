@@ -15,6 +15,7 @@ from dsinspect.cli.output import (
     print_whole,
     progress,
 )
+from dsinspect.cli.rollout_options import check_option, meaning_option, parse_checks, parse_meanings
 from dsinspect.errors import UserError
 
 if TYPE_CHECKING:
@@ -35,17 +36,21 @@ CELL = 60  # characters of a value shown in a table cell (--json gives them whol
 @click.option("--sql", "sql", metavar="SELECT", default=None,
               help="One SELECT over the view v instead (GROUP BY, joins of v with itself, anything).")
 @click.option("--schema", is_flag=True, help="List the columns a query can use, with their types, and stop.")
+@meaning_option
+@check_option
 @catalog_option
 @json_option
 @click.pass_context
 def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by: str | None, limit: int,
-              offset: int, columns: str | None, sql: str | None, schema: bool, catalog_url: str | None,
-              as_json: bool) -> None:
+              offset: int, columns: str | None, sql: str | None, schema: bool, meanings: tuple[str, ...],
+              checks: tuple[str, ...], catalog_url: str | None, as_json: bool) -> None:
     """Find samples of a version with SQL, run by DuckDB over its shards. The version is the view v:
     _index (the sample's index), every stored field, and derived values computed once per shard and
     kept beside it (tokens_len, <text>_chars, image_width/height/format/orientation, video
-    frames/seconds, trajectory steps/return). Reads nothing but the version; writes nothing but the
-    derived values' sidecars."""
+    frames/seconds, trajectory steps/return). LLM rollouts add rollout_* columns (response length,
+    log-prob gaps, finding codes...) and the table rollout_findings (a row per finding and rollout: code,
+    severity, _index, key, positions), made when a query names them. Reads nothing but the version;
+    writes nothing but the derived values' sidecars."""
     from dsinspect.inspect.query import VersionQuery
     from dsinspect.inspect.query_errors import UnknownColumnError
 
@@ -53,12 +58,17 @@ def query_cmd(ctx: click.Context, address: str, condition: str | None, order_by:
         raise UserError("--sql is a whole query: it takes no --where, --order-by, --columns or --offset")
     if limit < 0 or offset < 0:
         raise UserError("--limit and --offset must be >= 0")
+    given = {"meanings": parse_meanings(meanings), "checks": parse_checks(checks)}
     catalog = catalog_from(ctx, catalog_url)
     version = catalog.resolve(address)
     if version.address != address and ":" in address:
         raise UserError(f"bad address {address!r}: query takes a version (NAME[@REF]), not a sample")
     with progress(f"derived values of {version.address}", len(version.manifest.shards)) as advance:
-        query = VersionQuery(version, on_shard=lambda _: advance(1))
+        query = VersionQuery(version, on_shard=lambda _: advance(1), **given)
+    if (meanings or checks) and not query.rollout_names:
+        query.close()
+        raise UserError(f"{version.address}: not LLM rollouts: --meaning and --check are about rollouts "
+                        "(--meaning FIELD=MEANING says what a column is)")
     with query:
         if schema:
             names = query.columns()
@@ -149,7 +159,14 @@ def _print_schema(names: list[tuple[str, str]], query: Any) -> None:
     from rich.table import Table
 
     about = {d.name: f"derived from {d.field}: {d.about}" for d in query.derived}
+    if query.rollout_names:
+        from dsinspect.inspect.rollout_query import FINDINGS_TABLE, ROW_COLUMNS
+
+        about.update({name: f"rollout: {what}" for name, _, what in ROW_COLUMNS})
     table = Table("column", "type", "what")
     for name, kind in names:
         table.add_row(name, kind, "the sample's index" if name == "_index" else about.get(name, "stored"))
     out.print(table, markup=False)
+    if query.rollout_names:
+        out.print(f"and the table {FINDINGS_TABLE}: a row per finding and rollout (code, severity, _index, key, "
+                  "positions, axis, column, message); docs/RL.md", markup=False)

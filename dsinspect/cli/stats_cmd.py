@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dsinspect.cli.output import catalog_from, catalog_option, emit_json, json_option, out, progress
+from dsinspect.cli.output import catalog_from, catalog_option, emit_json, fail, json_option, out, progress
+from dsinspect.cli.rollout_options import check_option, meaning_option, parse_checks, parse_meanings
+from dsinspect.cli.stats_rollouts import SEVERITIES, at_least, print_rollouts
 from dsinspect.errors import UserError
 
 if TYPE_CHECKING:
@@ -22,33 +24,59 @@ UNCOUNTED_NOTE = (f"nulls {UNCOUNTED}: unknown for a list or struct field kept i
 @click.argument("address", metavar="ADDRESS")
 @click.argument("other", metavar="[ADDRESS_B]", required=False)
 @click.option("--bins", type=int, default=20, show_default=True, help="Histogram bins of numeric columns.")
+@meaning_option
+@check_option
+@click.option("--fail-on", type=click.Choice(SEVERITIES), default=None, metavar="SEVERITY",
+              help="Exit 1 when LLM rollouts have a finding this severe or worse (error, warning or info).")
 @catalog_option
 @json_option
 @click.pass_context
-def stats_cmd(ctx: click.Context, address: str, other: str | None, bins: int, catalog_url: str | None,
-              as_json: bool) -> None:
+def stats_cmd(ctx: click.Context, address: str, other: str | None, bins: int, meanings: tuple[str, ...],
+              checks: tuple[str, ...], fail_on: str | None, catalog_url: str | None, as_json: bool) -> None:
     """Per column: rows, nulls, distinct values (each with its count when few), min / mean / max and a
     histogram of numbers, the derived ones included (token counts, text lengths, image sizes, episode
-    returns: see `dsinspect query --schema`). With ADDRESS_B, both versions on the same bins."""
+    returns: see `dsinspect query --schema`). With ADDRESS_B, both versions on the same bins. For LLM
+    rollouts also the findings that name RL data bugs (rows, keys and token positions), the checks not
+    run and why, reward by policy version, response lengths, the log-prob gap and zero-advantage groups."""
     from dsinspect.inspect.query import VersionQuery
     from dsinspect.inspect.stats import compare_stats, version_stats
 
     if not 1 <= bins <= 200:
         raise UserError(f"--bins must be between 1 and 200, not {bins}")
+    given = {"meanings": parse_meanings(meanings), "checks": parse_checks(checks)}
     catalog = catalog_from(ctx, catalog_url)
     versions = [catalog.resolve(a) for a in ([address, other] if other else [address])]
     queries = []
     for version in versions:
         with progress(f"derived values of {version.address}", len(version.manifest.shards)) as advance:
-            queries.append(VersionQuery(version, on_shard=lambda _: advance(1)))
+            queries.append(VersionQuery(version, on_shard=lambda _: advance(1), **given))
     try:
         found = compare_stats(*queries, bins) if other else (version_stats(queries[0], bins),)
     finally:
         for query in queries:
             query.close()
+    rollouts = [_rollouts(query, given, bins, meanings or checks) for query in queries]
     if as_json:
-        return emit_json(found[0].to_json() if len(found) == 1 else {"a": found[0].to_json(), "b": found[1].to_json()})
-    _print(found[0]) if len(found) == 1 else _print_both(*found)
+        shown = [{**s.to_json(), **({"rollouts": r.to_json()} if r else {})} for s, r in zip(found, rollouts)]
+        emit_json(shown[0] if len(shown) == 1 else {"a": shown[0], "b": shown[1]})
+    else:
+        _print(found[0]) if len(found) == 1 else _print_both(*found)
+        for summary in filter(None, rollouts):
+            print_rollouts(summary)
+    failed = [f"{r.address}: {len(worse)} finding(s) of severity {fail_on} or worse"
+              for r in filter(None, rollouts) if fail_on and (worse := at_least(r, fail_on))]
+    if failed:
+        fail(f"{'; '.join(failed)} (--fail-on {fail_on})", 1)
+
+
+def _rollouts(query: Any, given: dict, bins: int, asked: Any) -> Any:
+    """The version's rollout summary when it is LLM rollouts (`query.rollout_names`); asked for rollouts
+    (--meaning, --check) of a version that is not, a UserError."""
+    from dsinspect.inspect.rollout_summary import summarize
+
+    if not query.rollout_names and not asked:
+        return None
+    return summarize(query.version, bins=bins, **given)
 
 
 COMMANDS = [stats_cmd]
@@ -66,9 +94,10 @@ def _summary(c: ColumnStats) -> str:
     if c.values is not None:
         shown = ", ".join(f"{_value(v)} ×{n:,}" for v, n in c.values[:6])
         return shown + (f", … ({len(c.values)} values)" if len(c.values) > 6 else "")
+    odd = f", {c.nonfinite:,} NaN/inf" if c.nonfinite else ""
     if c.mean is not None:
-        return f"{_number(c.min)} … {_number(c.max)}, mean {_number(c.mean)}"
-    return ""
+        return f"{_number(c.min)} … {_number(c.max)}, mean {_number(c.mean)}{odd}"
+    return odd[2:]
 
 
 def _value(v: Any) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,9 +65,11 @@ class VersionQuery:
     `on_shard(i)`: progress while the sidecars are read or made (once per version)."""
 
     def __init__(self, version: DatasetVersion, *, timeout: float = TIMEOUT, memory_limit: str = MEMORY,
-                 threads: int | None = None, on_shard: Callable[[int], None] | None = None):
+                 threads: int | None = None, on_shard: Callable[[int], None] | None = None,
+                 meanings: Mapping[str, str | None] | None = None, checks: Mapping[str, Any] | None = None):
         self._duckdb = require("duckdb", "query", "a query")
         self.version, self.timeout = version, timeout
+        self._rollout_settings = {"meanings": dict(meanings or {}), "checks": dict(checks or {})}
         self.derived: list[Derived] = derivations(version.fields)
         self.small = [f.name for f in version.fields if f.role == "scalar"]  # kept in memory with the derived
         self.big = {f.name for f in version.fields} - set(self.small)
@@ -76,6 +78,8 @@ class VersionQuery:
         self.lock = threading.RLock()
         sidecars = derived_tables(version, self.derived, self.small, on_shard) if self.derived or self.small else []
         self.con, self.full = self._connections(sidecars)
+        self.rollout_names = self._rollout_names()  # the view's rollout_* columns, made when first named
+        self._rollouts_made = False
         for con in (self.con, self.full):
             for setting in ([f"SET threads = {int(threads)}"] if threads else []) + [
                     f"SET memory_limit = '{memory_limit}'", "SET max_temp_directory_size = '0B'",
@@ -119,24 +123,66 @@ class VersionQuery:
                 con.register("_empty", empty)
             small_parts = [f"SELECT {', '.join(_quote(c) for c in order if c not in self.big)} FROM _empty"]
             full_parts = ["SELECT * FROM _empty"]
-        small.execute("CREATE VIEW v AS " + " UNION ALL ".join(small_parts))
-        full.execute("CREATE VIEW v AS " + " UNION ALL ".join(full_parts))
+        for con, parts in ((small, small_parts), (full, full_parts)):
+            con.execute("CREATE VIEW _v AS " + " UNION ALL ".join(parts))
+            con.execute("CREATE VIEW v AS SELECT * FROM _v")
         return small, full
 
+    def _rollout_names(self) -> list[str]:
+        """The per-rollout columns (`rollout_query.ROW_COLUMNS`) a version of rollouts adds to v, but any a
+        stored or derived column already has; none for other versions."""
+        from dsinspect.loaders.format.rollout_fields import rollout_columns, with_meanings
+
+        fields = with_meanings(self.version.fields, self._rollout_settings["meanings"], f" in {self.version.address}")
+        if rollout_columns(fields) is None:
+            return []
+        from dsinspect.inspect.rollout_query import ROW_COLUMNS
+
+        taken = {name.lower() for name, *_ in self.full.execute("DESCRIBE v").fetchall()}
+        return [name for name, *_ in ROW_COLUMNS if name not in taken]
+
+    def _make_rollouts(self) -> None:
+        """The rollout_* columns joined into v and the rollout_findings table, in both databases (once)."""
+        if self._rollouts_made:
+            return
+        from dsinspect.inspect.rollout_query import FINDINGS_TABLE, rollout_tables
+
+        rows, findings = rollout_tables(self.version, **self._rollout_settings)
+        rows = rows.select(["_index", *self.rollout_names])
+        for con in (self.con, self.full):
+            con.register("_rollout_rows", rows)
+            con.register(FINDINGS_TABLE, findings)
+            con.execute("CREATE OR REPLACE VIEW v AS SELECT * FROM _v LEFT JOIN _rollout_rows USING (_index)")
+        self._rollouts_made = True
+
     def _connection_for(self, sql: str) -> Any:
-        """The in-memory database when `sql` names no stored field outside it and selects no `*`."""
-        tree = json.loads(self.con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+        """The in-memory database when `sql` names no stored field outside it and selects no `*`; the
+        rollout columns and findings made first when it names them (or takes every column)."""
+        tree = json.loads(self.con.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()[0][0])
         if tree.get("error"):
             return self.full  # let the full view give the error
         refs, star = _references(tree)
+        tables = _tables(tree)
+        if "rollout_findings" in tables and not self.rollout_names:
+            raise UserError(f"{self.version.address} is not LLM rollouts: it has no rollout_findings "
+                            "(--meaning FIELD=MEANING says what a column is)")
+        if self.rollout_names and (star or refs & set(self.rollout_names) or "rollout_findings" in tables):
+            self._make_rollouts()
         return self.full if star or refs & self._big_names else self.con
 
     # -- asking ------------------------------------------------------------------------------------
 
     def columns(self) -> list[tuple[str, str]]:
-        """The view's columns and their SQL types."""
+        """The view's columns and their SQL types (the rollout columns too, before they are made)."""
         with self.lock:
-            return [(name, kind) for name, kind, *_ in self.full.execute("DESCRIBE v").fetchall()]
+            found = [(name, kind) for name, kind, *_ in self.full.execute("DESCRIBE v").fetchall()]
+        if self.rollout_names and not self._rollouts_made:
+            from dsinspect.inspect.rollout_query import ROW_COLUMNS
+
+            sql = {pa.float64(): "DOUBLE", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN",
+                   pa.list_(pa.float64()): "DOUBLE[]", pa.list_(pa.string()): "VARCHAR[]"}
+            found += [(name, sql[kind]) for name, kind, _ in ROW_COLUMNS if name in self.rollout_names]
+        return found
 
     def where(self, condition: str | None = None, *, order_by: str | None = None, limit: int = 50,
               offset: int = 0, columns: Sequence[str] | None = None, count: bool = False) -> QueryResult:
@@ -269,6 +315,21 @@ def _references(tree: Any) -> tuple[set[str], bool]:
         elif isinstance(node, list):
             stack.extend(node)
     return refs, star
+
+
+def _tables(tree: Any) -> set[str]:
+    """The table names a parsed statement reads from (lowercased)."""
+    found: set[str] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                found.add(node["table_name"].lower())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _quote(name: str) -> str:

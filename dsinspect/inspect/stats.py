@@ -36,6 +36,7 @@ class ColumnStats:
     max: float | None = None
     mean: float | None = None
     histogram: list[tuple[float, float, int]] | None = None   # [lo, hi) bins, the last one closed
+    nonfinite: int | None = None                     # NaN and infinities of a float column (outside the range)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -73,7 +74,7 @@ def _version_stats(query: VersionQuery, bins: int, ranges: dict[str, tuple[float
     types = dict(query.columns())
     shard_nulls = _footer_nulls(query)
     for name, kind in types.items():
-        if name == "_index":
+        if name == "_index" or name in query.rollout_names:  # rollouts have their own statistics (rollout_summary)
             continue
         if name in query.big:
             out.columns.append(ColumnStats(name, kind, "in the shards", rows, shard_nulls.get(name)))
@@ -138,20 +139,27 @@ def _column(con: Any, name: str, kind: str, source: str, rows: int, bins: int,
         if len(found) <= FEW:
             stats.values, stats.distinct = [(v, n) for v, n in found], len(found)
     if _numeric(kind) and rows > nulls:
-        lo, hi, mean = con.execute(f"SELECT min({q}), max({q}), avg({q}) FROM v").fetchone()
-        stats.min, stats.max, stats.mean = float(lo), float(hi), float(mean)
-        stats.histogram = _histogram(con, q, *(span or (stats.min, stats.max)), bins)
+        finite = f"isfinite({q})" if _floating(kind) else "true"  # NaN and inf: counted apart, not ranged
+        lo, hi, mean, odd = con.execute(f"SELECT min({q}) FILTER ({finite}), max({q}) FILTER ({finite}), "
+                                        f"avg({q}) FILTER ({finite}), count({q}) FILTER (NOT {finite}) "
+                                        "FROM v").fetchone()
+        stats.nonfinite = odd if _floating(kind) else None
+        if lo is not None:
+            stats.min, stats.max, stats.mean = float(lo), float(hi), float(mean)
+            stats.histogram = _histogram(con, q, *(span or (stats.min, stats.max)), bins, finite)
     return stats
 
 
-def _histogram(con: Any, q: str, lo: float, hi: float, bins: int) -> list[tuple[float, float, int]]:
-    """`bins` equal-width bins over [lo, hi] (one bin when every value is the same)."""
+def _histogram(con: Any, q: str, lo: float, hi: float, bins: int,
+               finite: str = "true") -> list[tuple[float, float, int]]:
+    """`bins` equal-width bins over [lo, hi] (one bin when every value is the same) of the values
+    `finite` holds for."""
     if hi == lo:
-        return [(lo, hi, con.execute(f"SELECT count({q}) FROM v").fetchone()[0])]
+        return [(lo, hi, con.execute(f"SELECT count({q}) FILTER ({finite}) FROM v").fetchone()[0])]
     width = (hi - lo) / bins
     counts = dict(con.execute(
         f"SELECT least(floor(({q} - {lo!r}) / {width!r})::BIGINT, {bins - 1}) AS b, count(*) FROM v "
-        f"WHERE {q} IS NOT NULL GROUP BY b").fetchall())
+        f"WHERE {q} IS NOT NULL AND {finite} GROUP BY b").fetchall())
     return [(lo + k * width, lo + (k + 1) * width, int(counts.get(k, 0))) for k in range(bins)]
 
 
@@ -184,6 +192,10 @@ def _footer_nulls(query: VersionQuery) -> dict[str, int]:
 def _numeric(kind: str) -> bool:
     return kind.split("(")[0] in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                                   "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "DECIMAL")
+
+
+def _floating(kind: str) -> bool:
+    return kind.split("(")[0] in ("FLOAT", "DOUBLE")
 
 
 def _quote(name: str) -> str:
