@@ -202,7 +202,7 @@ class SampleScreen(Screen):
         fields = self.query_one("#fields", OptionList)
         fields.clear_options()
         if rollouts:
-            fields.add_option(Option(Text.assemble(("rollout", "bold"), "\n  tokens, values, findings"), id=ROLLOUT))
+            fields.add_option(Option(Text.assemble(("rollout", "bold"), "\n  tokens and findings"), id=ROLLOUT))
         fields.add_options(Option(self._field_label(f), id=f.name) for f in sample.fields)
         fields.highlighted = names.index(self.field_name)  # its OptionHighlighted finds the field already shown
         fields.focus()
