@@ -243,6 +243,22 @@ def test_shifted_layout_like_openrlhf(catalog):
     assert view.prompt[-1].findings == ("rollout-loss-mask-on-prompt",)
 
 
+def test_an_openrlhf_sequence_is_split_into_prompt_and_response(catalog):
+    """`sequences` holds prompt + response; the response is its last `response_length` tokens."""
+    prompt = encode("<|user|>1+1=<|assistant|>")
+    seq = prompt + [encode("2")[0], EOS]
+    logps = [-0.5] * (len(prompt) - 1) + [-0.25, -0.125]  # over sequences[1:]
+    table = pa.table({"rollout_id": [0], "sequences": ints([seq]), "response_length": [2],
+                      "total_length": [len(seq)], "action_mask": ints([[0] * (len(prompt) - 1) + [1, 1]]),
+                      "action_log_probs": floats([logps]), "rollout_log_probs": floats([logps]), "rewards": [1.0]})
+    view = rollout_view(write_rollouts(catalog, "openrlhf", table), 0)
+    assert [c.id for c in view.prompt] == prompt and [c.id for c in view.response] == seq[-2:]
+    assert view.response[1].piece == "<|endoftext|>"  # decoded with the sequence's tokenizer
+    assert view.layouts["loss_mask"] == "shifted" and [c.in_loss for c in view.response] == [True, True]
+    assert [c.values["learner_logprobs"] for c in view.response] == [-0.25, -0.125]
+    assert not view.findings
+
+
 def test_chat_messages_placed_on_their_parts(catalog):
     system, user = "You add.", "1+1=?"
     call = '{"name": "add", "arguments": [1, 1]}'

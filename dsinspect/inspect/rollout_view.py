@@ -22,14 +22,14 @@ import pyarrow.compute as pc
 
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.inspect.rollout_arrays import Layout, RolloutArrays, scalars
-from dsinspect.inspect.rollout_dataset import check_options, check_version, needed_columns, rollout_columns
+from dsinspect.inspect.rollout_dataset import check_options, check_version, read_rollouts, rollout_columns
 from dsinspect.inspect.rollout_findings import RolloutFinding
 from dsinspect.inspect.rollout_turns import Turn, part_of_text, part_of_tokens, turns_of
 from dsinspect.inspect.rollouts import Meaning, RolloutColumns
 from dsinspect.inspect.text import text_view
 from dsinspect.inspect.views import Finding, View, jsonable
 from dsinspect.inspect.vocab import Vocab, tokenizer_vocab
-from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.format.manifest import HASH_COLUMN, Field
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["COLOR_BY", "LABELS", "DIVERGING", "TokenCell", "Turn", "RolloutView", "GroupView", "rollout_view",
@@ -187,18 +187,21 @@ def _clip(x: float) -> float:
 
 # -- opening ----------------------------------------------------------------------------------------
 
-def rollout_view(version: DatasetVersion, index: int, *, overrides: dict | None = None) -> RolloutView:
-    """Row `index` of a rollout version, with the findings of its group's check."""
+def rollout_view(version: DatasetVersion, index: int, *, overrides: dict | None = None,
+                 fields: Sequence[Field] | None = None) -> RolloutView:
+    """Row `index` of a rollout version, with the findings of its group's check. `overrides`: check
+    options over those the data declares; `fields`: meanings given at read time (`read_rollouts`)."""
     index = version.check_index(index)
-    columns = _columns(version)
+    columns = _columns(version, fields)
     rows = _group_members(version, columns, index)
-    built = _Rows(version, columns, rows, overrides or {})
+    built = _Rows(version, rows, overrides or {}, fields)
     return built.view(rows.index(index))
 
 
-def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = None) -> GroupView:
+def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = None,
+               fields: Sequence[Field] | None = None) -> GroupView:
     """Every rollout of group `group` (a value of the group column; "3" finds an integer group 3)."""
-    columns = _columns(version)
+    columns = _columns(version, fields)
     name = columns.get(Meaning.GROUP)
     if name is None:
         raise UserError(f"{version.address}: no group column (a rollout's group is its GRPO prompt group); "
@@ -206,7 +209,7 @@ def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = 
     rows = _matching(version, name, group)
     if not rows:
         raise NotFoundError(f"{version.address}: no rollout in group {group!r} ({name})")
-    built = _Rows(version, columns, rows, overrides or {})
+    built = _Rows(version, rows, overrides or {}, fields)
     views = [built.view(i) for i in range(min(len(rows), MAX_GROUP_ROWS))]
     findings = [f.as_finding() for f in built.report.findings]
     prompts = {tuple(c.id for c in v.prompt) if v.prompt else v.prompt_text for v in views}
@@ -216,9 +219,9 @@ def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = 
                      list(rows), len(prompts) <= 1, dict(built.report.skipped))
 
 
-def group_of(version: DatasetVersion, index: int) -> Any:
+def group_of(version: DatasetVersion, index: int, fields: Sequence[Field] | None = None) -> Any:
     """The group of row `index` (None without a group column or value): one value read."""
-    name = _columns(version).get(Meaning.GROUP)
+    name = _columns(version, fields).get(Meaning.GROUP)
     if name is None:
         return None
     return version.take([version.check_index(index)], [name]).column(0)[0].as_py()
@@ -235,8 +238,8 @@ def find_rollout(version: DatasetVersion, key_value: Any) -> int:
     return rows[0]
 
 
-def _columns(version: DatasetVersion) -> RolloutColumns:
-    columns = rollout_columns(version.fields)
+def _columns(version: DatasetVersion, fields: Sequence[Field] | None = None) -> RolloutColumns:
+    columns = rollout_columns(fields or version.fields)
     if columns is None:
         raise UserError(f"{version.address}: not LLM rollouts (no response column with rewards, advantages, "
                         "log-probs or groups beside it)")
@@ -297,15 +300,20 @@ class _Rows:
     """Some rows of a version read once (their rollout columns, key and row hashes), checked together,
     their per-token columns laid on the response; `view(i)` builds row i's view."""
 
-    def __init__(self, version: DatasetVersion, columns: RolloutColumns, rows: Sequence[int], overrides: dict):
-        self.version, self.columns, self.rows = version, columns, list(rows)
+    def __init__(self, version: DatasetVersion, rows: Sequence[int], overrides: dict,
+                 fields: Sequence[Field] | None = None):
+        self.version, self.rows = version, list(rows)
         self.key = version.manifest.key
-        names = list(dict.fromkeys([*needed_columns(columns), *([self.key] if self.key else []), HASH_COLUMN]))
-        self.table = version.take(self.rows, names)
+        table, columns = read_rollouts(version, self.rows, fields)  # an OpenRLHF sequence comes split
+        extra = [c for c in ([self.key] if self.key else []) + [HASH_COLUMN] if c not in table.column_names]
+        more = version.take(self.rows, extra)
+        for name in extra:
+            table = table.append_column(name, more.column(name))
+        self.table, self.columns = table, columns
         everything = {**overrides, "rows_shown": _ALL, "positions_shown": _ALL}
-        self.report = check_version(version, self.rows, **everything)
-        self.options = check_options(version.fields, None, **{k: v for k, v in overrides.items()
-                                                               if k not in ("staleness_bound", "learner_version")})
+        self.report = check_version(version, self.rows, fields=fields, **everything)
+        self.options = check_options(fields or version.fields, None, **{
+            k: v for k, v in overrides.items() if k not in ("staleness_bound", "learner_version")})
         self.vocabs = {m: self._vocab(m) for m in (Meaning.PROMPT_TOKENS, Meaning.RESPONSE_TOKENS)}
         vocab = self.vocabs[Meaning.RESPONSE_TOKENS]
         pad = self.options.pad_id if self.options.pad_id is not None else (vocab.pad_id if vocab else None)
@@ -315,8 +323,12 @@ class _Rows:
         self._pieces: dict[tuple[Meaning, int], tuple[str, bytes]] = {}
 
     def _vocab(self, meaning: Meaning) -> Vocab | None:
+        """The stored tokenizer of the part's field (of the sequence it was cut from, when it was)."""
+        stored = {f.name for f in self.version.fields}
         name = self.columns.get(meaning)
-        if name is None:
+        if name is not None and name not in stored:
+            name = self.columns.get(Meaning.SEQUENCE_TOKENS)
+        if name is None or name not in stored:
             return None
         spec = self.version.manifest.field(name).options.get("tokenizer")
         if not isinstance(spec, dict):
