@@ -19,6 +19,7 @@ from dsinspect.cli.output import (
     out,
     progress,
 )
+from dsinspect.cli.rollout_options import meaning_option, parse_meanings
 from dsinspect.errors import UserError
 
 __all__ = ["COMMANDS", "parse_roles", "ENGINE_CHOICES"]
@@ -83,6 +84,7 @@ def ingest_progress(description: str) -> Iterator[Callable]:
               help="Source kind: jsonl, parquet, hf, webdataset, mds, files, megatron, olmo, nanogpt, litdata, "
                    "datatrove (default: guessed).")
 @click.option("--role", "roles", multiple=True, metavar="FIELD=ROLE", help="Override an inferred role (repeatable).")
+@meaning_option
 @click.option("--key", default=None, metavar="FIELD",
               help="The row key diff matches rows by. Default: the key of NAME's latest version; else a files "
                    "folder's name, an `id` field, or the one `*_id` field, if no value repeats; else none.")
@@ -102,7 +104,8 @@ def ingest_progress(description: str) -> Iterator[Callable]:
 @catalog_option
 @json_option
 @click.pass_context
-def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...], key: str | None,
+def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: tuple[str, ...],
+           meanings: tuple[str, ...], key: str | None,
            no_key: bool, tokenizer: str | None, options: tuple[str, ...], engine: str, workers: int | None,
            message: str, tags: tuple[str, ...],
            catalog_url: str | None, as_json: bool) -> None:
@@ -116,7 +119,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     catalog = catalog_to_write(ctx, catalog_url)
     with ingest_progress(f"ingest {name}") as update:
         result = run_ingest(catalog, source, name, kind=kind, roles=parse_roles(roles), key=key, no_key=no_key,
-                            tokenizer=tokenizer, options=parse_options(options),
+                            tokenizer=tokenizer, meanings=parse_meanings(meanings), options=parse_options(options),
                             engine=engine, workers=workers, message=message, tags=tags, on_progress=update)
     if as_json:
         return emit_json(result.to_json())
@@ -128,6 +131,7 @@ def ingest(ctx: click.Context, source: str, name: str, kind: str | None, roles: 
     for f in v.fields:
         tok = f.options.get("tokenizer") or {}
         note = f"  tokenizer {tok.get('name') or tok.get('kind')}" if tok else ""
+        note += f"  rollout: {f.options['rollout']}" if f.options.get("rollout") else ""
         out.print(f"  {f.name}: {f.role.value} ({f.type})" + ("  key" if f.name == v.manifest.key else "") + note,
                   markup=False)
 

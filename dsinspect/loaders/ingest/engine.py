@@ -29,6 +29,7 @@ import pyarrow as pa
 from dsinspect.errors import ManifestError, UserError
 from dsinspect.loaders.format.manifest import Field, Shard, canonical_json, sha256_hex
 from dsinspect.loaders.format.pathnames import check_component
+from dsinspect.loaders.ingest.json_text import json_batches
 from dsinspect.loaders.ingest.restore import restore_batches
 from dsinspect.loaders.ingest.source import Part, SourceSpec
 from dsinspect.loaders.store.catalog import Catalog
@@ -125,6 +126,7 @@ def convert_part(payload: dict) -> dict:
         batches = source.read(part)
         if job.restore:
             batches = restore_batches(batches, job.restore, part.url)
+        batches = json_batches(batches, fields)  # nested columns kept as JSON text
         rows = _write_groups(writer, batches, groups, part.url) if groups is not None else _write(writer, batches)
         shards = writer.finish_shards()
     except BaseException:

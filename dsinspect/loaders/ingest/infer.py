@@ -1,6 +1,7 @@
-"""Role inference for ingested columns: from magic bytes, names, types and what the source knows.
+"""Role inference for ingested columns: from magic bytes, names, types and what the source knows; and,
+for rollouts of a language model, each column's meaning recorded in its options (`rollout_fields`).
 
-Pure functions over a schema and a sample batch; the caller's `roles` overrides always win.
+Pure functions over a schema and a sample batch; the caller's `roles` and `meanings` always win.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import pyarrow as pa
 from dsinspect.errors import UserError
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.format.roles import Role, check_role_type
+from dsinspect.loaders.format.rollout_fields import MEANING_OPTION, declare_meanings
+from dsinspect.loaders.ingest.json_text import json_able
 
 __all__ = ["infer_fields", "sniff_media", "role_for_extension", "ndarray_role", "describe_fields",
            "TEXT_NAMES", "JSON_NAMES", "TRAJECTORY_NAMES", "TOKEN_NAMES"]
@@ -69,7 +72,7 @@ def sniff_media(data: bytes) -> Role | None:
 
 def infer_fields(schema: pa.Schema, sample: pa.RecordBatch | None, hints: Mapping[str, Any],
                  roles: Mapping[str, str] = {}, tokenizer: Mapping | None = None,
-                 key: str | None = None) -> list[Field]:
+                 key: str | None = None, meanings: Mapping[str, str | None] | None = None) -> list[Field]:
     """One Field per column, in schema order, with its inferred (or overridden) role.
 
     `hints` is `Source.hints()`: `{"roles": {field: role}}` are the source's own knowledge (a
@@ -79,6 +82,9 @@ def infer_fields(schema: pa.Schema, sample: pa.RecordBatch | None, hints: Mappin
     "<sha256 of tokenizer.json stored with Catalog.put_blob>"}`, as `dsinspect.demo.build` writes);
     every integer-list column is tokens (the only role that holds one), which the tokenizer decodes.
     `key` must name a column (the engine records it in the manifest); it gets the role it would get anyway.
+    A list or struct no other role holds (chat messages) is `json`, stored as JSON text (`json_text`).
+    When the columns are LLM rollouts, each one's meaning is recorded in its options; `meanings`
+    ({field: meaning, or None for none}) sets or unsets one (`rollout_fields.declare_meanings`).
     """
     names = set(schema.names)
     for name in [*roles, *([key] if key else [])]:
@@ -92,23 +98,25 @@ def infer_fields(schema: pa.Schema, sample: pa.RecordBatch | None, hints: Mappin
         else:
             column = sample.column(f.name) if sample is not None and f.name in sample.schema.names else None
             role = _guess(f, column, source_roles.get(f.name))
-        reason = check_role_type(f.name, role, f.type)
+        kind = pa.string() if role is Role.JSON and json_able(f.type) else f.type  # kept as JSON text
+        reason = check_role_type(f.name, role, kind)
         if reason:
             raise UserError(reason)
         options = {"tokenizer": dict(tokenizer)} if tokenizer is not None and role is Role.TOKENS else {}
-        fields.append(Field(f.name, f.type, role, f.nullable, options))
+        fields.append(Field(f.name, kind, role, f.nullable, options))
     if tokenizer is not None and not any(f.role is Role.TOKENS for f in fields):
         raise UserError("a tokenizer was given but no field holds token ids (a list of integers); "
                         "name one with --role FIELD=tokens")
-    return fields
+    return declare_meanings(fields, meanings, " in the source")
 
 
 def describe_fields(fields: list[Field]) -> str:
-    """One line per field: name, role, type, and whether a tokenizer is attached."""
+    """One line per field: name, role, type, whether a tokenizer is attached, its rollout meaning."""
     width = max((len(f.name) for f in fields), default=0)
     lines = []
     for f in fields:
         extra = "  (tokenizer attached)" if "tokenizer" in f.options else ""
+        extra += f"  rollout: {f.options[MEANING_OPTION]}" if f.options.get(MEANING_OPTION) else ""
         lines.append(f"{f.name:<{width}}  {f.role.value:<10}  {f.type}{extra}")
     return "\n".join(lines)
 
@@ -139,8 +147,11 @@ def _guess(f: pa.Field, column: pa.Array | None, source_role: str | None) -> Rol
         return _string_role(name, values)
     if check_role_type(f.name, Role.SCALAR, t) is None:
         return Role.SCALAR
+    if json_able(t):  # lists of structs or strings: chat messages, tool calls
+        return Role.JSON
     raise UserError(f"field {f.name!r} of type {t} fits no role (roles hold: integer lists as tokens, "
-                    "other number lists as arrays, structs as trajectories, scalars, strings and binary)")
+                    "other number lists as arrays, structs as trajectories, lists of structs or strings as "
+                    "JSON text, scalars, strings and binary)")
 
 
 def _string_role(name: str, values: list) -> Role:

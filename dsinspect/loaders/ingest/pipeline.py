@@ -80,14 +80,17 @@ def ingest(catalog: Catalog, source: str | SourceSpec, name: str, **kwargs: Any)
 
 def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: str | None = None,
                roles: Mapping[str, str] | None = None, key: str | None = None, no_key: bool = False,
-               tokenizer: str | None = None, fields: Iterable[Field] | None = None, engine: str = AUTO,
+               tokenizer: str | None = None, meanings: Mapping[str, str | None] | None = None,
+               fields: Iterable[Field] | None = None, engine: str = AUTO,
                workers: int | None = None,
                options: Mapping[str, Any] | None = None, write: WriteOptions = WriteOptions(), message: str = "",
                tags: Iterable[str] = (), on_progress: Callable[[IngestProgress], None] | None = None,
                retries: int = 2, opener: str = DEFAULT_OPENER) -> IngestResult:
     """Plan, convert the parts not yet converted, commit. `engine` "auto" picks inline or the pool
     for the parts to convert (`engine_choice`). `tokenizer` (a tokenizer.json path or URL, or
-    "cl100k_base" / "o200k_base") is attached to the tokens fields; `fields` skips inference;
+    "cl100k_base" / "o200k_base") is attached to the tokens fields; `meanings` ({field: rollout meaning,
+    None for none}) declares what a column of LLM rollouts means (the rest inferred and declared when
+    the columns are rollouts: `infer_fields`); `fields` skips inference;
     `opener` names the function that opens a spec as a Source in every worker ("module:function").
     Without `key` (and without an export's sidecar, whose key is exact) the key of `name`'s latest
     version is kept, else one is inferred and verified (`keys`); `no_key` declares none."""
@@ -106,7 +109,7 @@ def run_ingest(catalog: Catalog, source: str | SourceSpec, name: str, *, kind: s
     if sidecar is not None:
         _put_blobs(catalog, name, spec.url, sidecar)
     fields = list(fields) if fields is not None else _fields(catalog, name, src, parts, sidecar, roles or {},
-                                                             key, tokenizer)
+                                                             key, tokenizer, meanings or {})
     candidate = None
     if key is None and not no_key:
         key = sidecar.get("key") if sidecar is not None else inherited_key(name, _latest(catalog, name), fields)
@@ -213,20 +216,23 @@ def _parts(src, spec: SourceSpec) -> list[Part]:
 
 
 def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict | None, roles: Mapping[str, str],
-            key: str | None, tokenizer: str | None) -> list[Field]:
-    """The version's fields: from an export's sidecar (roles still overridable), else inferred."""
+            key: str | None, tokenizer: str | None, meanings: Mapping[str, str | None]) -> list[Field]:
+    """The version's fields: from an export's sidecar (roles and meanings still overridable), else inferred."""
     if sidecar is not None:
+        from dsinspect.loaders.format.rollout_fields import with_meanings
+
         fields = fields_from_json(sidecar["fields"], "the export sidecar")
         unknown = set(roles) - {f.name for f in fields}
         if unknown:
             raise UserError(f"no field {sorted(unknown)[0]!r} in the source "
                             f"(fields: {', '.join(f.name for f in fields)})")
-        return [Field(f.name, f.type, roles.get(f.name, f.role), f.nullable, f.options) for f in fields]
+        fields = [Field(f.name, f.type, roles.get(f.name, f.role), f.nullable, f.options) for f in fields]
+        return with_meanings(fields, meanings, " in the source")  # only what is asked: an export restores exactly
     from dsinspect.loaders.ingest.infer import infer_fields
 
     sample = _sample(src, parts)
     option = _tokenizer_option(catalog, name, tokenizer) if tokenizer is not None else None
-    return infer_fields(src.schema(), sample, src.hints(), roles, option, key)
+    return infer_fields(src.schema(), sample, src.hints(), roles, option, key, meanings)
 
 
 def _tokenizer_option(catalog: Catalog, name: str, tokenizer: str) -> dict:
