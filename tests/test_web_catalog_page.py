@@ -19,7 +19,7 @@ def test_the_page_lists_the_intact_versions_and_names_the_broken_file(damaged, m
     monkeypatch.setenv("DSINSPECT_CATALOG", str(catalog_dir))
     at = run()  # no exception: run() asserts it
     df = at.dataframe[0].value
-    assert set(df["dataset"]) == {"demo-text", "demo-images", "demo-video", "demo-rl"} and len(df) == 7
+    assert set(df["dataset"]) == {"demo-text", "demo-images", "demo-video", "demo-rl", "demo-rollouts"} and len(df) == 9
     errors = [e.value.replace("\\", "") for e in at.error]
     assert "1 stored file(s) cannot be read" in errors[0]
     assert any(line.startswith("BROKEN demo-video") and str(path) in line and "not valid JSON" in line
