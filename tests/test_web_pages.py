@@ -22,7 +22,8 @@ def test_catalog_page_lists_versions_and_links(demo_env):
     at = run()
     assert at.title[0].value == "Catalog"
     df = at.dataframe[0].value
-    assert set(df["dataset"]) == {"demo-text", "demo-images", "demo-video", "demo-rl", "demo-rollouts"} and len(df) == 10
+    assert set(df["dataset"]) == {"demo-text", "demo-images", "demo-video", "demo-rl", "demo-rollouts"}
+    assert len(df) == 10
 
 
 def test_dataset_deep_link_shows_schema_shards_versions_and_rows(demo_env):

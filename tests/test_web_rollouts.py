@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pyarrow as pa
 import pytest
+from playwright.sync_api import expect
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
 from web_fixtures import codes, run
 from web_server import artifact_log, running_web
@@ -124,9 +125,12 @@ def server(catalog):
 
 
 def settled(pg) -> None:
-    """The page drawn and Streamlit done running (nothing is clicked while it still re-renders)."""
+    """Streamlit done running the page, once what the test waited for shows that its run began. Not the
+    status widget alone (wait_ready): Streamlit 1.67 draws it only after 500 ms of a run, so its absence
+    also holds during a run's first 500 ms; the app's data-test-script-state says what the run is doing."""
+    pg.wait_for_function("() => ['notRunning', 'compilationError'].includes(document.querySelector("
+                         "'[data-testid=stApp]')?.getAttribute('data-test-script-state'))")
     wait_ready(pg)
-    pg.locator('[data-testid="stMain"] h1').first.wait_for()
 
 
 def backgrounds(pg, part: str = "response") -> list[str]:
@@ -168,7 +172,7 @@ def test_a_rollout_by_id_shows_its_tokens_coloured_by_the_chosen_value(server, c
     assert "rollout" in parse_qs(urlsplit(page.url).query)  # still the link by id, now with its colour
 
     page.goto(f"{server}/?address=rl@v1&rollout={rollout_id(row)}&color=loss_mask")  # the colour by link
-    page.locator('.dsi-rollout[data-part="prompt"]').wait_for()
+    page.locator('.dsi-rollout[data-part="response"]').wait_for()
     settled(page)
     assert backgrounds(page, "prompt") == expected(view, "loss_mask", "prompt")
     assert backgrounds(page) == expected(view, "loss_mask")
@@ -186,8 +190,7 @@ def test_a_rollouts_group_side_by_side_paged_and_zero_advantage_flagged(server, 
     settled(page)
     query = parse_qs(urlsplit(page.url).query)
     assert query["group"] == ["9"] and query["color"] == ["advantage"]
-    columns = page.locator('.dsi-rollout[data-part="response"]')
-    assert columns.count() == 4  # rows 36..39, each its response
+    expect(page.locator('.dsi-rollout[data-part="response"]')).to_have_count(4)  # rows 36..39, each its response
     for row in range(36, 40):
         assert page.get_by_role("link", name=re.compile(f"rollout {rollout_id(row)} · row {row}$")).is_visible()
     assert page.get_by_text("Zero advantage", exact=False).count() == 0
@@ -206,12 +209,12 @@ def test_a_rollouts_group_side_by_side_paged_and_zero_advantage_flagged(server, 
     page.goto(f"{server}/?address=mk@v1&group=1")  # ten rollouts: two pages
     page.get_by_text("page 1 of 2", exact=False).wait_for()
     settled(page)
-    assert page.locator('.dsi-rollout[data-part="response"]').count() == model.GROUP_PAGE
+    expect(page.locator('.dsi-rollout[data-part="response"]')).to_have_count(model.GROUP_PAGE)
     page.get_by_role("button", name="next page").click()
     page.get_by_text("page 2 of 2", exact=False).wait_for()
     settled(page)
     assert parse_qs(urlsplit(page.url).query)["page"] == ["2"]
-    assert page.locator('.dsi-rollout[data-part="response"]').count() == 10 - model.GROUP_PAGE
+    expect(page.locator('.dsi-rollout[data-part="response"]')).to_have_count(10 - model.GROUP_PAGE)
     assert page.get_by_role("link", name=re.compile("rollout 19 · row 13$")).is_visible()
 
 
@@ -227,10 +230,10 @@ def _no_markup_made(pg) -> None:
 def test_markup_in_a_rollout_is_literal_text(server, page):  # noqa: F811
     page.goto(f"{server}/?address=mk@v1:0")
     prompt = page.locator('.dsi-rollout[data-part="prompt"]')
-    prompt.wait_for()
+    response = page.locator('.dsi-rollout[data-part="response"]')
+    response.wait_for()
     settled(page)
     assert prompt.locator(".dsi-rc").evaluate_all("els => els.map(e => e.textContent).join('')") == PROMPT
-    response = page.locator('.dsi-rollout[data-part="response"]')
     said = response.locator(".dsi-rc").evaluate_all("els => els.map(e => e.textContent).join('')")
     assert said == RESPONSE + "<|endoftext|>"
     assert response.locator(".dsi-turn.tool .dsi-toolmark").inner_text() == "tool call"
@@ -243,7 +246,7 @@ def test_markup_in_a_rollout_is_literal_text(server, page):  # noqa: F811
     page.screenshot(path=str(ARTIFACTS / "web-rollout-markup.png"), full_page=True)
 
     page.goto(f"{server}/group?address=mk@v1&group=0")
-    page.get_by_text("Responses side by side").wait_for()
+    expect(page.locator('.dsi-rollout[data-part="response"]')).to_have_count(4)
     settled(page)
     assert page.locator('.dsi-rollout[data-part="prompt"] .dsi-rc').evaluate_all(
         "els => els.map(e => e.textContent).join('')") == PROMPT

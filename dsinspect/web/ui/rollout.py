@@ -13,6 +13,7 @@ from dsinspect.inspect.rollout_view import COLOR_BY, LABELS, GroupView, RolloutV
 from dsinspect.loaders.store.address import parse_address
 from dsinspect.web.models import rollout as model
 from dsinspect.web.ui import cache
+from dsinspect.web.ui.fields import VALUE_PAGE
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop
 from dsinspect.web.ui.url import follow_url, set_param
@@ -49,15 +50,15 @@ def color_choice(key: str) -> str:
     return given
 
 
-def _tokens(label: str, view: RolloutView, cells: list[TokenCell], part: str, color: str, lo: float, hi: float,
-            key: str) -> None:
-    """One part's cells, TOKEN_PAGE at a time."""
+def _tokens(view: RolloutView, part: str, color: str, lo: float, hi: float, key: str) -> None:
+    """One part's cells (prompt or response), TOKEN_PAGE at a time."""
+    cells: list[TokenCell] = getattr(view, part)
     count = len(cells)
     pages = model.pages(count, model.TOKEN_PAGE)
-    st.caption(md(f"{label} · {count:,} tokens" + (f" · {model.TOKEN_PAGE:,} a page" if pages > 1 else "")))
+    st.caption(md(f"{part} · {count:,} tokens" + (f" · {model.TOKEN_PAGE:,} a page" if pages > 1 else "")))
     page = 1
     if pages > 1:
-        page = st.number_input(f"{label} token page (of {pages})", 1, pages, 1, key=key)
+        page = st.number_input(f"{part} token page (of {pages})", 1, pages, 1, key=key)
     start = (int(page) - 1) * model.TOKEN_PAGE
     st.markdown(model.part_html(cells, part, view.turns, color, lo, hi, start, start + model.TOKEN_PAGE),
                 unsafe_allow_html=True)
@@ -106,29 +107,26 @@ def rollout_panel(url: str, dataset: str, version_id: str, index: int) -> None:
         st.caption(md("rewards: " + " · ".join(f"{k} {v}" for k, v in view.rewards.items())))
     if view.key is not None:
         st.caption(md(f"this rollout by its id: ?address={name}&rollout={view.key}"))
-    _parts(view, color, scale(view, color), "rollout")
+    _parts(view, color)
     _findings(view.findings)
     if view.skipped:
         st.caption(md("not checked: " + " · ".join(f"{k} ({v})" for k, v in view.skipped.items())))
     st.divider()
 
 
-def _parts(view: RolloutView, color: str, scale_: tuple[float, float], key: str, prompt: bool = True) -> None:
-    """The prompt (unless `prompt` is False) and the response, or their texts when there are no tokens."""
-    lo, hi = scale_
+def _parts(view: RolloutView, color: str) -> None:
+    """The prompt and the response as token cells, or their texts when the rollout has no tokens."""
+    lo, hi = scale(view, color)
     if view.prompt or view.response:
         st.markdown(model.legend_html(color, lo, hi), unsafe_allow_html=True)
         if color not in view.color_by:
             st.caption(md(f"this rollout has no {LABELS[color]}"))
-        if prompt:
-            _tokens("prompt", view, view.prompt, "prompt", color, lo, hi, f"{key}_prompt_page")
-        _tokens("response", view, view.response, "response", color, lo, hi, f"{key}_response_page")
+        _tokens(view, "prompt", color, lo, hi, "rollout_prompt_page")
+        _tokens(view, "response", color, lo, hi, "rollout_response_page")
         st.caption(md(f"tokenizer {view.tokenizer or 'none'} · hover a token for its id, values and findings"))
     else:
-        for label, text in (("prompt", view.prompt_text), ("response", view.response_text)):
-            if text is not None and (prompt or label == "response"):
-                st.caption(label)
-                mono(text[:50_000])
+        _text("prompt", view.prompt_text)
+        _text("response", view.response_text)
     lost = [t for t in view.turns if t.start < 0]
     if lost:  # a message the rollout's turns hold that is not found in its tokens
         st.caption("turns not found in the tokens")
@@ -139,6 +137,23 @@ def group_panel(g: GroupView, color: str, page: int, group_column: str | None) -
     """A group: its rewards and advantages, zero advantage flagged, its findings, the shared prompt once and
     the responses of page `page` side by side (GROUP_PAGE a page, of the MAX_GROUP_ROWS the view holds)."""
     name = f"{g.dataset}@{g.version_id[:12]}"
+    _group_summary(g, name, group_column)
+    lo, hi = scale(g, color)  # one scale for the whole group: its responses compare by colour
+    st.markdown(model.legend_html(color, lo, hi), unsafe_allow_html=True)
+    if g.prompt_shared:
+        st.markdown("#### The prompt")
+        _prompt(g.rows[0], color, lo, hi, "group_prompt_page")
+    _pager(page, model.pages(len(g.rows), model.GROUP_PAGE))
+    st.markdown("#### Responses side by side")
+    rows = g.rows[page * model.GROUP_PAGE:(page + 1) * model.GROUP_PAGE]
+    for start in range(0, len(rows), GROUP_COLUMNS):
+        for col, view in zip(st.columns(GROUP_COLUMNS), rows[start:start + GROUP_COLUMNS]):
+            with col:
+                _response_column(view, name, color, lo, hi, not g.prompt_shared)
+
+
+def _group_summary(g: GroupView, name: str, group_column: str | None) -> None:
+    """What the group is, how many rollouts it holds, zero advantage, a table of its rows and its findings."""
     shown = len(g.rows)
     st.subheader(md(f"{name} · group {g.group}"))
     more = f" · the first {shown:,} are shown" if shown < g.size else ""
@@ -157,27 +172,23 @@ def group_panel(g: GroupView, color: str, page: int, group_column: str | None) -
     if g.findings:
         mono("\n".join(f"{_ICON.get(f.severity.value, '•')} {f.severity.value} {f.code}: {f.message}"
                        for f in g.findings))
-    lo, hi = scale(g, color)
-    first = g.rows[0]
-    if g.prompt_shared:
-        st.markdown("#### The prompt")
-        _parts_prompt_only(first, color, lo, hi)
-    _pager(page, model.pages(shown, model.GROUP_PAGE))
-    st.markdown("#### Responses side by side")
-    rows = g.rows[page * model.GROUP_PAGE:(page + 1) * model.GROUP_PAGE]
-    for start in range(0, len(rows), GROUP_COLUMNS):
-        cols = st.columns(GROUP_COLUMNS)
-        for col, view in zip(cols, rows[start:start + GROUP_COLUMNS]):
-            with col:
-                _response_column(view, name, color, lo, hi, not g.prompt_shared)
 
 
-def _parts_prompt_only(view: RolloutView, color: str, lo: float, hi: float) -> None:
+def _text(label: str, text: str | None) -> None:
+    """A part's text, for a rollout without tokens (the first VALUE_PAGE characters; its field holds it all)."""
+    if text is None:
+        return
+    more = f" · the first {VALUE_PAGE:,} of {len(text):,} characters: the field below holds them all" \
+        if len(text) > VALUE_PAGE else ""
+    st.caption(label + more)
+    mono(text[:VALUE_PAGE])
+
+
+def _prompt(view: RolloutView, color: str, lo: float, hi: float, key: str) -> None:
     if view.prompt:
-        st.markdown(model.legend_html(color, lo, hi), unsafe_allow_html=True)
-        _tokens("prompt", view, view.prompt, "prompt", color, lo, hi, "group_prompt_page")
-    elif view.prompt_text is not None:
-        mono(view.prompt_text[:50_000])
+        _tokens(view, "prompt", color, lo, hi, key)
+    else:
+        _text("prompt", view.prompt_text)
 
 
 def _response_column(view: RolloutView, name: str, color: str, lo: float, hi: float, with_prompt: bool) -> None:
@@ -189,11 +200,11 @@ def _response_column(view: RolloutView, name: str, color: str, lo: float, hi: fl
                   f"{'per token' if view.advantage_per_token else _number(view.advantage)} · "
                   f"{view.finish_reason or 'no finish reason'}" + (f" · {', '.join(codes)}" if codes else "")))
     if with_prompt:
-        _tokens("prompt", view, view.prompt, "prompt", color, lo, hi, f"group_prompt_{view.index}")
+        _prompt(view, color, lo, hi, f"group_prompt_{view.index}")
     if view.response:
-        _tokens("response", view, view.response, "response", color, lo, hi, f"group_response_{view.index}")
-    elif view.response_text is not None:
-        mono(view.response_text[:50_000])
+        _tokens(view, "response", color, lo, hi, f"group_response_{view.index}")
+    else:
+        _text("response", view.response_text)
 
 
 def _pager(page: int, count: int) -> None:
