@@ -110,6 +110,7 @@ def read_version(version: DatasetVersion, *, meanings: Mapping[str, str | None] 
         raise UserError(f"{version.address}: not LLM rollouts (no response column with rewards, advantages, "
                         "log-probs or groups beside it; --meaning FIELD=MEANING says what a column is)")
     table, columns = read_rollouts(version, None, fields)
+    table = table.combine_chunks()  # one copy here, not one per check and statistic (a chunk per row group)
     said = check_values(declared_checks(fields), f"{version.address}: the checks its fields declare")
     given = dict(checks or {})
     values = {k: v for k, v in {**said, **given}.items() if v is not None}
