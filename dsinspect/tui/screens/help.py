@@ -68,7 +68,7 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `up` `down` `pgup` `pgdn` `home` `end` | trajectory steps (`tab` into them) | any step; ▲ marks it on the sparklines |
 | `x` | sample | show or hide raw hex |
 | `left` `right` | rollout view (LLM rollouts) | move the token cursor: its id, piece, every value and findings |
-| `v` | rollout view, group | colour the tokens by the next value (log-prob gap, sampler, learner, reference log-prob, advantage, loss mask) |
+| `v` | rollout view, group | colour the tokens by the next value (gap, sampler, learner, ref, advantage, mask) |
 | `f` / `F` | rollout view | next / previous token with a finding |
 | `G` | rollout view | the rollout's group side by side: `left` `right` pick, `enter` opens one |
 """
