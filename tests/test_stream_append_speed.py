@@ -1,6 +1,7 @@
-"""What makes a stream append fast must change no hash: lists of fixed-width items (token ids,
-log-probs) are hashed without encoding each row apart (canonical._fixed_list_hashes), and every
-such hash equals the digest of `encode_column`'s bytes, the encoding's reference path."""
+"""What makes a stream append fast must change no hash. Lists of fixed-width items (token ids,
+log-probs) are hashed without encoding each row apart (canonical._fixed_list_hashes): every such hash
+equals the digest of `encode_column`'s bytes, the encoding's reference path. Rows are hashed a batch
+at a time (writer.py). Speed itself is measured in benchmarks/bench_stream.py, not here."""
 
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pytest
 import xxhash
 
+from dsinspect.loaders import Catalog, Field
 from dsinspect.loaders.format.canonical import (
     _fixed_list_hashes,
     combine_row_hash,
@@ -16,6 +18,9 @@ from dsinspect.loaders.format.canonical import (
     field_hashes,
     row_hashes,
 )
+from dsinspect.loaders.format.manifest import HASH_COLUMN
+from dsinspect.loaders.store.verify import verify_version
+from dsinspect.loaders.store.writer import WriteOptions
 
 
 def _reference(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
@@ -95,3 +100,31 @@ def test_null_slots_over_items_hash_as_nulls():
                                    mask=pa.array([False, True, False]))
     assert field_hashes(arr) == _reference(arr)
     assert field_hashes(arr)[1] == xxhash.xxh3_128_digest(b"\x00")
+
+
+# -- how an append writes its shards ----------------------------------------------------------------
+
+ROLLOUT_FIELDS = [Field("rollout_id", pa.string(), "scalar", False), Field("prompt", pa.list_(pa.int32()), "tokens"),
+                  Field("response", pa.list_(pa.int32()), "tokens"), Field("reward", pa.float32(), "scalar"),
+                  Field("sampler_logprobs", pa.list_(pa.float32()), "array")]
+
+
+def _rollout_rows(prefix: str, n: int) -> list[dict]:
+    return [{"rollout_id": f"{prefix}-{i}", "prompt": [i, 7], "response": list(range(i, i + 1024)),
+             "reward": i / 4, "sampler_logprobs": [-(k % 13) / 3 for k in range(1024)]} for i in range(n)]
+
+
+def _stored_hashes(version) -> list[bytes]:
+    return [h for s in range(len(version.manifest.shards))
+            for h in version.read_shard(s).column(HASH_COLUMN).to_pylist()]
+
+
+def test_rows_hashed_a_batch_at_a_time_keep_their_hashes_across_row_groups(tmp_path):
+    """Batches of odd sizes cut into row groups of 16: each stored hash is its own row's."""
+    rows = _rollout_rows("b", 90)
+    table = pa.Table.from_pylist(rows, schema=pa.schema([(f.name, f.type) for f in ROLLOUT_FIELDS]))
+    version = Catalog(str(tmp_path / "catalog")).write_version(
+        "rollouts", [table.slice(a, b - a).to_batches()[0] for a, b in zip([0, 7, 37, 38], [7, 37, 38, 90])],
+        ROLLOUT_FIELDS, key="rollout_id", options=WriteOptions(row_group_rows=16, shard_rows=40))
+    assert _stored_hashes(version) == row_hashes(table, table.column_names)
+    assert verify_version(version).ok

@@ -97,7 +97,7 @@ class _ShardFile:
         self.writer.close()
         self.file.close()
         size = os.path.getsize(self.path)
-        bounds, rows = part_bounds(pq.read_metadata(self.path), size)
+        bounds, rows = part_bounds(self.writer.writer.metadata, size)  # the footer just written, not read back
         whole, digests = hashlib.sha256(), []
         with open(self.path, "rb") as f:
             for start, end in zip(bounds, bounds[1:] + [size]):
@@ -143,6 +143,7 @@ class VersionWriter:
         self._tags = tuple(tags)
         self._on_rows = on_rows
         self._pending: list[pa.RecordBatch] = []
+        self._pending_hashes: list[pa.Array] = []  # the row hashes of the pending rows, in order
         self._pending_rows = self._pending_bytes = 0
         self._shard: _ShardFile | None = None
         self._shards: list[Shard] = []
@@ -185,7 +186,10 @@ class VersionWriter:
         batch = self._conform(batch)
         if batch.num_rows == 0:
             return
+        # Hashed a batch at a time, not a row group at a time: each call costs ~0.05 ms a column beside
+        # its rows, and a commit of 64 rollouts of 1,024 tokens makes three 256 KiB groups.
         self._pending.append(batch)
+        self._pending_hashes.append(pa.array(row_hashes(batch, self._names), pa.binary(16)))
         self._pending_rows += batch.num_rows
         self._pending_bytes += batch.nbytes
         while self._pending_rows >= self.options.row_group_rows or self._pending_bytes >= self.options.row_group_bytes:
@@ -256,6 +260,7 @@ class VersionWriter:
             self._shard.discard()
             self._shard = None
         self._pending.clear()
+        self._pending_hashes.clear()
         self._pending_rows = self._pending_bytes = 0
         self._release_lease()
 
@@ -331,10 +336,12 @@ class VersionWriter:
         group, rest = table.slice(0, n), table.slice(n)
         if self.options.contiguous_groups:
             group = group.combine_chunks()
+        pending_hashes = pa.chunked_array(self._pending_hashes, pa.binary(16))
+        hashes = pa.concat_arrays(pending_hashes.slice(0, n).chunks)  # one chunk, as the group's were made
         self._pending = rest.to_batches() if rest.num_rows else []
+        self._pending_hashes = pending_hashes.slice(n).chunks if rest.num_rows else []
         self._pending_rows = rest.num_rows
         self._pending_bytes = rest.nbytes
-        hashes = pa.array(row_hashes(group, self._names), pa.binary(16))
         with write_errors(self.catalog.fs, self._shard.path if self._shard else self._spool):
             if self._shard is None:
                 self._hold_lease()  # before a byte lands in the dataset (the spool file is there)
