@@ -155,3 +155,22 @@ def test_the_cli_lists_every_colour_value():
     from dsinspect.inspect.rollout_view import COLOR_BY as MODEL
 
     assert COLOR_BY == MODEL
+
+
+def test_turns_and_tool_calls_are_set_apart(tmp_path):
+    catalog = Catalog(str(tmp_path / "catalog"))
+    call, result = '{"name": "add"}', "2"
+    prompt = encode("<|user|>add 1 and 1<|assistant|>")
+    response = encode(f"{call}{result} so 2") + [EOS]
+    turns = [{"role": "user", "content": "add 1 and 1"},
+             {"role": "assistant", "content": call, "tool_calls": [{"name": "add"}]},
+             {"role": "tool", "content": result}, {"role": "assistant", "content": " so 2"}]
+    table = pa.table({"rollout_id": [0], "prompt_tokens": ints([prompt]), "response_tokens": ints([response]),
+                      "reward": [1.0], "turns": [json.dumps(turns)]})
+    write_rollouts(catalog, "agent", table)
+    out = ok("agent@latest:0", catalog=tmp_path / "catalog")
+    lines = out[:out.index("field hash")].splitlines()
+    labels = [line for line in lines if line.startswith("▍")]
+    assert [label.split("  ")[0] for label in labels] == ["▍user", "▍assistant · tool call", "▍tool", "▍assistant"]
+    at = lines.index(labels[1])
+    assert lines[at + 1].replace("│", "") == call and lines[at + 3].replace("│", "") == result
