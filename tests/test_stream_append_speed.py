@@ -1,12 +1,16 @@
-"""What makes a stream append fast must change no hash. Lists of fixed-width items (token ids,
-log-probs) are hashed without encoding each row apart (canonical._fixed_list_hashes): every such hash
-equals the digest of `encode_column`'s bytes, the encoding's reference path. Rows are hashed a batch
-at a time (writer.py). Speed itself is measured in benchmarks/bench_stream.py, not here."""
+"""What makes a stream append fast must change no hash and leave valid shards. Lists of
+fixed-width items (token ids, log-probs) are hashed without encoding each row apart
+(canonical._fixed_list_hashes): every such hash equals the digest of `encode_column`'s bytes, the
+encoding's reference path. Rows are hashed a batch at a time (writer.py). An append's shards store
+floats plain and no statistics of list items (stream/log.py APPEND_OPTIONS) and pass verify. Speed
+itself is measured in benchmarks/bench_stream.py, not here."""
 
+import io
 from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import xxhash
 
@@ -20,7 +24,8 @@ from dsinspect.loaders.format.canonical import (
 )
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.store.verify import verify_version
-from dsinspect.loaders.store.writer import WriteOptions
+from dsinspect.loaders.store.writer import WriteOptions, _leaf_columns
+from dsinspect.loaders.stream import open_stream, snapshot
 
 
 def _reference(arr: pa.Array | pa.ChunkedArray) -> list[bytes]:
@@ -117,6 +122,40 @@ def _rollout_rows(prefix: str, n: int) -> list[dict]:
 def _stored_hashes(version) -> list[bytes]:
     return [h for s in range(len(version.manifest.shards))
             for h in version.read_shard(s).column(HASH_COLUMN).to_pylist()]
+
+
+def test_leaf_columns_are_the_parquet_columns_pyarrow_writes():
+    schema = pa.schema([("a", pa.list_(pa.int32())),
+                        ("b", pa.struct([("x", pa.list_(pa.float32())), ("y", pa.int64())])),
+                        ("c", pa.large_list(pa.float64())), ("d", pa.list_(pa.float32(), 3)), ("e", pa.string()),
+                        ("m", pa.map_(pa.string(), pa.float64())), ("ll", pa.list_(pa.list_(pa.int8()))),
+                        ("dict", pa.dictionary(pa.int8(), pa.string())), ("h", pa.float16()), ("i", pa.binary(16))])
+    sink = io.BytesIO()
+    pq.write_table(schema.empty_table(), sink)
+    written = pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata.schema
+    assert [path for path, _ in _leaf_columns(schema)] == [written.column(i).path for i in range(len(written))]
+
+
+def test_an_appended_shard_is_a_valid_shard_with_the_rows_hashes(tmp_path):
+    """Floats stored plain, no statistics of list items, zstd elsewhere; verify passes; every row hash
+    is the one a version written with the defaults stores for the same rows."""
+    catalog = Catalog(str(tmp_path / "catalog"))
+    stream = open_stream(catalog, "rollouts", ROLLOUT_FIELDS, key="rollout_id")
+    rows = _rollout_rows("a", 50)  # 8 KiB a row: two row groups at the 256 KiB bound
+    stream.append(rows[:40], writer="s0")
+    stream.append(rows[40:], writer="s1")
+    version = snapshot(stream)
+    assert verify_version(version).ok
+    meta = pq.ParquetFile(version.catalog.fs.open(version.shard_path(0), "rb")).metadata
+    assert meta.num_row_groups == 2
+    columns = {meta.row_group(0).column(i).path_in_schema: meta.row_group(0).column(i)
+               for i in range(meta.num_columns)}
+    assert columns["sampler_logprobs.list.element"].compression == "UNCOMPRESSED"
+    assert columns["reward"].compression == "UNCOMPRESSED"
+    assert columns["response.list.element"].compression == "ZSTD"
+    assert not columns["response.list.element"].is_stats_set and columns["rollout_id"].is_stats_set
+    plain = Catalog(str(tmp_path / "plain")).write_version("rollouts", rows, ROLLOUT_FIELDS, key="rollout_id")
+    assert _stored_hashes(version) == _stored_hashes(plain)
 
 
 def test_rows_hashed_a_batch_at_a_time_keep_their_hashes_across_row_groups(tmp_path):
