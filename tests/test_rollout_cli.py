@@ -202,3 +202,14 @@ def test_stats_of_a_float_column_with_nan_and_inf(sample_copy, cli):
     assert "rollout_id" in columns and "rollout_response_len" not in columns  # the rollouts' statistics are apart
     code, out, err = cli("--catalog", sample_copy.url, "stats", "demo-rollouts@v1", "demo-rollouts@v2", "--json")
     assert code == 0 and json.loads(out)["a"]["rollouts"] and json.loads(out)["b"]["rollouts"], err
+
+
+def test_a_rollout_version_without_rows(sample_copy, cli, tmp_path):
+    """No rows: the checks run on empty columns (a schema-less table failed every one of them)."""
+    catalog = Catalog(str(tmp_path / "catalog"))
+    catalog.write_version("none", [], sample_copy.resolve("demo-rollouts@v2").fields, key="rollout_id")
+    report = stats(cli, catalog, "none")["rollouts"]
+    assert report["findings"] == [] and report["statistics"]["rollouts"] == 0
+    code, out, err = cli("--catalog", catalog.url, "query", "none", "--json", "--sql",
+                         "SELECT count(*) AS n FROM rollout_findings")
+    assert code == 0 and json.loads(out)["rows"] == [{"n": 0}], err

@@ -120,7 +120,9 @@ def _read(version: DatasetVersion, rows: Sequence[int] | None, names: list[str])
     if rows is not None:
         return version.take(np.asarray(rows, dtype=np.int64), names)
     tables = [table for _, table in version.iter_tables(names)]
-    return pa.concat_tables(tables) if tables else pa.schema([]).empty_table()
+    if not tables:  # no rows: the columns all the same (a schema-less table failed every check)
+        return pa.schema([version.manifest.schema.field(n) for n in names]).empty_table()
+    return pa.concat_tables(tables)
 
 
 def check_version(version: DatasetVersion, rows: Sequence[int] | None = None, *,
