@@ -1,11 +1,13 @@
-"""What makes a stream append fast must change no hash and leave valid shards. Lists of
+"""What makes a stream append fast must change no hash and leave valid, durable shards. Lists of
 fixed-width items (token ids, log-probs) are hashed without encoding each row apart
 (canonical._fixed_list_hashes): every such hash equals the digest of `encode_column`'s bytes, the
 encoding's reference path. Rows are hashed a batch at a time (writer.py). An append's shards store
-floats plain and no statistics of list items (stream/log.py APPEND_OPTIONS) and pass verify. Speed
-itself is measured in benchmarks/bench_stream.py, not here."""
+floats plain and no statistics of list items (stream/log.py APPEND_OPTIONS), pass verify, and are on
+disk before their commit. Speed itself is measured in benchmarks/bench_stream.py, not here."""
 
+import hashlib
 import io
+import os
 from decimal import Decimal
 
 import numpy as np
@@ -167,3 +169,31 @@ def test_rows_hashed_a_batch_at_a_time_keep_their_hashes_across_row_groups(tmp_p
         ROLLOUT_FIELDS, key="rollout_id", options=WriteOptions(row_group_rows=16, shard_rows=40))
     assert _stored_hashes(version) == row_hashes(table, table.column_names)
     assert verify_version(version).ok
+
+
+def test_a_commit_names_only_files_already_on_disk(tmp_path, monkeypatch):
+    """Each shard and its index are fsynced before the commit file is linked: a commit that survives a
+    crash names shards that did."""
+    events: list[tuple[str, str]] = []
+    fsync, link = os.fsync, os.link
+
+    def recording_fsync(fd):
+        fsync(fd)
+        with open(f"/proc/self/fd/{fd}", "rb") as f:  # what is on disk now, by content
+            events.append(("synced", hashlib.sha256(f.read()).hexdigest()))
+
+    def recording_link(src, dst, **kwargs):
+        link(src, dst, **kwargs)
+        events.append(("linked", os.path.basename(dst)))
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    monkeypatch.setattr(os, "link", recording_link)
+    catalog = Catalog(str(tmp_path / "catalog"))
+    stream = open_stream(catalog, "rollouts", ROLLOUT_FIELDS, key="rollout_id")
+    events.clear()
+    commit = stream.append(_rollout_rows("c", 90), options=WriteOptions(shard_rows=50))  # two shards
+    linked = events.index(("linked", f"{commit.seq:016d}.json"))
+    synced = {sha for what, sha in events[:linked] if what == "synced"}
+    assert len(commit.shards) == 2
+    for shard in commit.shards:
+        assert {shard.sha256, shard.index_sha256} <= synced

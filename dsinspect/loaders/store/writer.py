@@ -32,7 +32,7 @@ from dsinspect.loaders.format.token_counts import token_count
 from dsinspect.loaders.store.layout import display
 from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.publish import publish
-from dsinspect.loaders.store.storage import publish_file, spool_dir, write_atomic, write_errors
+from dsinspect.loaders.store.storage import publish_file, spool_dir, write_atomic, write_errors, writes_locally
 
 if TYPE_CHECKING:
     from dsinspect.loaders.store.catalog import Catalog
@@ -79,8 +79,10 @@ class WriteOptions:
 class _ShardFile:
     """One Parquet shard being written to a local spool file."""
 
-    def __init__(self, directory: str, schema: pa.Schema, options: WriteOptions, token_fields: Iterable[str] = ()):
+    def __init__(self, directory: str, schema: pa.Schema, options: WriteOptions, token_fields: Iterable[str] = (),
+                 sync: bool = False):
         fd, self.path = tempfile.mkstemp(dir=directory, prefix=".tmp-shard-", suffix=".parquet")
+        self.sync = sync  # on disk (fsync) before it is finished, so before it is published
         self.file = os.fdopen(fd, "wb")
         self.writer = pq.ParquetWriter(self.file, schema, **_parquet_options(schema, options))
         self.rows = 0
@@ -99,6 +101,9 @@ class _ShardFile:
     def finish(self) -> tuple[str, int, bytes]:
         """Close the file; its sha256, byte size and index (format/shard_index.py), hashed in one pass."""
         self.writer.close()
+        if self.sync:
+            self.file.flush()
+            os.fsync(self.file.fileno())
         self.file.close()
         size = os.path.getsize(self.path)
         bounds, rows = part_bounds(self.writer.writer.metadata, size)  # the footer just written, not read back
@@ -133,8 +138,11 @@ class VersionWriter:
     def __init__(self, catalog: "Catalog", name: str, fields: Iterable[Field], *, key: str | None = None,
                  parent: str | None = None, message: str = "", tags: Iterable[str] = (),
                  options: WriteOptions = WriteOptions(), created_at: str | None = None,
-                 on_rows: Callable[[int], None] | None = None):
+                 on_rows: Callable[[int], None] | None = None, sync_shards: bool = False):
+        """`sync_shards`: each shard on disk (fsync) before it is published, for a caller that makes
+        what names it durable at once (a stream's commit); a version's shards are not synced."""
         self.catalog, self.name, self.options = catalog, name, options
+        self._sync_shards = sync_shards and writes_locally(catalog.fs)  # an upload is durable when done
         self.fields = tuple(fields)
         self._template = Manifest(self.fields, (), key)  # validates names, roles and the key now
         self.data_schema = self._template.schema
@@ -350,7 +358,7 @@ class VersionWriter:
             if self._shard is None:
                 self._hold_lease()  # before a byte lands in the dataset (the spool file is there)
                 self._shard = _ShardFile(self._spool, self._file_schema, self.options,
-                                         [f.name for f in self.fields if f.role is Role.TOKENS])
+                                         [f.name for f in self.fields if f.role is Role.TOKENS], self._sync_shards)
             self._shard.write(group.append_column(self._file_schema.field(HASH_COLUMN), hashes))
         if self._on_rows:
             self._on_rows(n)

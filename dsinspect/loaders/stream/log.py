@@ -75,12 +75,14 @@ class Stream:
         """Write `rows` (a Table, a RecordBatch, batches or row dicts) and publish them as the next
         commit; the commit. Under a write lease from the first shard to the commit file, so gc never
         takes a shard a commit is about to name. `created_at` (ISO 8601) stamps the commit instead of
-        the clock: a stream generated again (the sample catalog's) is then the same bytes."""
+        the clock: a stream generated again (the sample catalog's) is then the same bytes. Each shard
+        is on disk (fsync) before the commit names it, and the commit before it is linked: a commit that
+        survives a crash names shards that did."""
         check_label(writer, "writer"), check_label(message, "message")
         fs, layout = self.catalog.fs, self.catalog.layout
         with write_lease(fs, layout, self.name):
             shard_writer = VersionWriter(self.catalog, self.name, self.spec.fields, key=self.spec.key,
-                                         options=options)
+                                         options=options, sync_shards=True)
             try:
                 shard_writer.write(rows)
                 shards = shard_writer.finish_shards()
