@@ -37,7 +37,8 @@ def test_replay_shows_what_each_rank_consumed_even_after_the_stream_moved_on(lea
     stream = open_stream(catalog, "demo-rollouts")
     rows = catalog.resolve("demo-rollouts@v1").take(range(4), [f.name for f in stream.spec.fields]).to_pylist()
     stream.append([{**row, "rollout_id": 1000 + i} for i, row in enumerate(rows)], writer="late")
-    code, out, err = cli("replay", "--spec", "learner", "--step", 7, "--rank", "all", "--json", "--catalog", catalog.url)
+    code, out, err = cli("replay", "--spec", "learner", "--step", 7, "--rank", "all", "--json",
+                         "--catalog", catalog.url)
     assert code == 0, err
     shown = json.loads(out)
     assert [[r["key"] for r in rank["rollouts"]] for rank in shown["ranks"]] == [consumed[(7, 0)], consumed[(7, 1)]]
