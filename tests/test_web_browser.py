@@ -60,7 +60,12 @@ def page(browser):
 
 
 def wait_ready(page):
+    """Streamlit done running the page: the app says its script is not running, and no status widget shows.
+    The widget alone is not enough: Streamlit 1.67 draws it only after 500 ms of a run, so its absence also
+    holds during the first 500 ms of every run (and through the whole of a short one)."""
     page.wait_for_selector('[data-testid="stApp"]')
+    page.wait_for_function("() => ['notRunning', 'compilationError'].includes(document.querySelector("
+                           "'[data-testid=stApp]').getAttribute('data-test-script-state'))", timeout=30_000)
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=30_000)
 
 

@@ -125,11 +125,7 @@ def server(catalog):
 
 
 def settled(pg) -> None:
-    """Streamlit done running the page, once what the test waited for shows that its run began. Not the
-    status widget alone (wait_ready): Streamlit 1.67 draws it only after 500 ms of a run, so its absence
-    also holds during a run's first 500 ms; the app's data-test-script-state says what the run is doing."""
-    pg.wait_for_function("() => ['notRunning', 'compilationError'].includes(document.querySelector("
-                         "'[data-testid=stApp]')?.getAttribute('data-test-script-state'))")
+    """Streamlit done running the page (wait_ready), once what the test waited for shows that its run began."""
     wait_ready(pg)
 
 
