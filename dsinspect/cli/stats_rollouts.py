@@ -76,7 +76,7 @@ def _where(f: RolloutFinding, keys: list[Any], key: str | None) -> str:
             name += f": {'prompt ' if f.axis == 'prompt' else ''}{_spans(f.positions[i]) or '-'}"
         parts.append(name)
     more = f.count - len(f.rows)
-    return "; ".join(parts) + (f"; … {more:,} more (--check rows_shown=N)" if more else "")
+    return "; ".join(parts + ([f"… {more:,} more (--check rows_shown=N)"] if more else []))
 
 
 def _spans(positions: tuple[int, ...]) -> str:
