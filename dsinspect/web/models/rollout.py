@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dsinspect.errors import NotFoundError, UserError
-from dsinspect.inspect.rollout_dataset import rollout_columns
+from dsinspect.inspect.rollout_dataset import is_rollouts, rollout_columns
 from dsinspect.inspect.rollout_view import (
     COLOR_BY,
     DIVERGING,
@@ -105,9 +105,7 @@ def _shown(value: str) -> str:
 def rollout_at(catalog: Catalog, version_address: str, index: int) -> RolloutView | None:
     """Row `index` of the version as a rollout, or None when the version is not LLM rollouts."""
     version = catalog.resolve(version_address)
-    if rollout_columns(version.fields) is None:
-        return None
-    return rollout_view(version, index)
+    return rollout_view(version, index) if is_rollouts(version) else None
 
 
 def rollout_index(catalog: Catalog, version_address: str, rollout_id: str) -> int:
@@ -134,7 +132,7 @@ def group_at(catalog: Catalog, version_address: str, group: str) -> GroupView:
 
 def _rollouts(catalog: Catalog, version_address: str) -> DatasetVersion:
     version = catalog.resolve(version_address)
-    if rollout_columns(version.fields) is None:
+    if not is_rollouts(version):
         raise UserError(f"{version.address}: not LLM rollouts (no response column with rewards, advantages, "
                         "log-probs or groups beside it)")
     return version
