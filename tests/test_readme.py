@@ -78,4 +78,4 @@ def test_reading_for_training_runs_as_written(tmp_path, monkeypatch):
 
     from dsinspect.inspect.runs import default_runs_dir, run_names
     # what the web app's Run page lists: run_names of <catalog>/runs, its catalog the default one
-    assert run_names(default_runs_dir(str(bundled_catalog_path()))) == ["exp1"]
+    assert run_names(default_runs_dir(str(bundled_catalog_path()))) == ["demo-learner", "exp1"]  # beside the demo's
