@@ -235,6 +235,17 @@ def _fields(catalog: Catalog, name: str, src, parts: list[Part], sidecar: dict |
     return infer_fields(src.schema(), sample, src.hints(), roles, option, key, meanings)
 
 
+def source_fields(catalog: Catalog, source: str, name: str, *, kind: str | None = None,
+                  roles: Mapping[str, str] | None = None, key: str | None = None, tokenizer: str | None = None,
+                  meanings: Mapping[str, str | None] | None = None) -> list[Field]:
+    """The fields `ingest` would give `source` (roles, the tokenizer stored in the catalog, rollout meanings
+    inferred and declared, overrides applied), reading one batch of it and writing no rows: what a stream
+    is created with from a file (`dsinspect append --create`)."""
+    spec = _detect(source, kind, {})
+    src = _open(DEFAULT_OPENER, spec)
+    return _fields(catalog, name, src, _parts(src, spec), None, roles or {}, key, tokenizer, meanings or {})
+
+
 def _tokenizer_option(catalog: Catalog, name: str, tokenizer: str) -> dict:
     """The field option for `--tokenizer`: an OpenAI encoding by name (cl100k_base, o200k_base) or a
     tokenizer.json path or URL, either stored in the catalog as a blob named by its sha256."""

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator
 
 from dsinspect.errors import IntegrityError, NotFoundError, StorageError, UserError
 from dsinspect.loaders.format.manifest import Field, Manifest
+from dsinspect.loaders.format.rollout_fields import declare_meanings
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.leases import write_lease
 from dsinspect.loaders.store.storage import create_exclusive, write_errors
@@ -46,18 +47,20 @@ APPEND_OPTIONS = WriteOptions(compression_level=1, compress_floats=False, nested
 def open_stream(catalog: Catalog, name: str, fields: Iterable[Field] | None = None, *,
                 key: str | None = None) -> "Stream":
     """The stream of dataset `name`; with `fields`, created when it does not exist yet (and refused
-    when it exists with other fields or another key)."""
+    when it exists with other fields or another key). Fields that are LLM rollouts are created with each
+    column's meaning declared in its options (`rollout_fields.declare_meanings`), as ingest does."""
     layout, fs = catalog.layout, catalog.fs
     path = layout.stream_spec(name)
-    if fields is not None:
-        wanted = StreamSpec(tuple(fields), key)
+    if fields is not None:  # rollouts get their meanings declared, as ingest declares them (docs/RL.md)
+        given = StreamSpec(tuple(fields), key)
+        wanted = StreamSpec(tuple(declare_meanings(fields)), key)
         Manifest(wanted.fields, (), key)  # names, roles and the key checked as a version's would be
         create_exclusive(fs, path, _pretty(wanted.to_json()))
     data = _read(fs, path)
     if data is None:
         raise NotFoundError(f"dataset {name!r} has no stream (create it with its fields)")
     spec = StreamSpec.from_bytes(data, fs.unstrip_protocol(path))
-    if fields is not None and spec != wanted:
+    if fields is not None and spec not in (wanted, given):  # given: a stream created before meanings were
         raise UserError(f"dataset {name!r}: its stream exists with other fields or another key "
                         f"({', '.join(f.name for f in spec.fields)}; key {spec.key})")
     return Stream(catalog, name, spec)
