@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from textual.widgets import DataTable, Input, OptionList
-from tui_helpers import SIZE, screen_text, until
+from tui_helpers import SIZE, downs_to, screen_text, until
 
 from dsinspect.defaults import BUNDLED
 from dsinspect.tui.adapter import DataSource
@@ -41,7 +41,7 @@ async def test_opens_on_the_catalog_with_datasets_versions_and_tags():
         assert IMAGES_V2 in text and "latest, v2" in text and f"tags: latest → {IMAGES_V2}" in text
         # the footer shows the bindings (drawn a frame later on a busy machine)
         await until(pilot, lambda: "g Go to" in screen_text(app) and "? Help" in screen_text(app), what="footer")
-        await pilot.press("down", "down")  # demo-text
+        await pilot.press(*downs_to(app, "demo-text"))
         await until(pilot, lambda: "versions of demo-text" in screen_text(app))
         table = app.screen.query_one("#versions", DataTable)
         assert table.row_count == 2
@@ -192,7 +192,7 @@ async def test_a_broken_manifest_is_listed_as_broken_beside_the_intact_datasets(
         for name in ("demo-images  (2 versions)", "demo-rl  (2 versions)", "demo-text  (2 versions)"):
             assert name in text
         assert any("cannot be read" in n and str(path) in n for n in notes(app))
-        await pilot.press("down", "down", "down")  # demo-video
+        await pilot.press(*downs_to(app, "demo-video"))
         await until(pilot, lambda: "versions of demo-video" in screen_text(app))
         table = app.screen.query_one("#versions", DataTable)
         assert table.row_count == 2

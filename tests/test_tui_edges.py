@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from textual.widgets import OptionList
-from tui_helpers import SIZE, screen_text, until
+from tui_helpers import SIZE, downs_to, screen_text, until
 
 from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
@@ -189,7 +189,7 @@ async def test_one_enter_on_a_dataset_opens_its_latest_version_and_the_footer_sa
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="listing")
         await until(pilot, lambda: "⏎ Open dataset" in screen_text(app), what="the key hint")
-        await pilot.press("down", "down")  # demo-text
+        await pilot.press(*downs_to(app, "demo-text"))
         await until(pilot, lambda: "versions of demo-text" in screen_text(app), what="demo-text highlighted")
         catalog = app.screen
         await pilot.press("enter")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import DataTable, Input, OptionList
-from tui_helpers import SIZE, until
+from tui_helpers import SIZE, downs_to, until
 
 import dsinspect
 from dsinspect.tui.adapter import DataSource
@@ -74,7 +74,7 @@ def test_catalog(snap_compare):
     async def run_before(pilot):
         app = pilot.app
         await until(pilot, lambda: isinstance(app.screen, CatalogScreen) and app.screen.listing, what="listing")
-        await pilot.press("down", "down")  # demo-text: two versions
+        await pilot.press(*downs_to(app, "demo-text"))  # two versions
         await until(pilot, lambda: app.screen.query_one("#versions", DataTable).row_count == 2)
         await settle(pilot)
 

@@ -146,11 +146,13 @@ def test_a_newcomers_first_steps_in_a_real_terminal():
     escaped once; a trajectory's steps count from 0."""
     from dsinspect.defaults import open_catalog
     from dsinspect.inspect.sample import open_address
+    from dsinspect.loaders.store.describe import catalog_listing
 
+    listed = [d["name"] for d in catalog_listing(open_catalog())["datasets"]]  # the pane's catalog, in its order
     pane = Pane(_command(""), width=120, height=40)
     try:
         pane.wait_for("datasets", "demo-text", "Open dataset")
-        pane.keys("Down", "Down")  # demo-text
+        pane.keys(*["Down"] * listed.index("demo-text"))
         pane.wait_for("versions of demo-text")
         pane.keys("Enter")
         pane.wait_for("Samples", "doc_id")  # one Enter: the dataset's sample table

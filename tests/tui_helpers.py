@@ -34,3 +34,12 @@ async def until(pilot: Pilot, condition: Callable[[], object], timeout: float = 
 def screen_text(app) -> str:
     """What the screen shows, as plain text lines."""
     return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def downs_to(app, name: str) -> list[str]:
+    """The `down` presses that move the catalog's dataset list from its highlighted entry to `name`,
+    counted in the list on the screen (never by hand: a new sample dataset shifts the rows)."""
+    datasets = app.screen.query_one("#datasets")
+    steps = datasets.get_option_index(name) - (datasets.highlighted or 0)
+    assert steps >= 0, f"{name} is above the highlighted dataset"
+    return ["down"] * steps
