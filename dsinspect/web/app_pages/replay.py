@@ -5,9 +5,10 @@ A packed-sequence run's batch is shown as its sequences (models/packed_replay.py
 linked to their samples, and its decoded text with each document's span, the padding and the digest.
 
 Deep links: `?spec=` (base64url spec JSON) or `?run=NAME` (a run record listed in the configured runs
-directory), `&step=&rank=`, `&log=NAME` (that run record's fingerprint log). A transform is code to
-import, so it never comes from the URL: a link could otherwise make whoever opens it run any
-importable function. It is typed into the page by the person looking (or preset by whoever started
+directory), `&step=&rank=`, `&log=NAME` (that run record's fingerprint log); a stream learner's record
+(`?run=NAME`) has a page of its own (ui/learner.py): the rollouts a step consumed, `&slot=S` one of them.
+A transform is code to import, so it never comes from the URL: a link could otherwise make whoever opens it
+run any importable function. It is typed into the page by the person looking (or preset by whoever started
 `dsinspect web --transform`), as they would type it on the command line.
 """
 
@@ -20,6 +21,7 @@ from dsinspect.web import settings
 from dsinspect.web.models.packed_replay import packed_html
 from dsinspect.web.models.replay import batch_parquet, build_spec, decode_spec, encode_spec, marked_rows, verdict
 from dsinspect.web.ui import cache
+from dsinspect.web.ui.learner import learner_step_page
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop, stop_with
 from dsinspect.web.ui.url import follow_url
@@ -28,6 +30,9 @@ url = cache.url()
 st.title("Replay")
 params = st.query_params
 runs = cache.run_names(url)
+if params.get("run") in runs and or_stop(lambda: cache.is_learner(url, params["run"]), "That run cannot be opened."):
+    learner_step_page(url, params["run"])
+    st.stop()
 
 
 def md_table(cells: dict[str, str]) -> dict[str, list[str]]:

@@ -13,6 +13,7 @@ from dsinspect.inspect.runs import MAX_ROWS
 from dsinspect.web import settings
 from dsinspect.web.models import run, runs_dir
 from dsinspect.web.ui import cache
+from dsinspect.web.ui.learner import learner_verdict
 from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop
 from dsinspect.web.ui.url import follow_url
@@ -40,6 +41,7 @@ if not given:
     st.info("Pick a run record; the page's URL then names it.")
     st.stop()
 view = or_stop(lambda: cache.run_view(url, given), "That run record cannot be opened.")
+learner = view.learner is not None  # a stream learner's record: its check and its cells' pages are its own
 summary_area, grid_area, check_area = st.container(), st.container(), st.container()  # drawn in this order
 
 with grid_area:
@@ -66,9 +68,11 @@ with check_area:
                "operator's transform (`dsinspect web --transform`).")
     check = None
     if st.session_state.get("rn_checked") == checked_key:
-        check = or_stop(lambda: cache.run_check(url, given, steps, transform),
-                        "The run record cannot be checked.")
-    if check is not None:
+        check = or_stop(lambda: cache.learner_check(url, given, steps) if learner else
+                        cache.run_check(url, given, steps, transform), "The run record cannot be checked.")
+    if check is not None and learner:
+        learner_verdict(check, given)
+    elif check is not None:
         d = check["divergence"]
         span = f"steps {check['steps'][0]:,}..{check['steps'][1]:,}" if check["steps"] else "no steps"
         if d is not None:
@@ -110,8 +114,9 @@ with grid_area:
         per = f"{grid.bucket:,} steps per column (+ zooms into one)" if grid.bucket > 1 else "one step per column"
         st.caption(md(f"steps {grid.columns[0][0]:,}..{grid.columns[-1][1]:,}, {per}; ranks {grid.ranks[0]}.."
                       f"{grid.ranks[-1]} of {grid.all_ranks} · █ kept · ✗ gap · ░ only superseded lines · "
-                      "! first divergence · a cell opens its batch's replay"))
-        st.markdown(run.grid_html(grid, given), unsafe_allow_html=True)
+                      "! first divergence · a cell opens "
+                      + ("the rollouts its rank consumed" if learner else "its batch's replay")))
+        st.markdown(run.grid_html(grid, given, learner), unsafe_allow_html=True)
     else:
         st.info("No step of this run in these steps.")
 

@@ -50,10 +50,11 @@ def rank_pages(view: RunView) -> int:
     return max(1, -(-view.rank_count() // MAX_ROWS))
 
 
-def grid_html(grid: RunGrid, name: str) -> str:
+def grid_html(grid: RunGrid, name: str, learner: bool = False) -> str:
     """The grid as one line of HTML: a row per rank, a cell per step bucket, each cell a link to the
     replay of its step (a bucket: its first gap or divergence, else its first logged step), checked
-    against the record; the header row links zoom into a bucket. Every text is escaped and every
+    against the record (a learner's record: the rollouts the rank consumed, whose fingerprint the
+    page checks itself); the header row links zoom into a bucket. Every text is escaped and every
     URL built by urlencode from numbers and the run's listed name: nothing from the record is markup."""
     if not grid.columns:
         return ""
@@ -77,7 +78,9 @@ def grid_html(grid: RunGrid, name: str) -> str:
                 out.append(f'<td class="{status}" style="{style}" title="rank {rank}, {steps_text}: {status}">'
                            f'{glyph}</td>')
                 continue
-            href = "replay?" + urlencode({"run": name, "log": name, "step": step, "rank": rank})
+            query = {"run": name, "step": step, "rank": rank} if learner else \
+                {"run": name, "log": name, "step": step, "rank": rank}
+            href = "replay?" + urlencode(query)
             out.append(f'<td class="{status}"><a href="{html.escape(href)}" target="_self" style="{style}" '
                        f'title="rank {rank}, {steps_text}: {status}; open step {step:,}">{glyph}</a></td>')
         rows.append("".join(out) + "</tr>")

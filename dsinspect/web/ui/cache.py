@@ -12,7 +12,8 @@ from dsinspect.web.models import sample
 
 __all__ = ["catalog", "url", "catalog_rows", "dataset_model", "sample_table", "sample_model", "frame_png", "diff_model",
            "diff_changed_rows", "run_names", "replay_model", "log_check", "run_view", "run_check", "version_query",
-           "query_page", "stats_model", "rollout_model", "rollout_index", "group_model"]
+           "query_page", "stats_model", "rollout_model", "rollout_index", "group_model", "is_learner", "learner_step",
+           "learner_rollout", "learner_check"]
 
 
 def url() -> str:
@@ -135,6 +136,34 @@ def run_check(catalog_url: str, name: str, steps: str | None, transform: str = "
     from dsinspect.web.models import run
 
     return run.check_run(catalog(catalog_url), run_view(catalog_url, name), steps, transform or None)
+
+
+# a stream learner's record (models/learner.py): read through the run view above, so its lines are read once
+def is_learner(catalog_url: str, name: str) -> bool:
+    """Whether the run record `name` (listed in the runs directory) is a stream learner's."""
+    return run_view(catalog_url, name).learner is not None
+
+
+@st.cache_data(show_spinner="Reading the rollouts the step consumed…", max_entries=64, ttl=30)  # a record may grow
+def learner_step(catalog_url: str, name: str, step: int, rank: str) -> dict[str, Any]:
+    from dsinspect.web.models import learner
+
+    return learner.step_model(catalog(catalog_url), learner.learner_run(run_view(catalog_url, name)), step, rank)
+
+
+@st.cache_data(show_spinner="Reading the rollout and checking its group…", max_entries=32, ttl=30)
+def learner_rollout(catalog_url: str, name: str, step: int, rank: int, slot: int) -> dict[str, Any]:
+    from dsinspect.web.models import learner
+
+    return learner.consumed_rollout(catalog(catalog_url), learner.learner_run(run_view(catalog_url, name)), step,
+                                    rank, slot)
+
+
+@st.cache_data(show_spinner="Checking the learner's record against its stream…", max_entries=32, ttl=30)
+def learner_check(catalog_url: str, name: str, steps: str | None) -> dict[str, Any]:
+    from dsinspect.web.models import learner
+
+    return learner.check_model(catalog(catalog_url), learner.learner_run(run_view(catalog_url, name)), steps)
 
 
 def _specs(catalog_url: str, spec_text: str, run: str) -> Any:

@@ -18,7 +18,7 @@ from dsinspect.web.ui.nav import page_file
 from dsinspect.web.ui.page import md, mono, or_stop
 from dsinspect.web.ui.url import follow_url, set_param
 
-__all__ = ["address_of", "color_choice", "rollout_panel", "group_panel"]
+__all__ = ["address_of", "color_choice", "rollout_panel", "show_rollout", "group_panel"]
 
 _ICON = {"error": "✖", "warning": "⚠", "info": "ℹ"}
 GROUP_COLUMNS = 4       # rollouts side by side in one row of a group page
@@ -87,8 +87,14 @@ def rollout_panel(url: str, dataset: str, version_id: str, index: int) -> None:
     """Row `index` as a rollout, when the version is rollouts: its scalars, its prompt and response as token
     cells coloured by the URL's choice, turns set apart, its findings, and a link to its group."""
     view = or_stop(lambda: cache.rollout_model(url, f"{dataset}@{version_id}", index), "This rollout cannot be read.")
-    if view is None:
-        return
+    if view is not None:
+        show_rollout(view, f"{dataset}@{version_id[:12]}")
+
+
+def show_rollout(view: RolloutView, name: str | None) -> None:
+    """A rollout view (`rollout_panel`'s body); `name` (NAME@ID) is the published version it is a row of, for
+    the links to its group and to itself by id; None for a version only held in memory (a learner's stream
+    prefix, ui/learner.py): no link then."""
     st.markdown("### Rollout")
     c = st.columns(6)
     c[0].metric("rollout id", md(view.key if view.key is not None else "–"))
@@ -97,15 +103,14 @@ def rollout_panel(url: str, dataset: str, version_id: str, index: int) -> None:
     c[3].metric("reward", _number(view.reward))
     c[4].metric("advantage", "per token" if view.advantage_per_token else _number(view.advantage))
     c[5].metric("finish reason", md(view.finish_reason or "–"))
-    name = f"{dataset}@{version_id[:12]}"
     color = color_choice("rollout_color")
-    if view.group is not None:
+    if view.group is not None and name is not None:
         st.page_link(page_file("group"), label=md(f"Group {view.group}: every response to this prompt side by side"),
                      icon=":material/view_column:",
                      query_params={"address": name, "group": str(view.group), "color": color})
     if view.rewards:
         st.caption(md("rewards: " + " · ".join(f"{k} {v}" for k, v in view.rewards.items())))
-    if view.key is not None:
+    if view.key is not None and name is not None:
         st.caption(md(f"this rollout by its id: ?address={name}&rollout={view.key}"))
     _parts(view, color)
     _findings(view.findings)
