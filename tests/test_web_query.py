@@ -114,6 +114,7 @@ def test_the_query_view_is_cached_per_version(demo_env):
 @browser_marks[0]
 @browser_marks[1]
 def test_a_filtered_row_clicked_links_to_its_sample_in_chromium(server, page):  # noqa: F811
+    from playwright.sync_api import expect
     from test_web_browser import ARTIFACTS, wait_ready
 
     page.goto(f"{server}/?address=pics@v1&where=image_width%20%3C%2050")
@@ -121,9 +122,16 @@ def test_a_filtered_row_clicked_links_to_its_sample_in_chromium(server, page):  
     grid = page.locator(".st-key-ds_rows")
     grid.wait_for()
     wait_ready(page)
+    # the grid's container is there before the grid is drawn (its data arrives after the script's run, so even
+    # wait_ready may come first): wait for the first data row as the grid lays it out (its accessible cells, which
+    # it renders with the canvas; the row's first column holds 1), then for the frames that paint it
+    first_row = grid.get_by_test_id("glide-cell-1-0")
+    expect(first_row).to_have_text("1")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
     grid.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "web-query.png"))
     box = grid.bounding_box()
+    assert box["height"] >= 35 + 35  # the header and that row, at the heights the click below counts on
     page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)  # the first data row's selection cell
     page.get_by_role("link", name="Open sample 1 (", exact=False).click()
     page.get_by_role("heading", name="Sample", exact=True).wait_for()
