@@ -140,8 +140,19 @@ def run_check(catalog_url: str, name: str, steps: str | None, transform: str = "
 
 # a stream learner's record (models/learner.py): read through the run view above, so its lines are read once
 def is_learner(catalog_url: str, name: str) -> bool:
-    """Whether the run record `name` (listed in the runs directory) is a stream learner's."""
-    return run_view(catalog_url, name).learner is not None
+    """Whether the run record `name` (listed in the runs directory) is a stream learner's: one look at its folder,
+    so a Loader record's Replay page reads nothing more than before."""
+    from dsinspect.web.models import runs_dir
+
+    return _is_learner(runs_dir.runs_url(catalog_url), name)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def _is_learner(runs_url: str, name: str) -> bool:
+    from dsinspect.loaders.stream import is_learner_run
+    from dsinspect.web.models import runs_dir
+
+    return is_learner_run(runs_dir.run_path(runs_url, name))
 
 
 @st.cache_data(show_spinner="Reading the rollouts the step consumed…", max_entries=64, ttl=30)  # a record may grow
