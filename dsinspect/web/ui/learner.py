@@ -107,7 +107,7 @@ def _slot(url: str, run: str, m: dict[str, Any], slot: int) -> None:
     row = batch["rows"][slot]
     st.markdown("#### " + md(f"rank {batch['rank']} · slot {slot} · commit {r['commit']}, row {r['row']}"))
     where = (f"row {r['index']:,} of {r['published']}" if r["published"] else
-             f"row {r['index']:,} of the stream's first {r['commits']:,} commits, held in memory (not a published "
+             f"row {r['index']:,} of the stream's commits 0..{r['commits'] - 1:,}, held in memory (not a published "
              f"version: `dsinspect snapshot {r['dataset']} --until {r['commits']}` makes it one)")
     st.caption(md(f"{where} · staleness {row['staleness'] if row['staleness'] is not None else '–'} · "
                   "findings checked at the learner's policy version and bound"))
