@@ -197,3 +197,21 @@ def test_a_commit_names_only_files_already_on_disk(tmp_path, monkeypatch):
     assert len(commit.shards) == 2
     for shard in commit.shards:
         assert {shard.sha256, shard.index_sha256} <= synced
+
+
+def test_a_writer_behind_skips_taken_numbers_before_creating(tmp_path, monkeypatch):
+    """A writer whose last commit is several behind checks which numbers exist and creates its commit
+    file once, at the next free one (each failed create costs a temp file and an fsync)."""
+    import dsinspect.loaders.stream.log as log
+
+    catalog = Catalog(str(tmp_path / "catalog"))
+    behind = open_stream(catalog, "rollouts", ROLLOUT_FIELDS, key="rollout_id")
+    ahead = open_stream(catalog, "rollouts")
+    behind.append(_rollout_rows("a", 1))
+    for k in range(3):
+        ahead.append(_rollout_rows(f"b{k}", 1))
+    tried = []
+    create = log.create_exclusive
+    monkeypatch.setattr(log, "create_exclusive", lambda fs, path, data: tried.append(path) or create(fs, path, data))
+    assert behind.append(_rollout_rows("c", 1)).seq == 4
+    assert [os.path.basename(p) for p in tried] == [f"{4:016d}.json"]

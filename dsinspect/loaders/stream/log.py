@@ -97,13 +97,15 @@ class Stream:
             created = created_at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")
             seq = self._head() if self._next is None else self._next
             while True:
+                # Skip what other writers took since this one's last commit: an existence check costs
+                # ~0.02 ms, a create that fails a temp file and an fsync (8 writers: 2 a commit before).
+                while fs.exists(layout.commit(self.name, seq)):
+                    seq += 1
                 commit = Commit(seq, self.spec.id, tuple(shards), writer, created, message)
                 if create_exclusive(fs, layout.commit(self.name, seq), commit.to_bytes()):
                     self._next = seq + 1
                     return commit
-                seq += 1  # taken by another writer: skip what others took meanwhile (an existence check
-                while fs.exists(layout.commit(self.name, seq)):  # costs less than a create that fails)
-                    seq += 1
+                seq += 1  # taken between the check and the create
 
     def commits(self, since: int = 0, until: int | None = None) -> Iterator[Commit]:
         """Commits `since`, `since + 1`, … (up to `until`, excluded), in order, as far as they exist now."""
