@@ -60,6 +60,7 @@ class DataSource:
         self._queries: dict[str, Any] = {}  # version id -> its VersionQuery
         self._query_lock = Lock()
         self._rollouts: dict[str, bool] = {}  # version id -> is LLM rollouts
+        self._rollout_checks: dict[str, dict] = {}  # version id -> the learner version and bound to check it at
 
     @property
     def url(self) -> str:
@@ -132,9 +133,16 @@ class DataSource:
 
     def packs_sequences(self, spec: str, step: int) -> bool:
         """The run in `spec` reads packed sequences at `step` (its spec's `sequences` is set), not rows."""
+        from dsinspect.errors import UserError
+        from dsinspect.inspect.runs import is_run_record
         from dsinspect.loaders.audit.replay import resolve
+        from dsinspect.loaders.stream.learner_record import is_learner_run
 
-        return resolve(self.run_location(spec), step)[0].sequences is not None
+        location = self.run_location(spec)
+        if is_run_record(location) and is_learner_run(location):  # the replay form was given one
+            raise UserError(f"{spec} is a stream learner's record: its steps (the rollouts each rank consumed) open "
+                            f"from its run screen (ctrl+p \"Open a run record\", or dsinspect tui {spec})")
+        return resolve(location, step)[0].sequences is not None
 
     def replay_packed(self, spec: str, step: int, rank: str) -> Any:
         """The packed batch of (step, rank) of a packed run (a PackedReplay: its sequences, the documents
@@ -206,7 +214,7 @@ class DataSource:
         """Row `index` as a rollout (inspect.rollout_view.RolloutView), its group checked with it."""
         from dsinspect.inspect.rollout_view import rollout_view
 
-        return rollout_view(version, index)
+        return rollout_view(version, index, overrides=self._rollout_checks.get(version.id))
 
     def rollout_group(self, version: DatasetVersion, index: int) -> Any:
         """The group of row `index` (inspect.rollout_view.GroupView): its responses side by side."""
@@ -217,6 +225,40 @@ class DataSource:
         if group is None:
             raise UserError(f"{version.address}:{index} belongs to no group (no group column, or a null group)")
         return group_view(version, group)
+
+    # -- a stream learner's record ----------------------------------------------------------------
+
+    def learner_run(self, path: str) -> Any:
+        """The stream learner's record `path` (or its name in `<catalog>/runs`), read once."""
+        from dsinspect.loaders.stream.learner_record import read_learner_run
+
+        return read_learner_run(self.run_location(path))
+
+    def learner_step(self, run: Any, step: int, rank: str) -> Any:
+        """What `rank` (or "all") consumed at `step` (inspect.learner_view.LearnerStep); commits heavier
+        than a replay may hold are refused in one line, as a Loader's batch is."""
+        from dsinspect.inspect.learner_view import learner_step
+
+        return learner_step(self.catalog, run, step, rank, self.replay_bytes)
+
+    def consumed_address(self, step: Any, rank: int, slot: int) -> str:
+        """NAME@ID:INDEX of the rollout `rank` consumed at `slot` of `step`, in the stream up to the last
+        commit the step read: an unpublished version held here (every screen then opens it by that
+        address), its rollouts checked at the step's policy version and staleness bound."""
+        consumed = step.consumed_by(rank)
+        version, indices = consumed.version(self.catalog)
+        checks = {k: v for k, v in (("learner_version", consumed.learner_version),
+                                    ("staleness_bound", consumed.staleness_bound)) if v is not None}
+        with self._lock:
+            self._versions[(version.name, version.id)] = version
+            self._rollout_checks[version.id] = checks
+        return f"{version.name}@{version.id}:{indices[slot]}"
+
+    def check_learner(self, path: str) -> Any:
+        """The stream learner's record `path` checked against its stream (inspect.learner_view.LearnerCheckView)."""
+        from dsinspect.inspect.learner_view import learner_check
+
+        return learner_check(self.catalog, self.learner_run(path))
 
     # -- query and statistics (DuckDB over the version's view v) ----------------------------------
 

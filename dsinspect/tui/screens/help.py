@@ -20,7 +20,9 @@ A run record (a `record_dir` a job wrote: `specs/`, `fingerprints/`) opens with 
 (its path, or its name in `<catalog>/runs`), with `r` on a replay of it, or from the command palette
 ("Open a run record"): its segments, gaps and a grid of steps × ranks (█ kept, ✗ gap, ░ only
 superseded lines, ! the check's first divergence; a long run is bucketed, a bucket with any gap step
-is a gap).
+is a gap). A stream learner's record (`learner-specs/`, e.g. `dsinspect tui demo-learner`) opens alike; a
+cell opens the learner step: the rollouts that rank consumed, read back from the stream, each with its
+staleness (✗ beyond the bound, `newer` when negative), and the fingerprint recorded beside the recomputed.
 
 A run that packs documents into sequences (its spec has `sequences`) replays as a row per sequence
 (`e<epoch>:<index>`, then `pad` and dimmed for a repeat filling the epoch's last batch): its documents
@@ -50,7 +52,12 @@ over the view `v` (`_index`, the stored fields, derived values such as `tokens_l
 | `R` | run | replay the highlighted (step, rank), the run filled in |
 | `enter` | packed replay | a sequence's segments; on a segment, that document |
 | `enter` | run grid | replay that (step, rank) (a bucket: its first gap, else first step), checked against the record |
+| `enter` / `R` | learner's run grid | the rollouts that (step, rank) consumed, with their staleness |
 | `k` | run | check the whole record against the catalog (progress shown; marks the divergence) |
+| `k` | learner's run | check the record against its stream (the selection run again; marks the divergence) |
+| `]` / `[` | learner step | next / previous step |
+| `a` | learner step | all ranks, or back to the rank the step was opened on |
+| `enter` | learner step | open the rollout in the rollout view (the stream as that step read it) |
 | `z` / `Z` | run | zoom into the highlighted bucket / back to the whole run |
 | `n` / `p` | run with more than 64 ranks | next / previous 64 ranks |
 | `escape` | any screen | back |

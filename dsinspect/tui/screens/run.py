@@ -1,7 +1,9 @@
 """A run record: its summary, segments and gaps, and a grid of steps × ranks (one glyph per cell:
 kept, gap, superseded only, the check's divergence). Enter on a cell opens that batch's replay,
-checked against the record; `k` checks the whole record; `z` / `Z` zoom into the highlighted
-bucket and back out. Reading the record, drawing a grid and the check run in thread workers.
+checked against the record (a stream learner's record: the rollouts that step consumed,
+screens/learner_step.py); `k` checks the whole record (a learner's against its stream); `z` / `Z` zoom
+into the highlighted bucket and back out. Reading the record, drawing a grid and the check run in
+thread workers.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, Label, Static
 
+from dsinspect.tui.screens.learner_step import LearnerStepScreen, learner_check_text
 from dsinspect.tui.widgets.key_footer import KeyFooter
 
 __all__ = ["RunScreen"]
@@ -202,8 +205,15 @@ class RunScreen(Screen):
             self._replay(0, 0)
 
     def _replay(self, step: int, rank: int) -> None:
-        """The replay of (step, rank), checked against this run's record."""
+        """The replay of (step, rank), checked against this run's record; a learner's: its rollouts."""
+        if self._learner():
+            self.app.push_screen(LearnerStepScreen(self.path, step, str(rank)))
+            return
         self.app.action_replay(self.path, step, str(rank), log=self.path)
+
+    def _learner(self) -> bool:
+        """The record open is a stream learner's (its lines name rollouts, not rows of a version)."""
+        return self.view is not None and self.view.learner is not None
 
     def action_zoom(self) -> None:
         table = self.query_one("#run-grid", DataTable)
@@ -237,11 +247,13 @@ class RunScreen(Screen):
         self.checking = True
         line = self.query_one("#run-check", Static)
         line.set_class(False, "hidden")
-        line.update(Text(f"checking {self.path} against the catalog…", "dim"))
-        self.check(self.path, self.transform)
+        against = "its stream (the selection run again from the first step)" if self._learner() else "the catalog"
+        line.update(Text(f"checking {self.path} against {against}…", "dim"))
+        self.check(self.path, self.transform, self._learner())
 
     @work(thread=True, exclusive=True, group="run-check")
-    def check(self, path: str, transform: str) -> None:
+    def check(self, path: str, transform: str, learner: bool = False) -> None:
+        """The record against the catalog; a learner's against its stream (in one go: no progress)."""
         step = [0]
 
         def progress(done: int, total: int) -> None:
@@ -251,7 +263,9 @@ class RunScreen(Screen):
                                           Text(f"checking: {done:,} of {total:,} lines…", "dim"))
 
         try:
-            outcome: Any = self.app.source.check_run(path, transform or None, progress)
+            source = self.app.source
+            outcome: Any = (source.check_learner(path) if learner
+                            else source.check_run(path, transform or None, progress))
         except Exception as e:  # noqa: BLE001
             outcome = f"could not check the run: {e}"
         self.app.call_from_thread(self._checked, path, outcome)
@@ -264,8 +278,10 @@ class RunScreen(Screen):
         if isinstance(outcome, str):
             line.update(Text(outcome, "bold red"))
             return
+        from dsinspect.inspect.learner_view import LearnerCheckView
+
         self.check_result = outcome
-        line.update(_check_text(outcome))
+        line.update(learner_check_text(outcome) if isinstance(outcome, LearnerCheckView) else _check_text(outcome))
         if outcome.divergence is not None:
             self.redraw()
 
