@@ -220,8 +220,13 @@ RESPONSE = "[bold]x[/] and [/] then [i]"
 
 @pytest.fixture
 def marked(tmp_path):
+    return write_marked(tmp_path)
+
+
+def write_marked(tmp_path) -> tuple[Catalog, str]:
     """A stream whose rollout ids and responses are markup: policy versions 3, 5, 6, consumed in one step at
-    version 5 with bound 1 by one rank (the first dropped as stale, the last newer than the learner)."""
+    version 5 with bound 1 by one rank (the first dropped as stale, the last newer than the learner), the
+    record in CATALOG/runs/marked-run."""
     catalog = Catalog(str(tmp_path / "catalog"))
     fields = [Field("rollout_id", pa.string(), "scalar"), Field("group", pa.int64(), "scalar"),
               Field("policy_version", pa.int64(), "scalar"), Field("prompt_text", pa.string(), "text"),
