@@ -25,6 +25,7 @@ from dsinspect.tui.adapter import DataSource
 from dsinspect.tui.app import DsinspectApp
 from dsinspect.tui.screens.dataset import DatasetScreen
 from dsinspect.tui.screens.learner_step import LearnerStepScreen
+from dsinspect.tui.screens.rollout_group import RolloutGroupScreen
 from dsinspect.tui.screens.run import RunScreen
 from dsinspect.tui.screens.sample import SampleScreen
 from dsinspect.tui.widgets.consumed_rollouts import ConsumedTable
@@ -261,9 +262,18 @@ async def test_markup_in_rollout_ids_and_responses_is_shown_literally(marked):
         await pilot.press("down", "enter")
         await until(pilot, lambda: isinstance(app.screen, SampleScreen) and app.screen.query(RolloutTokens),
                     what="the rollout view")
-        assert app.screen.query_one(RolloutTokens).view.key == MARKUP_IDS[2]
+        view = app.screen.query_one(RolloutTokens).view
+        assert view.key == MARKUP_IDS[2]
         await until(pilot, lambda: RESPONSE in screen_text(app), what="the response drawn")
         assert f"key {MARKUP_IDS[2][:20]}" in screen_text(app)
+        assert "rollout-stale" not in view.skipped  # checked at the step's policy version and bound
+        await pilot.press("G")  # its group: the rollout the step dropped is stale at version 5, bound 1
+        await until(pilot, lambda: isinstance(app.screen, RolloutGroupScreen) and app.screen.group is not None,
+                    what="the group")
+        group = app.screen.group
+        assert [r.key for r in group.rows] == MARKUP_IDS
+        assert [[f.code for f in r.findings if f.code == "rollout-stale"] for r in group.rows] == [["rollout-stale"],
+                                                                                                   [], []]
 
 
 @pytest.mark.asyncio

@@ -224,7 +224,7 @@ class DataSource:
         group = group_of(version, index)
         if group is None:
             raise UserError(f"{version.address}:{index} belongs to no group (no group column, or a null group)")
-        return group_view(version, group)
+        return group_view(version, group, overrides=self._rollout_checks.get(version.id))
 
     # -- a stream learner's record ----------------------------------------------------------------
 
