@@ -170,6 +170,7 @@ class LearnerCheck:
     superseded: int = 0                  # lines of segments a resume replaced
     gaps: list[Gap] = field(default_factory=list)
     divergences: list[str] = field(default_factory=list)   # the first few, each one line
+    first: tuple[int, int | None] | None = None            # (step, rank or None: the whole step) of the first
     replayed: bool = False               # the selection was run again from the first step
     position: Position | None = None     # where the last checked step left the learner
 
@@ -181,6 +182,7 @@ class LearnerCheck:
         return {"steps": [self.steps.start, self.steps.stop], "lines": self.lines, "consumed": self.consumed,
                 "dropped": self.dropped, "superseded": self.superseded, "gaps": [g.to_json() for g in self.gaps],
                 "divergences": self.divergences, "replayed": self.replayed, "ok": self.ok,
+                "first": ({"step": self.first[0], "rank": self.first[1]} if self.first else None),
                 "position": self.position.to_json() if self.position else None}
 
 
@@ -209,12 +211,13 @@ def check_learner_run(catalog: Catalog, run: LearnerRun, steps: range | None = N
         if result.replayed:  # every step from the first has all its lines: run the selection again
             versions = {line.get("version") for line in lines.values()}
             if len(versions) > 1:
-                _say(result, shown, f"step {step}: its ranks trained at different policy versions {sorted(versions)}")
+                _say(result, shown, f"step {step}: its ranks trained at different policy versions {sorted(versions)}",
+                     (step, None))
             need = spec.batch_size * spec.world_size
             chosen = select(position, rows.versions, need, next(iter(versions)), spec.staleness_bound, spec.order)
             if not chosen.complete:
                 _say(result, shown, f"step {step}: the stream holds {len(chosen.taken)} of the {need} rollouts "
-                                    "the step took")
+                                    "the step took", (step, None))
                 break
             position = chosen.position
             if step not in wanted:
@@ -241,17 +244,17 @@ def _check_line(result: LearnerCheck, shown: int, rows: StreamRows, spec: Learne
     for p in positions:
         if p in seen:
             _say(result, shown, f"step {step}, rank {rank}: commit {p[0]} row {p[1]} was consumed before, "
-                                f"at step {seen[p][0]}, rank {seen[p][1]}")
+                                f"at step {seen[p][0]}, rank {seen[p][1]}", (step, rank))
         seen[p] = (step, rank)
     try:
         table = rows.take(positions, [spec.version_field] if spec.version_field else [])
     except UserError as e:
-        _say(result, shown, f"step {step}, rank {rank}: {e}")
+        _say(result, shown, f"step {step}, rank {rank}: {e}", (step, rank))
         return
     recomputed = batch_fingerprint(table.column(HASH_COLUMN).to_pylist())
     if recomputed != line.get("fingerprint"):
         _say(result, shown, f"step {step}, rank {rank}: fingerprint {line.get('fingerprint')} recorded, "
-                            f"{recomputed} from the rows it names")
+                            f"{recomputed} from the rows it names", (step, rank))
     version = line.get("version")
     if spec.staleness_bound is not None and version is not None and spec.version_field:
         pv = np.asarray(table.column(spec.version_field).to_pylist(), dtype=float)
@@ -260,7 +263,7 @@ def _check_line(result: LearnerCheck, shown: int, rows: StreamRows, spec: Learne
             seq, offset = positions[int(stale[0])]
             _say(result, shown, f"step {step}, rank {rank}: {len(stale)} rollouts staler than the bound "
                                 f"{spec.staleness_bound} (first: commit {seq} row {offset}, policy "
-                                f"{int(pv[stale[0]])} at learner version {version})")
+                                f"{int(pv[stale[0]])} at learner version {version})", (step, rank))
 
 
 def _compare(result: LearnerCheck, shown: int, step: int, rank: int | None, recorded: list, expected: list,
@@ -272,10 +275,12 @@ def _compare(result: LearnerCheck, shown: int, step: int, rank: int | None, reco
     got = f"commit {recorded[at][0]} row {recorded[at][1]}" if at < len(recorded) else "nothing"
     want = f"commit {expected[at][0]} row {expected[at][1]}" if at < len(expected) else "nothing"
     _say(result, shown, f"{who}: {what} {len(recorded)} rows, the stream gives {len(expected)}; "
-                        f"first difference at position {at}: recorded {got}, expected {want}")
+                        f"first difference at position {at}: recorded {got}, expected {want}", (step, rank))
 
 
-def _say(result: LearnerCheck, shown: int, message: str) -> None:
+def _say(result: LearnerCheck, shown: int, message: str, at: tuple[int, int | None] | None = None) -> None:
+    if result.first is None and at is not None:
+        result.first = at
     if len(result.divergences) < shown:
         result.divergences.append(message)
     elif len(result.divergences) == shown:

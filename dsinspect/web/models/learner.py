@@ -200,9 +200,6 @@ def consumed_rollout(catalog: Catalog, run: LearnerRun, step: int, rank: int, sl
 
 # -- the check -----------------------------------------------------------------------------------------
 
-_AT = re.compile(r"^step (\d+), rank (\d+):")
-
-
 def check_model(catalog: Catalog, run: LearnerRun, steps: str | None = None) -> dict[str, Any]:
     """The record's kept lines in `steps` (A:B; default all) checked against the stream (`check_learner_run`:
     the selection run again from the record's first step); refused when the lines from the first step to
@@ -218,9 +215,8 @@ def check_model(catalog: Catalog, run: LearnerRun, steps: str | None = None) -> 
                         "on the command line")
     result = check_learner_run(catalog, run, wanted)
     out = result.to_json()
-    # LearnerCheck names its divergences in lines of text only: the (step, rank) a line starts with, read back
-    at = _AT.match(result.divergences[0]) if result.divergences else None
-    out["divergence"] = {"step": int(at.group(1)), "rank": int(at.group(2))} if at else None
+    first = result.first
+    out["divergence"] = {"step": first[0], "rank": first[1]} if first and first[1] is not None else None
     return out
 
 
