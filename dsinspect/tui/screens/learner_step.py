@@ -34,9 +34,9 @@ class LearnerStepScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
+        Binding("a", "all_ranks", "All ranks"),  # before the steps: a narrow footer drops keys from the last
         Binding("right_square_bracket", "step(1)", "Next step"),
         Binding("left_square_bracket", "step(-1)", "Prev step"),
-        Binding("a", "all_ranks", "All ranks"),
     ]
     DEFAULT_CSS = """
     #learner-summary { height: auto; padding: 0 1; background: $boost; }
