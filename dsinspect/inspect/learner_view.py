@@ -7,7 +7,6 @@ read whole, so what they weigh is checked before any row is read."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,18 +158,14 @@ class LearnerDivergence:
 
 @dataclass
 class LearnerCheckView:
-    """A learner record's check (`check`) and the (step, rank) its first divergence naming one names."""
+    """A learner record's check (`check`) and the (step, rank) of its first divergence, when it is one rank's."""
 
     check: LearnerCheck
     divergence: LearnerDivergence | None
 
 
-_AT = re.compile(r"^step (\d+), rank (\d+):")
-
-
 def learner_check(catalog: Catalog, run: LearnerRun) -> LearnerCheckView:
     """The whole record checked against its stream (the selection run again from the first step)."""
     result = check_learner_run(catalog, run)
-    # the check names its divergences in lines of text only: the (step, rank) the first starts with
-    at = next((m for m in (_AT.match(line) for line in result.divergences) if m), None)
-    return LearnerCheckView(result, LearnerDivergence(int(at.group(1)), int(at.group(2))) if at else None)
+    first = result.first  # (step, rank), or (step, None) when the whole step diverges: no one cell to mark
+    return LearnerCheckView(result, LearnerDivergence(*first) if first and first[1] is not None else None)
