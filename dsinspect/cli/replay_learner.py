@@ -5,38 +5,32 @@ the whole record against the stream (the selection run again, loaders/stream/lea
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from dsinspect.cli.output import emit_json, fail, out
-from dsinspect.errors import UserError
+from dsinspect.inspect.learner_view import BEYOND, NEWER, learner_step, position_runs
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from dsinspect.inspect.learner_view import LearnerStep
     from dsinspect.loaders.store.catalog import Catalog
-    from dsinspect.loaders.stream.learner_record import ConsumedStep, LearnerRun
 
 __all__ = ["replay_learner_cmd", "check_learner_cmd"]
 
-_PREVIEW = 48  # characters of a response shown per rollout
-
 
 def replay_learner_cmd(catalog: Catalog, directory: str, step: int, rank: str, as_json: bool) -> None:
-    from dsinspect.loaders.audit.replay import parse_rank
-    from dsinspect.loaders.stream.learner_record import consumed_step, read_learner_run
+    from dsinspect.loaders.stream.learner_record import read_learner_run
 
-    run = read_learner_run(directory)
-    world = run.spec_at(step).world_size
-    ranks = list(range(world)) if rank.strip().lower() == "all" else parse_rank(rank)
-    if not 0 <= ranks[0] < world:
-        raise UserError(f"rank {ranks[0]} is outside step {step}'s world size {world}")
-    consumed = [consumed_step(catalog, run, step, r) for r in ranks]
+    shown = learner_step(catalog, read_learner_run(directory), step, rank)
     if as_json:
-        emit_json({"run": directory, "step": step, "world_size": world,
-                   "ranks": [{**c.to_json(), "rollouts": _rollouts(c)} for c in consumed]})
+        emit_json({"run": directory, "step": step, "world_size": shown.world_size,
+                   "ranks": [{**c.to_json(), "rollouts": [asdict(r) for r in shown.rollouts if r.rank == c.rank]}
+                             for c in shown.consumed]})
     else:
-        _print(run, consumed)
-    bad = [c for c in consumed if not c.ok]
+        _print(shown)
+    bad = [c for c in shown.consumed if not c.ok]
     if bad:
         fail(f"step {step}, rank {bad[0].rank}: recorded fingerprint {bad[0].fingerprint}, the rows it names give "
              f"{bad[0].recomputed}", 1)
@@ -54,7 +48,8 @@ def check_learner_cmd(catalog: Catalog, directory: str, steps: range | None, all
                if result.replayed else "each line on its own (gaps before or inside the range)")
         span = f"steps {result.steps.start}..{result.steps.stop - 1}" if len(result.steps) else "no steps"
         out.print(f"{directory}: {result.lines:,} lines over {span}: {result.consumed:,} rollouts consumed, "
-                  f"{result.dropped:,} dropped as stale, {result.superseded:,} lines superseded by a resume")
+                  f"{result.dropped:,} dropped as stale, {result.superseded:,} lines superseded by a resume",
+                  markup=False)
         out.print(f"checked {how}")
         for gap in result.gaps:
             out.print(f"gap: {gap}", markup=False)
@@ -68,75 +63,35 @@ def check_learner_cmd(catalog: Catalog, directory: str, steps: range | None, all
         fail(f"{directory}: no lines in the steps asked for", 2)
 
 
-def _rollouts(consumed: ConsumedStep) -> list[dict]:
-    """Each consumed rollout as `replay` shows it: where it came from and its key values."""
-    cols = _columns(consumed)
-
-    def get(row: dict, name: str) -> object:
-        return row.get(cols[name]) if cols[name] else None
-
-    return [{"commit": seq, "row": offset, "key": get(row, "key"), "policy_version": get(row, "policy_version"),
-             "staleness": staleness, "reward": get(row, "reward"),
-             "response": _preview(get(row, "response_text"), get(row, "response_tokens")),
-             "row_hash": row["__dsinspect_row_hash"].hex()}
-            for (seq, offset), staleness, row in zip(consumed.positions, consumed.staleness, consumed.rows.to_pylist())]
-
-
-def _columns(consumed: ConsumedStep) -> dict[str, str | None]:
-    """The columns a preview shows, by their rollout meaning (declared or inferred; by name when the
-    stream's fields are not rollouts of a language model)."""
-    from dsinspect.inspect.rollout_dataset import rollout_columns
-
-    names = set(consumed.rows.column_names)
-    meanings = rollout_columns(consumed.fields)
-
-    def column(meaning: str) -> str | None:
-        found = meanings.get(meaning) if meanings is not None else meaning
-        return found if found in names else None
-
-    return {"key": consumed.key, "policy_version": column("policy_version"), "reward": column("reward"),
-            "response_text": column("response_text"), "response_tokens": column("response_tokens")}
-
-
-def _print(run: LearnerRun, consumed: list[ConsumedStep]) -> None:
-    first = consumed[0]
-    spec = run.spec_at(first.step)
-    bound = f", staleness bound {spec.staleness_bound}" if spec.staleness_bound is not None else ""
-    who = "all ranks" if len(consumed) > 1 else f"rank {first.rank}"
-    out.print(f"[bold]learner step {first.step}[/] · {who} of {spec.world_size} · {spec.batch_size} rollouts a rank · "
-              f"stream {spec.dataset!r} in {spec.order} order · policy version {first.learner_version}{bound}",
+def _print(shown: LearnerStep) -> None:
+    bound = f", staleness bound {shown.staleness_bound}" if shown.staleness_bound is not None else ""
+    who = "all ranks" if len(shown.ranks) > 1 else f"rank {shown.ranks[0]}"
+    out.print(f"[bold]learner step {shown.step}[/] · {who} of {shown.world_size} · {shown.batch_size} rollouts a "
+              f"rank · stream {shown.dataset!r} in {shown.order} order · policy version {shown.learner_version}{bound}",
               highlight=False)
-    if first.dropped:
-        out.print(f"{len(first.dropped)} rollouts dropped as stale at this step (all ranks)", highlight=False)
-    for c in consumed:
-        out.print(_table(c, len(consumed) > 1))
+    if shown.dropped:
+        out.print(f"{len(shown.dropped)} rollouts dropped as stale at this step (all ranks): "
+                  f"{position_runs(shown.dropped)}", highlight=False)
+    for c in shown.consumed:
+        out.print(_table(shown, c.rank, len(shown.ranks) > 1))
         mark = "[green]✓ matches[/]" if c.ok else f"[red]✗ the rows give {c.recomputed}[/]"
         out.print(f"fingerprint (recorded) rank {c.rank}: [bold]{c.fingerprint}[/] {mark}", highlight=False)
 
 
-def _table(consumed: ConsumedStep, many: bool) -> Table:
+def _table(shown: LearnerStep, rank: int, many: bool) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"rank {consumed.rank}" if many else None, title_justify="left")
-    for name in ("#", "commit", "row", consumed.key or "key", "policy", "stale", "reward", "response", "row hash"):
+    table = Table(title=f"rank {rank}" if many else None, title_justify="left")
+    for name in ("#", "commit", "row", shown.key or "key", "policy", "stale", "reward", "response", "row hash"):
         table.add_column(name, overflow="fold")
-    for i, r in enumerate(_rollouts(consumed)):
-        table.add_row(str(i), str(r["commit"]), str(r["row"]), Text(_number(r["key"])),
-                      Text(_number(r["policy_version"])), Text(_number(r["staleness"])), Text(_number(r["reward"])),
-                      Text(r["response"]), r["row_hash"][:16])
+    for r in (r for r in shown.rollouts if r.rank == rank):
+        stale = _number(r.staleness) + {BEYOND: " ✗ beyond the bound", NEWER: " newer"}.get(r.mark, "")
+        table.add_row(str(r.slot), str(r.commit), str(r.row), Text(_number(r.key)), Text(_number(r.policy_version)),
+                      Text(stale, style="red" if r.mark == BEYOND else ""), Text(_number(r.reward)),
+                      Text(r.response), r.row_hash[:16])
     return table
 
 
 def _number(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
-
-
-def _preview(text: object, tokens: object) -> str:
-    if isinstance(text, str):
-        shown = text.replace("\n", "⏎")
-    elif isinstance(tokens, list):
-        shown = " ".join(map(str, tokens))
-    else:
-        return ""
-    return shown if len(shown) <= _PREVIEW else shown[:_PREVIEW - 1] + "…"

@@ -2,7 +2,8 @@
 `consumed_step` (slot, commit, row, key, policy version, staleness marked against the bound, reward, a
 response preview, row hash), and the record's check with the (step, rank) of its first divergence.
 
-Plain data, no UI: the terminal UI shows it (tui/screens/learner_step.py). The commits a step reads are
+Plain data, no UI: `dsinspect replay` (cli/replay_learner.py), the terminal UI (tui/screens/learner_step.py)
+and the web app (web/models/learner.py) show it. The commits a step reads are
 read whole, so what they weigh is checked before any row is read."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dsinspect.loaders.stream.learner_record import ConsumedStep, LearnerCheck, 
 from dsinspect.loaders.stream.selection import ranges_of, rows_of
 
 __all__ = ["PREVIEW", "BEYOND", "NEWER", "ConsumedRollout", "LearnerStep", "learner_step", "staleness_mark",
-           "LearnerDivergence", "LearnerCheckView", "learner_check", "position_runs"]
+           "LearnerDivergence", "LearnerCheckView", "learner_check", "position_runs", "consumed_rollouts",
+           "commit_bytes"]
 
 PREVIEW = 48        # characters of a response shown per rollout (as `dsinspect replay`)
 BEYOND = "beyond"   # staler than the bound: the selection never takes one, so the record is wrong
@@ -80,13 +82,14 @@ def learner_step(catalog: Catalog, run: LearnerRun, step: int, rank: str, max_by
     ranks = list(range(spec.world_size)) if rank.strip().lower() == "all" else parse_rank(rank)
     if not 0 <= ranks[0] < spec.world_size:
         raise UserError(f"rank {ranks[0]} is outside step {step}'s world size {spec.world_size}")
-    if max_bytes is not None:
-        _check_bytes(catalog, run, step, ranks, spec.dataset, max_bytes)
+    if max_bytes is not None and (size := commit_bytes(catalog, run, step, ranks)) > max_bytes:
+        raise UserError(f"step {step}'s rollouts sit in commits of {size:,} bytes (more than {max_bytes:,}): pick one "
+                        f"rank, or read it with dsinspect replay --spec RUN --step {step} --rank R --json")
     consumed = [consumed_step(catalog, run, step, r) for r in ranks]
     first = consumed[0]
     return LearnerStep(step, ranks, spec.world_size, spec.batch_size, spec.dataset, spec.order, first.learner_version,
                        spec.staleness_bound, first.dropped, first.key, consumed,
-                       [r for c in consumed for r in _rollouts(c)])
+                       [r for c in consumed for r in consumed_rollouts(c)])
 
 
 def staleness_mark(staleness: int | None, bound: int | None) -> str:
@@ -104,16 +107,14 @@ def position_runs(positions: list[tuple[int, int]]) -> str:
                      for seq, offset, count in ranges_of(positions))
 
 
-def _check_bytes(catalog: Catalog, run: LearnerRun, step: int, ranks: list[int], dataset: str, limit: int) -> None:
+def commit_bytes(catalog: Catalog, run: LearnerRun, step: int, ranks: list[int]) -> int:
+    """What the commits `ranks` read at `step` weigh (each is read whole): known before a row is read."""
     seqs = {seq for r in ranks for seq, _ in rows_of(run.line(step, r).get("rows") or [])}
-    stream = open_stream(catalog, dataset)
-    size = sum(s.bytes for seq in sorted(seqs) if (c := stream.commit(seq)) is not None for s in c.shards)
-    if size > limit:
-        raise UserError(f"step {step}'s rollouts sit in commits of {size:,} bytes (more than {limit:,}): pick one "
-                        f"rank, or read it with dsinspect replay --spec RUN --step {step} --rank R --json")
+    stream = open_stream(catalog, run.spec_at(step).dataset)
+    return sum(s.bytes for seq in sorted(seqs) if (c := stream.commit(seq)) is not None for s in c.shards)
 
 
-def _rollouts(consumed: ConsumedStep) -> list[ConsumedRollout]:
+def consumed_rollouts(consumed: ConsumedStep) -> list[ConsumedRollout]:
     """Each rollout of one rank, by its columns' rollout meanings (by name when the stream is not rollouts)."""
     table = consumed.rows
     meanings = rollout_columns(consumed.fields)

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import asdict
 from typing import Any, Sequence
 from urllib.parse import urlencode
 
 from dsinspect.errors import NotFoundError, UserError
+from dsinspect.inspect.learner_view import BEYOND, NEWER, PREVIEW, commit_bytes, consumed_rollouts
 from dsinspect.inspect.rollout_view import RolloutView, rollout_view
 from dsinspect.inspect.runs import RunView
 from dsinspect.loaders.audit.logcheck import parse_steps
-from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.rollout_fields import rollout_columns
 from dsinspect.loaders.store.catalog import Catalog
-from dsinspect.loaders.stream import check_learner_run, consumed_step, open_stream
+from dsinspect.loaders.stream import check_learner_run, consumed_step
 from dsinspect.loaders.stream.learner_record import ConsumedStep, LearnerRun
 from dsinspect.web.models.replay import MAX_REPLAY_BYTES, MAX_REPLAY_SAMPLES
 from dsinspect.web.models.run import MAX_CHECK_SAMPLES
@@ -30,13 +31,12 @@ __all__ = ["learner_run", "parse_step", "parse_ranks", "parse_slot", "step_model
            "step_html", "TABLE_CLASS", "PREVIEW"]
 
 TABLE_CLASS = "dsi-learner-step"
-PREVIEW = 48            # characters of a response shown per rollout in the table (as `dsinspect replay`)
 _DIGITS = re.compile(r"[0-9]{1,15}")
 _STYLE = (f"<style>.{TABLE_CLASS}{{border-collapse:collapse;font-size:0.85rem;margin-bottom:1rem}}"
           f".{TABLE_CLASS} th,.{TABLE_CLASS} td{{padding:0.15rem 0.6rem;border-bottom:1px solid rgba(128,128,144,0.25);"
           f"text-align:left;white-space:pre}}.{TABLE_CLASS} td.num{{text-align:right}}"
           f".{TABLE_CLASS} td.resp{{font-family:'Source Code Pro',monospace}}"
-          f".{TABLE_CLASS} td.over{{background:#fde0dc;color:#b71c1c;font-weight:600}}"
+          f".{TABLE_CLASS} td.beyond{{background:#fde0dc;color:#b71c1c;font-weight:600}}"
           f".{TABLE_CLASS} td.newer{{background:#fff4d6;color:#8a5a00;font-weight:600}}"
           f".{TABLE_CLASS} tr.picked{{background:rgba(38,84,160,0.12)}}</style>")
 
@@ -103,13 +103,7 @@ def _check_size(catalog: Catalog, run: LearnerRun, step: int, ranks: Sequence[in
         raise UserError(f"step {step} holds {spec.batch_size * len(ranks):,} rollouts ({spec.batch_size:,} a rank × "
                         f"{len(ranks):,} rank(s)); a page shows at most {MAX_REPLAY_SAMPLES:,}: pick one rank, or use "
                         f"`dsinspect replay --spec RUN --step {step} --rank all`")
-    seqs = set()
-    for rank in ranks:
-        for run_of_rows in run.line(step, rank).get("rows") or []:
-            if isinstance(run_of_rows, list) and run_of_rows and isinstance(run_of_rows[0], int):
-                seqs.add(run_of_rows[0])
-    stream = open_stream(catalog, spec.dataset)
-    size = sum(s.bytes for seq in sorted(seqs) if (c := stream.commit(seq)) is not None for s in c.shards)
+    size = commit_bytes(catalog, run, step, list(ranks))
     if size > MAX_REPLAY_BYTES:
         raise UserError(f"step {step}'s rollouts sit in commits of {size:,} bytes; a page reads at most "
                         f"{MAX_REPLAY_BYTES:,}: use `dsinspect replay --spec RUN --step {step}`")
@@ -133,45 +127,8 @@ def step_model(catalog: Catalog, run: LearnerRun, step: int, rank: str) -> dict[
 
 
 def _rows(consumed: ConsumedStep) -> list[dict[str, Any]]:
-    """Each consumed rollout as the table shows it, by the columns' rollout meanings."""
-    meanings = rollout_columns(consumed.fields)
-    names = set(consumed.rows.column_names)
-
-    def column(meaning: str) -> str | None:
-        found = meanings.get(meaning) if meanings is not None else meaning
-        return found if found in names else None
-
-    cols = {"key": consumed.key if consumed.key in names else None, "policy_version": column("policy_version"),
-            "reward": column("reward"), "text": column("response_text"), "tokens": column("response_tokens")}
-    data = {k: consumed.rows.column(name).to_pylist() if name else [None] * consumed.rows.num_rows
-            for k, name in cols.items()}
-    hashes = consumed.rows.column(HASH_COLUMN).to_pylist()
-    return [{"slot": i, "commit": seq, "row": offset, "key": data["key"][i],
-             "policy_version": data["policy_version"][i],
-             "staleness": consumed.staleness[i], "mark": _mark(consumed.staleness[i], consumed.staleness_bound),
-             "reward": data["reward"][i], "response": _preview(data["text"][i], data["tokens"][i]),
-             "row_hash": hashes[i].hex()}
-            for i, (seq, offset) in enumerate(consumed.positions)]
-
-
-def _mark(staleness: int | None, bound: int | None) -> str:
-    """"over" for a rollout staler than the bound (the selection never takes one: the record lies), "newer"
-    for one sampled by a newer policy than the learner's (order="commit" takes those), else ""."""
-    if staleness is None:
-        return ""
-    if bound is not None and staleness > bound:
-        return "over"
-    return "newer" if staleness < 0 else ""
-
-
-def _preview(text: object, tokens: object) -> str:
-    if isinstance(text, str):
-        shown = text.replace("\r", "").replace("\n", "⏎")
-    elif isinstance(tokens, list):
-        shown = " ".join(map(str, tokens))
-    else:
-        return ""
-    return shown if len(shown) <= PREVIEW else shown[:PREVIEW - 1] + "…"
+    """Each consumed rollout as the table shows it (inspect/learner_view.py: what every face shows)."""
+    return [asdict(r) for r in consumed_rollouts(consumed)]
 
 
 def consumed_rollout(catalog: Catalog, run: LearnerRun, step: int, rank: int, slot: int) -> dict[str, Any]:
@@ -236,7 +193,7 @@ def step_html(batch: dict[str, Any], run_name: str, step: int, color: str | None
             query["color"] = color
         href = html.escape("replay?" + urlencode(query))
         mark = r["mark"]
-        stale = _number(r["staleness"]) + {"over": " ⚠ beyond the bound", "newer": " ⚠ newer than the learner"
+        stale = _number(r["staleness"]) + {BEYOND: " ⚠ beyond the bound", NEWER: " ⚠ newer than the learner"
                                            }.get(mark, "")
         cells = [f'<td class="num slot"><a href="{href}" target="_self" title="open this rollout">{r["slot"]}</a></td>',
                  f'<td class="num">{r["commit"]}</td>', f'<td class="num">{r["row"]}</td>',
