@@ -333,3 +333,13 @@ def openrlhf_experience(bugs: bool = True) -> Dump:
 
 
 DUMPS = (verl_batch, verl_dump, trl_completions, trl_batch, openrlhf_experience)
+
+
+def found(report: dict) -> dict[str, dict[int, tuple[int, ...] | None]]:
+    """{code: {row: positions}} of a `stats --json` rollout report, each finding listing all its rows."""
+    out: dict[str, dict] = {}
+    for f in report["findings"]:
+        assert f["count"] == len(f["rows"]), f
+        positions = f["positions"] or [None] * len(f["rows"])
+        out.setdefault(f["code"], {}).update({r: None if p is None else tuple(p) for r, p in zip(f["rows"], positions)})
+    return out

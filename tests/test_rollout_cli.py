@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rollout_dumps import found
 from stored_rows import stored_rows
 
 from dsinspect.demo import rollouts as demo
@@ -22,15 +23,6 @@ from dsinspect.loaders.stream import open_stream
 pytest.importorskip("duckdb")
 
 V1_ROWS = 48   # demo-rollouts@v1: its first 6 commits of 8 rollouts
-
-
-def found(report: dict) -> dict[str, dict[int, tuple[int, ...] | None]]:
-    out: dict[str, dict] = {}
-    for f in report["findings"]:
-        assert f["count"] == len(f["rows"]), f
-        positions = f["positions"] or [None] * len(f["rows"])
-        out.setdefault(f["code"], {}).update({r: None if p is None else tuple(p) for r, p in zip(f["rows"], positions)})
-    return out
 
 
 def stats(cli, catalog: Catalog, *args) -> dict:

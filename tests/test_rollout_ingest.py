@@ -12,23 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from cli_inprocess import run_cli
 from ingest_helpers import ingest_with_cli
-from rollout_dumps import ALL_CODES, DUMPS, Dump, verl_batch
+from rollout_dumps import ALL_CODES, DUMPS, Dump, found, verl_batch
 
 from dsinspect.loaders import Catalog
 from dsinspect.loaders.format.rollout_fields import rollout_columns
 from dsinspect.loaders.stream import open_stream
 
 pytest.importorskip("duckdb")
-
-
-def found(report: dict) -> dict[str, dict[int, tuple[int, ...] | None]]:
-    """{code: {row: positions}} of a `stats --json` rollout report, each finding listing all its rows."""
-    out: dict[str, dict] = {}
-    for f in report["findings"]:
-        assert f["count"] == len(f["rows"]), f
-        positions = f["positions"] or [None] * len(f["rows"])
-        out.setdefault(f["code"], {}).update({r: None if p is None else tuple(p) for r, p in zip(f["rows"], positions)})
-    return out
 
 
 def rollout_stats(catalog: Catalog, address: str, *flags: str) -> dict:

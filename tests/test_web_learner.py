@@ -18,18 +18,17 @@ import pytest
 from playwright.sync_api import expect
 from streamlit.testing.v1 import AppTest
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
-from web_fixtures import APP, DEMO, codes, plain, run
+from web_fixtures import APP, DEMO, backgrounds, codes, expected, plain, run
 from web_server import artifact_log, running_web
 
 from dsinspect.demo.tokenizer import load_tokenizer, tokenizer_bytes
 from dsinspect.errors import UserError
-from dsinspect.inspect.rollout_view import rollout_view, scale, shade
+from dsinspect.inspect.rollout_view import rollout_view
 from dsinspect.inspect.runs import open_run
 from dsinspect.loaders.format.manifest import Field
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.stream import StreamLearner, consumed_step, open_stream, read_learner_run
 from dsinspect.web.models import learner as model
-from dsinspect.web.models import rollout as rollout_model
 from dsinspect.web.models import run as run_model
 
 SCRIPT = "<script>window.__pwned=1</script>"
@@ -109,17 +108,6 @@ def table_cells(pg, rank: int, css: str) -> list[str]:
 
 def staleness_numbers(cells: list[str]) -> list[int | None]:
     return [int(c.split()[0]) if c.strip() else None for c in cells]
-
-
-def backgrounds(pg, part: str = "response") -> list[str]:
-    cells = pg.locator(f'.dsi-rollout[data-part="{part}"] .dsi-rc').filter(visible=True)
-    return cells.evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
-
-
-def expected(view, color: str, part: str = "response") -> list[str]:
-    lo, hi = scale(view, color)
-    return [rollout_model.colour(shade(c.values.get(color), color, lo, hi), color) or "rgba(0, 0, 0, 0)"
-            for c in getattr(view, part)]
 
 
 # -- in Chromium ----------------------------------------------------------------------------------------------

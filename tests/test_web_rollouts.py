@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from playwright.sync_api import expect
 from test_web_browser import ARTIFACTS, browser, page, pytestmark, wait_ready  # noqa: F401  (fixtures)
-from web_fixtures import codes, run
+from web_fixtures import backgrounds, codes, expected, run
 from web_server import artifact_log, running_web
 
 from dsinspect.demo.rollouts import CHECKS, SCHEMA, demo_rollouts
@@ -127,17 +127,6 @@ def server(catalog):
 def settled(pg) -> None:
     """Streamlit done running the page (wait_ready), once what the test waited for shows that its run began."""
     wait_ready(pg)
-
-
-def backgrounds(pg, part: str = "response") -> list[str]:
-    cells = pg.locator(f'.dsi-rollout[data-part="{part}"] .dsi-rc').filter(visible=True)
-    return cells.evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
-
-
-def expected(view, color: str, part: str = "response") -> list[str]:
-    lo, hi = scale(view, color)
-    return [model.colour(shade(c.values.get(color), color, lo, hi), color) or "rgba(0, 0, 0, 0)"
-            for c in getattr(view, part)]
 
 
 def test_a_rollout_by_id_shows_its_tokens_coloured_by_the_chosen_value(server, catalog, page):  # noqa: F811

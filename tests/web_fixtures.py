@@ -147,3 +147,19 @@ def param(at: AppTest, name: str):
     """A query parameter's value, whichever way this Streamlit version reports it."""
     value = at.query_params.get(name)
     return value[0] if isinstance(value, list) else value
+
+
+def backgrounds(pg, part: str = "response") -> list[str]:
+    """The background colour of each visible token cell of a rollout panel's `part`, as Chromium drew it."""
+    cells = pg.locator(f'.dsi-rollout[data-part="{part}"] .dsi-rc').filter(visible=True)
+    return cells.evaluate_all("els => els.map(e => getComputedStyle(e).backgroundColor)")
+
+
+def expected(view, color: str, part: str = "response") -> list[str]:
+    """The colours `shade` on `scale` gives `view`'s `part` (what every face draws), as CSS has them."""
+    from dsinspect.inspect.rollout_view import scale, shade
+    from dsinspect.web.models.rollout import colour
+
+    lo, hi = scale(view, color)
+    return [colour(shade(c.values.get(color), color, lo, hi), color) or "rgba(0, 0, 0, 0)"
+            for c in getattr(view, part)]

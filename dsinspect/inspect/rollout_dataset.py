@@ -31,7 +31,7 @@ from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["MEANING_OPTION", "CHECKS_OPTION", "rollout_columns", "is_rollouts", "check_options",
            "rollout_table", "read_rollouts", "check_version", "version_statistics", "declared_checks",
-           "newest_policy_version", "needed_columns", "SPLIT_COLUMNS"]
+           "newest_policy_version", "needed_columns", "SPLIT_COLUMNS", "columns_of"]
 
 CHECKS_OPTION = "checks"     # a field's options: {"checks": {"pad_id": 1, "eos_ids": [0], ...}}
 _DECLARABLE = ("pad_id", "eos_ids", "special_ids", "max_response_tokens", "logprob_gap", "staleness_bound",
@@ -87,7 +87,7 @@ def needed_columns(columns: RolloutColumns) -> list[str]:
 def rollout_table(version: DatasetVersion, rows: Sequence[int] | None = None,
                   columns: RolloutColumns | None = None) -> pa.Table:
     """The rollout columns of `rows` (default: every row, shard by shard) in that order."""
-    columns = columns or _columns_of(version)
+    columns = columns or columns_of(version)
     return _read(version, rows, needed_columns(columns))
 
 
@@ -96,7 +96,7 @@ def read_rollouts(version: DatasetVersion, rows: Sequence[int] | None = None,
     """The rollout columns of `rows` (default: all) and their meanings, from `fields` (default the
     version's; others declare other meanings). A sequence without response tokens but with its
     response length (OpenRLHF) comes with `prompt_tokens` and `response_tokens` cut from it."""
-    columns = _columns_of(version, fields)
+    columns = columns_of(version, fields)
     names = {f.name for f in (fields or version.fields)}
     split = columns.get(Meaning.RESPONSE_TOKENS) is None and columns.get(Meaning.SEQUENCE_TOKENS) is not None \
         and SPLIT_COLUMNS[0] in names and not {"prompt_tokens", "response_tokens"} & names
@@ -146,7 +146,8 @@ def version_statistics(version: DatasetVersion, *, fields: Sequence[Field] | Non
     return rollout_statistics(table, options, columns, bins)
 
 
-def _columns_of(version: DatasetVersion, fields: Sequence[Field] | None = None) -> RolloutColumns:
+def columns_of(version: DatasetVersion, fields: Sequence[Field] | None = None) -> RolloutColumns:
+    """Each meaning's column in `version` (or in `fields` standing for its own); refused when it is not rollouts."""
     columns = rollout_columns(fields or version.fields)
     if columns is None:
         from dsinspect.errors import UserError

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from dsinspect.errors import NotFoundError, UserError
 from dsinspect.inspect.rollout_arrays import Layout, RolloutArrays, scalars
-from dsinspect.inspect.rollout_dataset import check_options, check_version, read_rollouts, rollout_columns
+from dsinspect.inspect.rollout_dataset import check_options, check_version, columns_of, read_rollouts
 from dsinspect.inspect.rollout_findings import RolloutFinding
 from dsinspect.inspect.rollout_turns import Turn, part_of_text, part_of_tokens, turns_of
 from dsinspect.inspect.rollouts import Meaning, RolloutColumns
@@ -192,7 +192,7 @@ def rollout_view(version: DatasetVersion, index: int, *, overrides: dict | None 
     """Row `index` of a rollout version, with the findings of its group's check. `overrides`: check
     options over those the data declares; `fields`: meanings given at read time (`read_rollouts`)."""
     index = version.check_index(index)
-    columns = _columns(version, fields)
+    columns = columns_of(version, fields)
     rows = _group_members(version, columns, index)
     built = _Rows(version, rows, overrides or {}, fields)
     return built.view(rows.index(index))
@@ -201,7 +201,7 @@ def rollout_view(version: DatasetVersion, index: int, *, overrides: dict | None 
 def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = None,
                fields: Sequence[Field] | None = None) -> GroupView:
     """Every rollout of group `group` (a value of the group column; "3" finds an integer group 3)."""
-    columns = _columns(version, fields)
+    columns = columns_of(version, fields)
     name = columns.get(Meaning.GROUP)
     if name is None:
         raise UserError(f"{version.address}: no group column (a rollout's group is its GRPO prompt group); "
@@ -221,7 +221,7 @@ def group_view(version: DatasetVersion, group: Any, *, overrides: dict | None = 
 
 def group_of(version: DatasetVersion, index: int, fields: Sequence[Field] | None = None) -> Any:
     """The group of row `index` (None without a group column or value): one value read."""
-    name = _columns(version, fields).get(Meaning.GROUP)
+    name = columns_of(version, fields).get(Meaning.GROUP)
     if name is None:
         return None
     return version.take([version.check_index(index)], [name]).column(0)[0].as_py()
@@ -236,14 +236,6 @@ def find_rollout(version: DatasetVersion, key_value: Any) -> int:
     if not rows:
         raise NotFoundError(f"{version.address}: no rollout with {key} = {key_value!r}")
     return rows[0]
-
-
-def _columns(version: DatasetVersion, fields: Sequence[Field] | None = None) -> RolloutColumns:
-    columns = rollout_columns(fields or version.fields)
-    if columns is None:
-        raise UserError(f"{version.address}: not LLM rollouts (no response column with rewards, advantages, "
-                        "log-probs or groups beside it)")
-    return columns
 
 
 def _group_members(version: DatasetVersion, columns: RolloutColumns, index: int) -> list[int]:
