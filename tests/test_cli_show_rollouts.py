@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from cli_inprocess import run_cli
 from rollout_view_helpers import EOS, USER, encode, ints, markup_tokenizer, write_rollouts
+from test_cli import assert_one_line_error
 
 import dsinspect
 from dsinspect.inspect.rollout_view import rollout_view, scale, shade
@@ -36,11 +37,7 @@ def ok(*args, **kwargs) -> str:
 
 
 def one_line_error(done, *fragments) -> None:
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dsinspect: error: "), done.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+    assert_one_line_error(done, 2, *fragments)
 
 
 @pytest.fixture(scope="module")
