@@ -7,14 +7,17 @@ Each rollout: an id, 128 prompt tokens, 1,024 response tokens (int32), 1,024 sam
 (float32; `--no-logprobs` leaves them out) and a reward. Each writer appends COMMITS commits of ROWS
 rollouts (`--rows 64,256`: each size in turn); the follower polls every 5 ms and stamps when it first
 sees each commit (same machine, so one clock). Every figure comes from fresh processes started by this
-one, folder and stream alternating (`--repeat`), and with `--before SRC` an older dsinspect's stream in
-the same run (the same rows, the same conditions). Beside the rates: the writers' CPU time per commit (user +
-system, their own processes: what the rate would be on idle cores), the cores the follower used and the
-cores everything else used meanwhile (other processes and the kernel's I/O threads, from /proc/stat), the
-1-minute load average as each run started (it counts the previous run's writers too) and at the end.
+one, the modes alternating (`--repeat`): `folder`; with `--synced-folder` also `synced`, its files
+fsynced before their rename (a folder's writes are otherwise still in the page cache when a run ends:
+the kernel writes them back 30 s later, outside the clock); `stream`; with `--before SRC` also
+`before`, an older dsinspect's stream in the same run (the same rows, the same conditions). Beside the
+rates: the writers' CPU time per commit (user + system, their own processes: what the rate would be on
+idle cores), the cores the follower used and the cores everything else used meanwhile (other processes
+and the kernel's I/O threads, from /proc/stat), the 1-minute load average as each run started (it
+counts the previous run's writers too) and at the end.
 
     python benchmarks/bench_stream.py [--writers 8] [--commits 20] [--rows 64,256] [--repeat 1] [--no-logprobs]
-                                      [--before SRC] [--dir DIR] [--json FILE]
+                                      [--synced-folder] [--before SRC] [--dir DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ def batch(a):
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-streaming = mode != "folder"  # "stream", or "before": the same with an older dsinspect on PYTHONPATH
+def system():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+streaming = mode not in ("folder", "synced")  # "stream", or "before": an older dsinspect on PYTHONPATH
 if streaming:
     from dsinspect.loaders import Catalog, Field
     from dsinspect.loaders.stream import open_stream
@@ -72,15 +77,19 @@ if role == "write":
     batches = [batch(a) for a in range(commits)]  # made before the clock: the writer's cost, not the data's
     print(json.dumps({"ready": time.time()}), flush=True)
     sys.stdin.readline()  # go
-    t, c = time.time(), cpu()
+    t, c, k = time.time(), cpu(), system()
     for a, b in enumerate(batches):
         if streaming:
             stream.append(b, writer=name)
         else:
             tmp = f"{folder}/.tmp-{name}-{a}.parquet"
             pq.write_table(pa.Table.from_batches([b]), tmp, compression="zstd")
+            if mode == "synced":  # on disk before its name appears, as a stream's shards are before their commit
+                fd = os.open(tmp, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
             os.replace(tmp, f"{folder}/{name}-{a:06d}.parquet")
-    print(json.dumps({"start": t, "end": time.time(), "cpu": cpu() - c}), flush=True)
+    print(json.dumps({"start": t, "end": time.time(), "cpu": cpu() - c, "system": system() - k}), flush=True)
 else:  # follow until `commits` commits (all writers') are seen
     seen, seq, known = {}, 0, set()
     while len(seen) < commits:
@@ -118,7 +127,7 @@ def _measure(root: str, mode: str, rows: int, args: argparse.Namespace) -> dict:
     lp = "0" if args.no_logprobs else "1"
     base = [sys.executable, "-c", CHILD, root, mode]
     env = {**os.environ, "PYTHONPATH": args.before} if mode == "before" else None
-    if mode != "folder":  # the stream exists before the writers race to open it
+    if mode not in ("folder", "synced"):  # the stream exists before the writers race to open it
         subprocess.run([*base, "write", "setup", "0", "1", lp], input="\n", text=True, check=True, capture_output=True,
                        env=env)
     follower = subprocess.Popen([*base, "follow", "f", str(total), str(rows), lp], stdout=subprocess.PIPE, text=True,
@@ -144,6 +153,7 @@ def _measure(root: str, mode: str, rows: int, args: argparse.Namespace) -> dict:
             "lag_median_ms": statistics.median(lags) * 1e3,
             "lag_p95_ms": sorted(lags)[int(0.95 * (len(lags) - 1))] * 1e3,
             "cpu_ms_per_commit": sum(s["cpu"] for s in spans) / total * 1e3,
+            "system_ms_per_commit": sum(s["system"] for s in spans) / total * 1e3,
             "follower_cores": follower_cpu / seconds,
             "other_cores": max(0.0, busy - follower_cpu - sum(s["cpu"] for s in spans)) / seconds,
             "load_at_start": load}
@@ -191,11 +201,13 @@ def main() -> None:
     parser.add_argument("--no-logprobs", action="store_true")
     parser.add_argument("--before", metavar="SRC", help="a folder holding an older dsinspect package (`git archive "
                         "REV dsinspect | tar -x -C SRC`): its stream measured too, as mode `before`, in the same run")
+    parser.add_argument("--synced-folder", action="store_true", help="also the folder baseline with each file "
+                        "fsynced before its rename (mode `synced`): what a stream's durability costs a folder")
     parser.add_argument("--dir", help="where the catalog and the folder are made (default: the temp directory)")
     parser.add_argument("--json", metavar="FILE", help="also write every run's figures here")
     args = parser.parse_args()
     sizes = [int(x) for x in args.rows.split(",")]
-    modes = ["folder", "stream"] + (["before"] if args.before else [])
+    modes = ["folder"] + (["synced"] if args.synced_folder else []) + ["stream"] + (["before"] if args.before else [])
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores); "
           f"{args.writers} writers x {args.commits} commits of {args.rows} rollouts of 1,024 tokens"
           f"{'' if args.no_logprobs else ' + log-probs'}, {args.repeat} run(s) of {', '.join(modes)}; in "
@@ -225,8 +237,9 @@ def _report(rows: int, by_mode: dict[str, list[dict]]) -> None:
               f"{r['load_at_start']:>6.2f}")
     folder, rate = shown["folder"]["rollouts_per_s"], shown["stream"]["rollouts_per_s"]
     idle = os.cpu_count() * rows / shown["stream"]["cpu_ms_per_commit"] * 1e3
-    before = f"; before / folder {shown['before']['rollouts_per_s'] / folder:.2f}" if "before" in shown else ""
-    print(f"  {rows} a commit: stream / folder rollouts/s {rate / folder:.2f}{before}; goal {GOAL:,}/s "
+    others = "".join(f"; {m} / folder {shown[m]['rollouts_per_s'] / folder:.2f}" for m in ("synced", "before")
+                     if m in shown)
+    print(f"  {rows} a commit: stream / folder rollouts/s {rate / folder:.2f}{others}; goal {GOAL:,}/s "
           f"{'met' if rate >= GOAL else 'not met'}; on idle cores the writers' CPU allows {idle:,.0f}/s")
     for mode, rs in by_mode.items():
         every = ", ".join(f"{r['rollouts_per_s']:,.0f} (others {r['other_cores']:.2f})" for r in rs)
