@@ -72,6 +72,7 @@ class Stream:
     def __init__(self, catalog: Catalog, name: str, spec: StreamSpec):
         self.catalog, self.name, self.spec = catalog, name, spec
         self._next = None  # the lowest commit number that may be free (a hint: checked on create)
+        self._spec_id = spec.id  # a hash of the fields: ~0.05 ms an append when made each time
 
     def append(self, rows: Any, *, writer: str = "", message: str = "",
                options: WriteOptions = APPEND_OPTIONS, created_at: str | None = None) -> Commit:
@@ -101,7 +102,7 @@ class Stream:
                 # ~0.02 ms, a create that fails a temp file and an fsync (8 writers: 2 a commit before).
                 while fs.exists(layout.commit(self.name, seq)):
                     seq += 1
-                commit = Commit(seq, self.spec.id, tuple(shards), writer, created, message)
+                commit = Commit(seq, self._spec_id, tuple(shards), writer, created, message)
                 if create_exclusive(fs, layout.commit(self.name, seq), commit.to_bytes()):
                     self._next = seq + 1
                     return commit
