@@ -8,9 +8,11 @@ argv: catalog URL, JOB DIR, then
   append (PACE seconds), as generation does, so the learner does not fall far behind.
 - "learn" RANK WORLD STEPS BATCH: rank RANK of WORLD trains STEPS steps of BATCH rollouts a rank at
   learner version step // 4 (rank 0 publishes it), staleness bound 1, recording into JOB/run; every 3
-  steps each rank saves its part of a checkpoint, JOB/ckpt/step-S.rank-R.json (atomically, after its
-  state_dict). A checkpoint is complete when every rank of its world saved its part (as a collective
-  save); a learner resumes, in any world size, from the latest complete one. After each step one line
+  steps each rank saves its part of a checkpoint, JOB/ckpt/step-S.world-W.rank-R.json (atomically, after
+  its state_dict). A checkpoint is complete when every rank of its world saved its part (as a collective
+  save); a learner resumes, in any world size, from the latest complete one. (The world is in the name: a
+  resumed job of another world size saving step S beside the killed job's incomplete step S must not
+  complete it — a rank starting late would resume from a mix of the two.) After each step one line
   `STEP IDS_JSON` on stdout.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -72,17 +75,18 @@ def learn(catalog: Catalog, job: Path, rank: int, world: int, steps: int, batch:
             (job / "ckpt").mkdir(exist_ok=True)
             tmp = job / "ckpt" / f"tmp.{os.getpid()}"
             tmp.write_text(json.dumps({"world": world, "state": learner.state_dict()}))
-            os.replace(tmp, job / "ckpt" / f"step-{learner.step}.rank-{rank}.json")
+            os.replace(tmp, job / "ckpt" / f"step-{learner.step}.world-{world}.rank-{rank}.json")
     learner.close()
 
 
 def latest_checkpoint(directory: Path) -> dict | None:
     """The learner state of the latest checkpoint every rank of its world saved, or None."""
-    parts: dict[int, dict[int, dict]] = {}
-    for path in directory.glob("step-*.rank-*.json"):
-        step, rank = (int(x) for x in path.name[len("step-"):-len(".json")].split(".rank-"))
-        parts.setdefault(step, {})[rank] = json.loads(path.read_text())
-    complete = [s for s, ranks in parts.items() if len(ranks) == next(iter(ranks.values()))["world"]]
+    parts: dict[tuple[int, int], dict[int, dict]] = {}
+    for path in directory.glob("step-*.world-*.rank-*.json"):
+        step, world, rank = (int(x) for x in re.fullmatch(r"step-(\d+)\.world-(\d+)\.rank-(\d+)\.json",
+                                                          path.name).groups())
+        parts.setdefault((step, world), {})[rank] = json.loads(path.read_text())
+    complete = [(s, w) for (s, w), ranks in parts.items() if sorted(ranks) == list(range(w))]
     return parts[max(complete)][0]["state"] if complete else None
 
 

@@ -202,9 +202,12 @@ def test_eight_samplers_and_a_killed_learner_lose_nothing_and_the_record_checks(
     job.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
 
+    started: list[subprocess.Popen] = []
+
     def start(*args: object) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, WORKER, catalog.url, str(job), *map(str, args)],
-                                stdout=subprocess.PIPE, text=True, env=env)
+        started.append(subprocess.Popen([sys.executable, WORKER, catalog.url, str(job), *map(str, args)],
+                                        stdout=subprocess.PIPE, text=True, env=env))
+        return started[-1]
 
     def lines_of(proc: subprocess.Popen, at_least: int, deadline: float) -> list[str]:
         got = []
@@ -215,6 +218,20 @@ def test_eight_samplers_and_a_killed_learner_lose_nothing_and_the_record_checks(
             got.append(line)
         return got
 
+    try:
+        said, told, check, run = _kill_and_resume(start, lines_of, job, catalog)
+    finally:  # a failure above must not leave samplers appending forever
+        (job / "stop").touch()
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    _the_record_checks(catalog, run, check, said, told)
+
+
+def _kill_and_resume(start, lines_of, job, catalog):
+    """The job: samplers, a 2-rank learner killed with a sampler, the sampler and the learner (3 ranks)
+    resumed; what each learner process said it trained on, what the killed sampler said it committed."""
     deadline = time.monotonic() + 240
     samplers = [start("sample", f"s{i}", 0, 4) for i in range(8)]  # until the job is done
     doomed = start("sample", "doomed", 0, 4)
@@ -236,7 +253,10 @@ def test_eight_samplers_and_a_killed_learner_lose_nothing_and_the_record_checks(
         proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
         assert proc.returncode == 0
     run = read_learner_run(job / "run")
-    check = check_learner_run(catalog, run)
+    return said, told, check_learner_run(catalog, run), run
+
+
+def _the_record_checks(catalog, run, check, said, told) -> None:
     assert check.ok, check.divergences
     assert check.replayed and check.superseded >= 1 and run.record.end == 23 and not check.gaps
     consumed = [(s, o) for line in run.record.kept() for s, o in _rows(line)]
