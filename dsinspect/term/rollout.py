@@ -323,11 +323,7 @@ def render_group(group: GroupView, color_by: str | None = None, width: int = 120
     if group.prompt_shared and group.rows:
         first = group.rows[0]
         prompt = Text("prompt ", "bold underline")
-        if first.prompt:
-            for cell in first.prompt:
-                prompt.append_text(cell_text(cell, chosen, lo, hi, color))
-        else:
-            prompt.append(clean(first.prompt_text or ""))
+        prompt.append_text(_part(first.prompt, first.prompt_text, chosen, lo, hi, color))
         parts.append(prompt)
     per_table = max(1, min(len(group.rows), width // 28))
     for begin in range(0, len(group.rows), per_table):
@@ -351,14 +347,19 @@ def _side_by_side(group: GroupView, which: Iterable[int], color_by: str | None, 
         table.add_column(header, ratio=1, overflow="fold")
         body = Text()
         if not group.prompt_shared:
-            for cell in view.prompt:
-                body.append_text(cell_text(cell, color_by, lo, hi, color))
+            body.append_text(_part(view.prompt, None, color_by, lo, hi, color))
             body.append("\n")
-        if view.response:
-            for cell in view.response:
-                body.append_text(cell_text(cell, color_by, lo, hi, color))
-        else:
-            body.append(clean(view.response_text or ""))
+        body.append_text(_part(view.response, view.response_text, color_by, lo, hi, color))
         bodies.append(body)
     table.add_row(*bodies)
     return table
+
+
+def _part(cells: list, text: str | None, color_by: str | None, lo: float, hi: float, color: bool) -> Text:
+    """A prompt or response as its coloured token cells, or as its text when it has no tokens."""
+    shown = Text()
+    for cell in cells:
+        shown.append_text(cell_text(cell, color_by, lo, hi, color))
+    if not cells:
+        shown.append(clean(text or ""))
+    return shown

@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 
 from dsinspect.errors import IntegrityError, StorageError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN, canonical_json, sha256_hex
+from dsinspect.loaders.format.rollout_fields import MEANING_OPTION
+from dsinspect.loaders.format.rollout_meanings import Meaning
 from dsinspect.loaders.records.recorder import RunRecorder
 from dsinspect.loaders.records.runlog import batch_fingerprint, segment_id
 from dsinspect.loaders.store.catalog import Catalog
@@ -115,7 +117,7 @@ def version_field(stream: Stream) -> str | None:
     """The stream's policy version column: the one declared {"rollout": "policy_version"}, else one named
     policy_version; None when it has neither."""
     for f in stream.spec.fields:
-        if f.options.get("rollout") == "policy_version":
+        if f.options.get(MEANING_OPTION) == Meaning.POLICY_VERSION.value:
             return f.name
     return "policy_version" if any(f.name == "policy_version" for f in stream.spec.fields) else None
 
