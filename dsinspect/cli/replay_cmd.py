@@ -35,8 +35,10 @@ _SPEC_FLAGS = ("seed", "batch_size", "world_size", "shuffle", "window_shards", "
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Per-rank batch size.")
 @click.option("--world-size", type=int, default=1, show_default=True)
-@click.option("--shuffle", type=click.Choice(["none", "global", "window"]), default="global", show_default=True)
-@click.option("--window-shards", type=int, default=4, show_default=True)
+@click.option("--shuffle", type=click.Choice(["none", "global", "window", "sliding"]), default="global",
+              show_default=True)
+@click.option("--window-shards", type=int, default=4, show_default=True,
+              help="Shards per window (window), or resident at once (sliding).")
 @click.option("--last-batch", type=click.Choice(["drop", "pad"]), default="drop", show_default=True)
 @click.option("--epoch-size", type=int, default=None, help="Mixture epoch length (default: all rows).")
 @click.option("--mixture-block", type=int, default=1024, show_default=True)

@@ -16,6 +16,7 @@ import numpy as np
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.permutation import Permutation, key_of
 from dsinspect.loaders.order.plan import _block_schedule, epoch_start_step, mixture_counts, steps_in_epoch
+from dsinspect.loaders.order.sliding import sliding_unpermute
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
 
 __all__ = ["Reading", "readings", "reading_in", "source_epoch_begins_before"]
@@ -79,6 +80,8 @@ def _check_sample(spec: RunSpec, source: int, index: int) -> int:
 def _unpermute(spec: RunSpec, k: int, source_epoch: int, index: int) -> int:
     if spec.shuffle is Shuffle.NONE:
         return index
+    if spec.shuffle is Shuffle.SLIDING:
+        return sliding_unpermute(spec.sources[k].shard_rows, spec.window_shards, spec.seed, k, source_epoch, index)
     return int(Permutation(spec.source_length(k), key_of("global", spec.seed, k, source_epoch)).inverse(index))
 
 

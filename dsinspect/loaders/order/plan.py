@@ -16,6 +16,7 @@ import numpy as np
 from dsinspect.arrays import distinct
 from dsinspect.errors import UserError
 from dsinspect.loaders.order.permutation import Permutation, key_of, sample_seeds
+from dsinspect.loaders.order.sliding import sliding_permute
 from dsinspect.loaders.order.spec import LastBatch, RunSpec, Shuffle
 
 __all__ = ["BatchPlan", "plan_batch", "plan_batches", "plan_steps", "batch_indices", "epoch_order", "samples_at",
@@ -230,6 +231,8 @@ def _permute(spec: RunSpec, k: int, epoch: int, t: np.ndarray) -> np.ndarray:
         return t.astype(np.int64)
     if spec.shuffle is Shuffle.GLOBAL:
         return Permutation(spec.source_length(k), key_of("global", spec.seed, k, epoch))(t)
+    if spec.shuffle is Shuffle.SLIDING:
+        return sliding_permute(spec.sources[k].shard_rows, spec.window_shards, spec.seed, k, epoch, t)
     return _window_permute(spec, k, epoch, t)
 
 

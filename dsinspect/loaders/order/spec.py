@@ -31,6 +31,7 @@ class Shuffle(str, enum.Enum):
     NONE = "none"      # stored order
     GLOBAL = "global"  # a full permutation per epoch (random access: local or cached data)
     WINDOW = "window"  # shuffle shards, then samples within windows of k shards (bounded cache)
+    SLIDING = "sliding"  # shards pass through a resident set of k; samples shuffled across it (bounded cache)
 
 
 class LastBatch(str, enum.Enum):
@@ -81,7 +82,7 @@ class RunSpec:
     batch_size: int = 1
     world_size: int = 1
     shuffle: Shuffle = Shuffle.GLOBAL
-    window_shards: int = 4
+    window_shards: int = 4  # window: shards per window; sliding: shards resident at once
     last_batch: LastBatch = LastBatch.DROP
     epoch_size: int | None = None
     mixture_block: int = 1024
@@ -118,8 +119,8 @@ class RunSpec:
 
     def _check_sequences(self) -> None:
         _check(isinstance(self.sequences, SequenceSpec), "sequences must be a SequenceSpec")
-        _check(self.shuffle is not Shuffle.WINDOW, "packed sequences shuffle globally or not at all (shuffle=window "
-               "keeps rows of a few shards together; sequences span shards)")
+        _check(self.shuffle not in (Shuffle.WINDOW, Shuffle.SLIDING), "packed sequences shuffle globally or not at "
+               f"all (shuffle={self.shuffle.value} keeps rows of a few shards together; sequences span shards)")
         for s in self.sources:
             _check(s.shard_tokens is not None and len(s.shard_tokens) == len(s.shard_rows)
                    and all(isinstance(n, int) and n >= 0 for n in s.shard_tokens),

@@ -20,6 +20,7 @@ from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError, NotFoundError, UserError
 from dsinspect.loaders.format.manifest import HASH_COLUMN
 from dsinspect.loaders.format.shard_index import ShardIndex
+from dsinspect.loaders.order.bounded import READ_AHEAD, bound_advice, resident_shards
 from dsinspect.loaders.order.future import NextUse
 from dsinspect.loaders.order.plan import BatchPlan, locate_step, steps_in_epoch
 from dsinspect.loaders.order.spec import RunSpec, Shuffle
@@ -74,6 +75,7 @@ class BatchReader:
         self._lock = threading.Lock()
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
+        self._closed = threading.Event()  # set by close(): fills under way stop at their next run
         self._cold: ColdRows | None = None
         self._indexes: dict[tuple[int, int], ShardIndex | None] = {}
         self._deferred: dict[tuple[int, int], None] = {}  # shards to fill once the first batch is read
@@ -99,6 +101,8 @@ class BatchReader:
         cold batch decodes ~30 row groups to use 32 rows; a fill decodes each once)."""
         if layout is None:
             layout = self.layouts([plan])[0]
+        if self._reads and self._deferred:  # what the first batch read cold: filled from its successor on
+            self._start_fills()
         self._now = plan.step
         opened, read = self._open, self._read
         parts: list = []
@@ -122,10 +126,7 @@ class BatchReader:
         n = len(plan.indices)
         columns = {c: gather([(shard.view(c), rows, where) for shard, rows, where in parts], n, c) for c in read}
         hashes = columns.pop(HASH_COLUMN)
-        if not self._reads:
-            self._reads = 1
-            if self._deferred:
-                self._start_fills()
+        self._reads = 1  # fills start at the next read, not under the first batch's gather and transform
         if not isinstance(hashes, np.ndarray):  # a null-free binary(16) column is always dense
             raise IntegrityError("a cached shard's row hashes are not 16-byte values")
         return columns, hashes
@@ -225,11 +226,15 @@ class BatchReader:
         return min(future.after(k, now) for k in keys)
 
     def close(self) -> None:
+        """Release the shards held, without waiting for a fill under way: queued fills are
+        dropped, running ones stop at their next run (`ShardCache.open`'s `abandon`), keeping
+        what they checked for the next reader and publishing nothing half-made."""
+        self._closed.set()
         self.cache.forget_order(self._next_use)  # the cache no longer asks this reader what comes next
         if self._cold is not None:
             self._cold.close()
         if self._pool:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         with self._lock:
             for shard in self._open.values():
@@ -276,7 +281,8 @@ class BatchReader:
         parts[:] = [p for entry in parts for p in (entry if isinstance(entry, list) else [entry])]
         with self._lock:
             self._deferred.update(dict.fromkeys(keys))
-        self._start_fills()
+        if self._reads:
+            self._start_fills()
 
     def _start_fills(self) -> None:
         """Fill the shards read cold so far (and what warm() deferred), in the order they were wanted."""
@@ -319,7 +325,7 @@ class BatchReader:
         return self._load(key)
 
     def _load(self, key: tuple[int, int]) -> CachedShard:
-        cached = self.cache.open(self.versions[key[0]], key[1])
+        cached = self.cache.open(self.versions[key[0]], key[1], self._closed)
         try:
             self._check_decoded(key[0], key[1], cached)
         except UserError:
@@ -329,6 +335,9 @@ class BatchReader:
             self._cold.forget(cached.sha256)
         with self._lock:
             self._pending.pop(key, None)
+            if self._closed.is_set():  # filled after close (published for the next reader): not pinned
+                cached.release()
+                return cached
             if key in self._open:  # loaded twice (foreground and background): keep one pin
                 cached.release()
                 return self._open.peek(key)
@@ -345,17 +354,23 @@ class BatchReader:
         """How many shards to keep open; under a cache bound, which shards to stream (see
         `_choose_streamed`), or a clear error now if the bound cannot hold what must be cached."""
         self._takes = []  # per version: how many of its shards the shuffle needs at once, and what they are
+        self._spec_for_bound = spec
+        self.bound_advice: list = []
         shards = 0
         for version in self.versions:
             count = len(version.manifest.shards)
+            take = resident_shards(spec, count)
             if spec.shuffle is Shuffle.GLOBAL:
-                take, what = count, "the whole version (global shuffle reads anywhere in it)"
+                what = "the whole version (global shuffle reads anywhere in it)"
             elif spec.shuffle is Shuffle.WINDOW:
-                take, what = min(spec.window_shards, count), f"one shuffle window ({spec.window_shards} shards)"
+                what = f"one shuffle window ({spec.window_shards} shards)"
+            elif spec.shuffle is Shuffle.SLIDING:
+                what = f"the sliding shuffle's resident shards ({spec.window_shards}, and {READ_AHEAD} read ahead)"
             else:
-                take, what = 1, "one shard"
+                what = "one shard"
             self._takes.append((take, f"{what} of {version.address}"))
-            shards += min(2 * take, count) if spec.shuffle is not Shuffle.GLOBAL else count
+            # open: a window and the next one; the sliding set with its read-ahead; all of a global one
+            shards += {Shuffle.GLOBAL: count, Shuffle.SLIDING: take}.get(spec.shuffle, min(2 * take, count))
         self.streamed: set[str] = set()  # sha256s of the shards read through, never filled (shared with ColdRows)
         self._decoded_checked = False
         self._choose_streamed(1.0)
@@ -367,11 +382,16 @@ class BatchReader:
         reads at once, `ratio` times their stored size: decoded Arrow is often larger) does not fit
         in what is left, every shard past those that do, in manifest order (a global shuffle over a
         bound of a quarter of the data keeps a quarter cached and reads the rest as it goes). A shard
-        without an index can only be filled whole: a bound that cannot hold those is refused now."""
+        without an index can only be filled whole: a bound that cannot hold those is refused now.
+        A working set streamed is said once in a warning with its numbers (order/bounded.py): the
+        bound, the working set, the fetch amplification to expect and the shuffles that would fit.
+        A warning, not a refusal: streaming reads every sample right, and over a fast store (local
+        disk) its cost may be what the run wants; the warning names the way out."""
         room = self.cache.max_bytes
         if room is None:
             return
         before = len(self.streamed)
+        advice = []
         for version, (take, what) in zip(self.versions, self._takes):
             entries = version.manifest.shards
             size = [int(e.bytes * ratio) for e in entries]
@@ -380,6 +400,7 @@ class BatchReader:
             self.streamed.update(entries[s].sha256 for s in set(range(len(entries))).difference(fits))
             working = sum(sorted((size[s] for s in fits), reverse=True)[:take])
             if working > room:  # keep what fits, in order; stream the rest
+                needed = working
                 kept: list[int] = []
                 total = 0
                 for s in fits:
@@ -391,11 +412,24 @@ class BatchReader:
                 working = sum(sorted(kept, reverse=True)[:take])
                 scaled = "" if ratio == 1 else f" as cached ({ratio:.1f}x its stored size)"
                 self.cache.check_fits(working, f"{what}{scaled}, in shards without an index to stream them by")
+                streamed = [e.sha256 in self.streamed for e in entries]
+                try:  # rows per row group, from one streamed shard's index (a cold read fetches it anyway)
+                    index = version.shard_index(streamed.index(True))
+                    group_rows = float(index.row_starts[-1]) / max(1, index.parts - 1)
+                except (ValueError, NotFoundError, IntegrityError):
+                    group_rows = 1.0
+                advice.append(bound_advice(self._spec_for_bound, what, self.cache.max_bytes, size,
+                                           [e.rows for e in entries], streamed, group_rows, needed))
             room -= working
         if len(self.streamed) > before:
-            log.warning("cache bound of %s bytes: %d of %d shards streamed (fetched row group by row group as "
-                        "batches read them, never cached)", f"{self.cache.max_bytes:,}", len(self.streamed),
-                        len(self._shard_key))
+            for a in advice:
+                log.warning("%s", a.message())
+            if not advice:
+                log.warning("cache bound of %s bytes: %d of %d shards streamed (each larger than the bound: "
+                            "fetched row group by row group as batches read them, never cached)",
+                            f"{self.cache.max_bytes:,}", len(self.streamed), len(self._shard_key))
+        if advice:
+            self.bound_advice = advice  # what the warning said, for a caller to show or test
 
     def _streams(self, key: tuple[int, int]) -> bool:
         return self._sha256[key] in self.streamed
