@@ -10,8 +10,10 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping
 
+import numpy as np
 import pyarrow as pa
 
 from dsinspect.errors import ManifestError
@@ -19,6 +21,7 @@ from dsinspect.loaders.format.arrow_types import type_from_json, type_to_json
 from dsinspect.loaders.format.canonical import ENCODING
 from dsinspect.loaders.format.pathnames import check_sha256
 from dsinspect.loaders.format.roles import Role, check_role_type
+from dsinspect.loaders.format.shard_table import PRETTY_END, PRETTY_START, ShardTable
 
 __all__ = ["FORMAT", "HASH_COLUMN", "Field", "Shard", "Manifest", "canonical_json", "sha256_hex"]
 
@@ -110,8 +113,11 @@ class Shard:
 
 @dataclass(frozen=True)
 class Manifest:
+    """A version's manifest. `shards` is always a `ShardTable` (columns, a Sequence of `Shard`):
+    any sequence of `Shard` given is turned into one."""
+
     fields: tuple[Field, ...]
-    shards: tuple[Shard, ...]
+    shards: ShardTable
     key: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
 
@@ -122,21 +128,30 @@ class Manifest:
         if self.key is not None and self.key not in names:
             raise ManifestError(f"key field {self.key!r} is not one of the fields {names}")
         counted = {f.name for f in self.fields if f.role is Role.TOKENS}
-        for i, shard in enumerate(self.shards):
+        if isinstance(self.shards, ShardTable):
+            for name in self.shards.tokens:  # every shard counts the same fields (ShardTable.of checks)
+                if name not in counted:
+                    raise ManifestError(f"shards[0] counts tokens of {name!r}, which is not a tokens field")
+            return
+        shards = tuple(self.shards)
+        for i, shard in enumerate(shards):
             for name, _ in shard.tokens:
                 if name not in counted:
                     raise ManifestError(f"shards[{i}] counts tokens of {name!r}, which is not a tokens field")
-        for name in sorted({n for s in self.shards for n, _ in s.tokens}):
-            if any(s.token_count(name) is None for s in self.shards):
-                raise ManifestError(f"the token count of {name!r} is on some shards and not on others")
+        object.__setattr__(self, "shards", ShardTable.of(shards))
 
     @property
     def num_rows(self) -> int:
-        return sum(s.rows for s in self.shards)
+        return self.shards.total(self.shards.rows)
 
     @property
     def num_bytes(self) -> int:
-        return sum(s.bytes for s in self.shards)
+        return self.shards.total(self.shards.bytes)
+
+    @property
+    def shard_rows(self) -> np.ndarray:
+        """Rows of each shard (int64; read-only by convention): no `Shard` object per shard."""
+        return self.shards.rows
 
     @property
     def schema(self) -> pa.Schema:
@@ -151,25 +166,39 @@ class Manifest:
 
     def content(self) -> dict:
         """The manifest without `meta`: exactly what the version id hashes."""
+        return {**self._head(), "shards": [s.to_json() for s in self.shards]}
+
+    def _head(self) -> dict:
         return {
             "format": FORMAT,
             "schema": {"fields": [f.to_json() for f in self.fields]},
             "key": self.key,
             "hash": dict(HASH_SPEC),
-            "shards": [s.to_json() for s in self.shards],
             "num_rows": self.num_rows,
         }
 
-    @property
+    @cached_property
     def id(self) -> str:
-        return sha256_hex(canonical_json(self.content()))
+        """sha256 of `canonical_json(self.content())`, with the shard list rendered from its columns
+        (`shards` sorts last, so it is spliced in where the canonical head ends)."""
+        head = canonical_json({**self._head(), "shards": []})
+        assert head.endswith(b'"shards":[]}')
+        digest = hashlib.sha256(head[:-3])
+        digest.update(self.shards.canonical().encode("utf-8"))
+        digest.update(b"}")
+        self.shards.forget_text()
+        return digest.hexdigest()
 
     def to_json(self) -> dict:
         return {**self.content(), "meta": dict(self.meta)}
 
     def to_file_bytes(self) -> bytes:
-        """Pretty JSON for people; the id is computed from the canonical form, not these bytes."""
-        return (json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        """Pretty JSON for people; the id is computed from the canonical form, not these bytes.
+        Equal to `json.dumps(self.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\\n"`."""
+        head = json.dumps({**self._head(), "meta": dict(self.meta), "shards": []}, sort_keys=True, indent=2,
+                          ensure_ascii=False)
+        assert head.endswith('"shards": []\n}')
+        return (head[:-4] + self.shards.pretty() + "\n}\n").encode("utf-8")
 
     @classmethod
     def from_json(cls, data: Any, where: str = "manifest") -> "Manifest":
@@ -178,11 +207,25 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, raw: bytes, where: str = "manifest") -> "Manifest":
+        table, raw = _pretty_shards(raw)
         try:
             data = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: a nesting bomb
             raise ManifestError(f"{where}: not valid JSON ({e})") from None
-        return _parse(data, where)
+        return _parse(data, where, table)
+
+
+def _pretty_shards(raw: bytes) -> tuple[ShardTable | None, bytes]:
+    """The shard list of a manifest as `to_file_bytes` writes it, read as columns (`ShardTable.
+    from_pretty`), and the rest of the file with an empty list in its place; (None, raw) for any
+    other layout, which `json.loads` reads entry by entry."""
+    start = raw.find(PRETTY_START)
+    if start < 0 or not raw.endswith(PRETTY_END) or raw.find(PRETTY_START, start + 1) >= 0:
+        return None, raw
+    table = ShardTable.from_pretty(memoryview(raw)[start + len(PRETTY_START):-len(PRETTY_END)])
+    if table is None:
+        return None, raw
+    return table, raw[:start] + b'\n  "shards": []\n}\n'
 
 
 def _role(value: Any, name: str) -> Role:
@@ -219,7 +262,7 @@ def _need(obj: Mapping, key: str, kind: type | tuple, where: str) -> Any:
     return value
 
 
-def _parse(data: Any, where: str) -> Manifest:
+def _parse(data: Any, where: str, table: ShardTable | None = None) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{where}: a manifest must be a JSON object")
     fmt = _need(data, "format", str, where)
@@ -231,8 +274,9 @@ def _parse(data: Any, where: str) -> Manifest:
     schema = _need(data, "schema", dict, where)
     fields = tuple(_parse_field(f, f"{where}: schema.fields[{i}]")
                    for i, f in enumerate(_need(schema, "fields", list, f"{where}: schema")))
-    shards = tuple(_parse_shard(s, f"{where}: shards[{i}]")
-                   for i, s in enumerate(_need(data, "shards", list, where)))
+    listed = _need(data, "shards", list, where)
+    shards = table if table is not None else tuple(_parse_shard(s, f"{where}: shards[{i}]")
+                                                   for i, s in enumerate(listed))
     key = data.get("key")
     if key is not None and not isinstance(key, str):
         raise ManifestError(f"{where}: 'key' must be a field name or null")
