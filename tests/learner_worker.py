@@ -6,14 +6,15 @@ argv: catalog URL, JOB DIR, then
   by the policy version the learner last published (JOB/version, 0 before); after each commit, one
   line `SEQ IDS_JSON` on stdout. APPENDS 0: until JOB/stop exists. A sampler takes a little time per
   append (PACE seconds), as generation does, so the learner does not fall far behind.
-- "learn" RANK WORLD STEPS BATCH: rank RANK of WORLD trains STEPS steps of BATCH rollouts a rank at
+- "learn" RANK WORLD STEPS BATCH [HOLD]: rank RANK of WORLD trains STEPS steps of BATCH rollouts a rank at
   learner version step // 4 (rank 0 publishes it), staleness bound 1, recording into JOB/run; every 3
   steps each rank saves its part of a checkpoint, JOB/ckpt/step-S.world-W.rank-R.json (atomically, after
   its state_dict). A checkpoint is complete when every rank of its world saved its part (as a collective
   save); a learner resumes, in any world size, from the latest complete one. (The world is in the name: a
   resumed job of another world size saving step S beside the killed job's incomplete step S must not
   complete it — a rank starting late would resume from a mix of the two.) After each step one line
-  `STEP IDS_JSON` on stdout.
+  `STEP IDS_JSON` on stdout. HOLD 1: after STEPS steps the process waits to be killed instead of closing
+  (a job killed after a known step: one that ran on while the test read could finish before the kill).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def sample(catalog: Catalog, job: Path, name: str, appends: int, rows: int) -> N
         a += 1
 
 
-def learn(catalog: Catalog, job: Path, rank: int, world: int, steps: int, batch: int) -> None:
+def learn(catalog: Catalog, job: Path, rank: int, world: int, steps: int, batch: int, hold: int = 0) -> None:
     learner = StreamLearner(catalog, "rollouts", batch, rank=rank, world_size=world, staleness_bound=1,
                             record_dir=str(job / "run"), timeout=120)
     saved = latest_checkpoint(job / "ckpt")
@@ -76,6 +77,8 @@ def learn(catalog: Catalog, job: Path, rank: int, world: int, steps: int, batch:
             tmp = job / "ckpt" / f"tmp.{os.getpid()}"
             tmp.write_text(json.dumps({"world": world, "state": learner.state_dict()}))
             os.replace(tmp, job / "ckpt" / f"step-{learner.step}.world-{world}.rank-{rank}.json")
+    while hold:
+        time.sleep(1)
     learner.close()
 
 
