@@ -13,6 +13,12 @@ of at most `burst` bytes. A bounded queue per connection and direction keeps the
 buffering a whole answer (it holds twice what the link carries in one delay, at least 2 MiB): a
 slow link pushes back on the sender through TCP.
 
+With `http=True` the link also speaks HTTP/1.1 to its clients as an object store's front end does:
+it keeps a client's connection open across requests (moto's werkzeug server closes every one, so a
+reader's connection pool could never be seen reusing anything), forwards each request upstream on
+a connection of its own, and counts requests beside connections. A new connection then costs what
+it costs on a real network: one round trip (the TCP handshake) before its first request leaves.
+
 The timing rules are pure functions of a clock (`TokenBucket`, `departure`), tested with a fake
 one; the sockets are the asyncio edge, run on an event loop in a thread of their own.
 """
@@ -63,26 +69,29 @@ class LinkStats:
     """What crossed the link (both counted when a chunk is written out)."""
 
     connections: int = 0
+    requests: int = 0    # HTTP requests forwarded (http=True only)
     bytes_up: int = 0    # client -> server
     bytes_down: int = 0  # server -> client
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, up: int = 0, down: int = 0, connections: int = 0) -> None:
+    def add(self, up: int = 0, down: int = 0, connections: int = 0, requests: int = 0) -> None:
         with self._lock:
             self.bytes_up += up
             self.bytes_down += down
             self.connections += connections
+            self.requests += requests
 
 
 class ShapedLink:
     """Listens on 127.0.0.1 (a free port) and forwards every connection to `upstream` through the
-    shaped link; `rate` None means unlimited, `burst` defaults to 1/50 s of the rate (≥ one chunk)."""
+    shaped link; `rate` None means unlimited, `burst` defaults to 1/50 s of the rate (≥ one chunk);
+    `http`: keep clients' connections alive (see the module's docstring)."""
 
     def __init__(self, upstream: tuple[str, int], rtt: float = 0.0, rate: float | None = None,
-                 burst: float | None = None):
+                 burst: float | None = None, http: bool = False):
         if rtt < 0:
             raise ValueError("rtt must be ≥ 0")
-        self.upstream, self.rtt, self.rate = upstream, float(rtt), rate
+        self.upstream, self.rtt, self.rate, self.http = upstream, float(rtt), rate, http
         burst = burst if burst is not None else (max(CHUNK, rate / 50) if rate else None)
         # one bucket per direction: like a full-duplex link, answers and requests do not share bandwidth
         self._buckets = {d: TokenBucket(rate, burst) if rate else None for d in ("up", "down")}
@@ -147,6 +156,12 @@ class ShapedLink:
 
     async def _connect(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         self.stats.add(connections=1)
+        if self.http:
+            try:
+                await self._serve_http(client_r, client_w)
+            finally:
+                client_w.close()
+            return
         try:
             server_r, server_w = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -190,3 +205,126 @@ class ShapedLink:
         finally:
             filling.cancel()
             await asyncio.gather(filling, return_exceptions=True)  # ended, not left pending
+
+    # -- http=True: a front end that keeps clients' connections alive ------------------------------
+
+    async def _serve_http(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        """Requests of one client connection, one after another (HTTP/1.1 without pipelining, as
+        clients send them), each forwarded on an upstream connection of its own."""
+        loop = asyncio.get_running_loop()
+        _no_delay(client_w)
+        ready = loop.time() + self.rtt  # the handshake: the first request leaves a round trip later
+        while True:
+            try:
+                head = await client_r.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError):
+                return
+            lines, headers = _parse_head(head)
+            method = lines[0].split(" ", 1)[0].upper()
+            if headers.get("expect", "").lower() == "100-continue":
+                client_w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            body = b"".join([piece async for piece in _body(client_r, headers)])
+            request = _head_bytes(lines, headers, drop=("expect", "connection")) + body
+            due = departure(max(loop.time(), ready), loop.time(), self.rtt / 2, self._buckets["up"], len(request))
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            self.stats.add(up=len(request), requests=1)
+            if not await self._forward(request, method, client_w):
+                return
+
+    async def _forward(self, request: bytes, method: str, client_w: asyncio.StreamWriter) -> bool:
+        """One request upstream and its answer back through the delay line; False when the client's
+        connection has to end with it (an answer delimited by the upstream's close, or an error)."""
+        loop = asyncio.get_running_loop()
+        try:
+            server_r, server_w = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            return False
+        _no_delay(server_w)
+        line: asyncio.Queue = asyncio.Queue(max(QUEUED_CHUNKS, int(2 * (self.rate or FAST) * self.rtt / 2 / CHUNK) + 1))
+        keep = [True]
+
+        async def fill() -> None:
+            try:
+                server_w.write(request)
+                await server_w.drain()
+                while True:  # interim 1xx answers (werkzeug's own 100 Continue) are not forwarded
+                    head = await server_r.readuntil(b"\r\n\r\n")
+                    lines, headers = _parse_head(head)
+                    status = int(lines[0].split()[1])
+                    if status >= 200:
+                        break
+                no_body = method == "HEAD" or status in (204, 304)
+                delimited = no_body or "content-length" in headers or "chunked" in headers.get("transfer-encoding", "")
+                keep[0] = delimited
+                dropped = ("connection",) if delimited else ()  # an answer ended by the close keeps saying so
+                await line.put((loop.time(), _head_bytes(lines, headers, drop=dropped)))
+                if not no_body:
+                    async for piece in _body(server_r, headers, until_close=not delimited):
+                        await line.put((loop.time(), piece))
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, OSError, ValueError):
+                keep[0] = False
+            await line.put(None)
+
+        filling = asyncio.ensure_future(fill())
+        try:
+            while (item := await line.get()) is not None:
+                arrived, data = item
+                wait = departure(arrived, loop.time(), self.rtt / 2, self._buckets["down"], len(data)) - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                client_w.write(data)
+                await client_w.drain()
+                self.stats.add(down=len(data))
+        except (ConnectionError, OSError):
+            keep[0] = False
+        finally:
+            filling.cancel()
+            await asyncio.gather(filling, return_exceptions=True)
+            server_w.close()
+        return keep[0]
+
+
+def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """Small writes (an answer's head, then its body) go out at once: with Nagle's algorithm a kept-
+    alive connection waits for the client's delayed ACK (~40 ms) before each answer."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _parse_head(head: bytes) -> tuple[list[str], dict[str, str]]:
+    """A request's or answer's head: its lines (the first one and the header lines as sent) and
+    its headers by lower-case name."""
+    lines = head.decode("latin-1").split("\r\n")[:-2]
+    headers = {}
+    for text in lines[1:]:
+        name, _, value = text.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return lines, headers
+
+
+def _head_bytes(lines: list[str], headers: dict[str, str], drop: tuple[str, ...]) -> bytes:
+    kept = [lines[0]] + [x for x in lines[1:] if x.partition(":")[0].strip().lower() not in drop]
+    return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str], until_close: bool = False):
+    """A message's body as it arrives, in pieces of at most CHUNK (chunked framing passed on as sent)."""
+    if "chunked" in headers.get("transfer-encoding", ""):
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            yield size_line + await reader.readexactly(size + 2)
+            if size == 0:
+                return
+    if until_close:
+        while data := await reader.read(CHUNK):
+            yield data
+        return
+    left = int(headers.get("content-length", "0"))
+    while left > 0:
+        data = await reader.read(min(CHUNK, left))
+        if not data:
+            raise ConnectionError("the answer ended early")
+        left -= len(data)
+        yield data

@@ -21,9 +21,18 @@ from dsinspect.loaders import HASH_COLUMN, Catalog, Loader, RunSpec, WriteOption
 from dsinspect.loaders.format.canonical import row_hashes  # noqa: E402
 from dsinspect.loaders.read import cache as cache_module  # noqa: E402
 from dsinspect.loaders.read import convert as convert_module  # noqa: E402
+from dsinspect.loaders.read import fetch as fetch_module  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 
 SHARDS, SHARD_ROWS, GROUP_ROWS = 6, 200, 20
+
+
+@pytest.fixture(autouse=True)
+def ranged_reads_part_by_part(monkeypatch):
+    """These tests pin the cold path's ranged reads part by part, on shards small enough that
+    fetch.py would otherwise read them whole (coalescing: tests/test_remote_round_trips.py)."""
+    monkeypatch.setattr(fetch_module, "NEAR", -1)
+    monkeypatch.setattr(fetch_module, "SPARE", -1)
 
 
 @pytest.fixture(scope="module")
