@@ -98,7 +98,8 @@ def _read_rank(catalog_url, spec_json, rank, root, bound, out, barrier):
             barrier.wait(WAIT)  # ranks step together, as under DDP
             batches.append([b.step, b.indices.tolist(), [h.hex() for h in b.row_hashes],
                             [h.hex() for h in row_hashes(b.table, NAMES)]])
-    stats = loader.stats()  # after close: fetches begun by read-ahead have finished
+        loader.close(wait=True)  # close() alone does not wait for the fills under way to stop
+    stats = loader.stats()  # after close: fetches begun by read-ahead have finished or stopped
     Path(out).write_text(json.dumps({"batches": batches, "stats": stats, "filled": cache.filled,
                                      "evicted": cache.evicted}))
 

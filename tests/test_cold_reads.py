@@ -289,8 +289,9 @@ def test_a_fill_trusts_no_part_its_process_put_in_a_partial_file_removed_since(t
     then removed that file (its fill ended, or an eviction) and a cold read there made a new, empty
     one. A fill here must check every part it did not write itself in the file it assembles: the
     parts its process knows of are holes there (before: 'Parquet magic bytes not found', 1 run in
-    4-5 of test_concurrency's shared bounded cache)."""
-    catalog = Catalog(str(tmp_path / "catalog"))
+    4-5 of test_concurrency's shared bounded cache). On a store that is not local: a local store's
+    shards are read in place, never through a `.partial` file."""
+    catalog = Catalog(f"memory://cold-partial-{os.getpid()}-{tmp_path.name}")
     catalog.write_version("rand", random_rows(300, seed=9), FIELDS, key="id",
                           options=WriteOptions(shard_rows=100, row_group_rows=10))
     spec = RunSpec.create(catalog, "rand", seed=1, batch_size=8, shuffle="global")

@@ -48,11 +48,11 @@ from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.columns import View, column_view
 from dsinspect.loaders.read.convert import parquet_to_ipc
 from dsinspect.loaders.read.fetch import fetch_parts, fetch_verified, local_write
-from dsinspect.loaders.read.landed import Landed
+from dsinspect.loaders.read.landed import FillAbandoned, Landed
 from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.locks import SUPPORTED as LOCKS_SUPPORTED
 from dsinspect.loaders.store.locks import SlotLocks, locked_file, open_locked
-from dsinspect.loaders.store.storage import cache_dir
+from dsinspect.loaders.store.storage import cache_dir, is_local
 from dsinspect.loaders.store.version import DatasetVersion
 
 __all__ = ["ShardCache", "CachedShard", "write_at", "holds_part"]
@@ -222,11 +222,15 @@ class ShardCache:
         self._overdue: set[tuple[str, int]] = set()  # parts another process held past WAIT_ELSEWHERE: fetched here
         self._partial_users: dict[str, int] = {}  # cold reads under way, per shard
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
+        self._abandon = threading.local()  # the event a fill in this thread stops at (see `open`)
+        self._in_place: dict[str, set[int]] = {}  # per local store shard: parts this process checked in its file
 
     # -- public --------------------------------------------------------------------------------
 
-    def open(self, version: DatasetVersion, shard: int) -> CachedShard:
-        """The shard, from the cache or fetched into it; pinned until the caller releases it."""
+    def open(self, version: DatasetVersion, shard: int, abandon: threading.Event | None = None) -> CachedShard:
+        """The shard, from the cache or fetched into it; pinned until the caller releases it.
+        `abandon` set: a fill under way here stops at its next run (`FillAbandoned`), leaving
+        what it checked in the `.partial` file for the next fill and no entry (a closing reader)."""
         entry = version.manifest.shards[shard]
         pin_fd = self._pin(entry.sha256)
         try:
@@ -236,6 +240,7 @@ class ShardCache:
                     trusted = self._trusted_entry(entry.sha256)  # another process may have filled it meanwhile
                     if trusted is None:
                         self.stats.add("cache_misses")
+                        self._abandon.event = abandon or threading.Event()  # read by this thread's `_fill`
                         sidecar = self._fill(version, shard)
                         trusted = sidecar, self._path(entry.sha256, ".blocks").read_bytes()  # just written
                         self._evict_over_bound()
@@ -404,20 +409,71 @@ class ShardCache:
             return set()
 
     def _fill(self, version: DatasetVersion, shard: int) -> dict:
+        abandon: threading.Event = getattr(self._abandon, "event", None) or threading.Event()
         entry = version.manifest.shards[shard]
         url = version.shard_url(shard)
         try:
             index = version.shard_index(shard)
         except NotFoundError:  # an index file gone missing: the shard whole, as before indexes
             index = None
+        parts = index is not None and not is_local(version.catalog.fs)  # filled through a `.partial`
+        abandoned = False
         try:
-            return self._fill_from(version, shard, index, entry, url)
+            if index is not None and not parts:
+                sidecar = self._publish(entry.sha256, *self._convert_in_place(version, shard, index, url, abandon))
+            else:
+                sidecar = self._fill_from(version, shard, index, entry, url, abandon)
+            if index is not None:  # in the cache now (bytes_fetched counts what crossed); a whole fetch counted itself
+                self.stats.add("shards_fetched")
+            return sidecar
+        except FillAbandoned:
+            abandoned = True  # the parts it checked stay in the `.partial` file for the next fill
+            raise
         finally:  # after the sidecar: until then cold reads still use the parts (and fetch none twice)
-            if index is not None:
+            if parts and not abandoned:
                 self._forget_parts(entry.sha256, filling=True)
             pa.default_memory_pool().release_unused()  # what decoding freed back to the OS, not kept
 
-    def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str) -> dict:
+    def _convert_in_place(self, version: DatasetVersion, shard: int, index: ShardIndex, url: str,
+                          abandon: threading.Event) -> tuple[str, int]:
+        """A local store's shard converted from its own file, read in place (no copy into a
+        `.partial`): the footer and each run of row groups checked against their sha256 just
+        before the conversion reads them (parts this process checked already are not hashed again)."""
+        path = version.shard_path(shard)
+
+        def ready(groups: list[int]) -> None:
+            if abandon.is_set():
+                raise FillAbandoned(f"the reader filling shard {url} closed")
+            self.check_in_place(path, url, index, [index.footer, *groups])
+
+        return self._convert(path, url, ready)
+
+    def check_in_place(self, path: str, url: str, index: ShardIndex, parts: list[int],
+                       data: "pa.Buffer | None" = None) -> None:
+        """Check these parts of a local store's shard file (`data`: its memory map, else mapped
+        here) against their sha256, once per process (`_in_place`); IntegrityError naming the
+        bytes and both hashes."""
+        with self._parts_lock:
+            done = self._in_place.setdefault(index.shard, set())
+            todo = [p for p in parts if p not in done]
+        if not todo:
+            return
+        if data is None:
+            data = pa.memory_map(path).read_buffer()
+        if data.size != index.size:
+            raise IntegrityError(f"shard {url}: {data.size} bytes, its index says {index.size}")
+        view = memoryview(data)
+        for p in todo:
+            start, end = index.span(p)
+            got = hashlib.sha256(view[start:end]).hexdigest()
+            if got != index.sha256[p]:
+                raise IntegrityError(f"shard {url}: bytes {start}..{end}: sha256 {got} does not match the "
+                                     f"manifest's shard index ({index.sha256[p]})")
+        with self._parts_lock:
+            done.update(todo)
+
+    def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str,
+                   abandon: threading.Event) -> dict:
         self._fetching.acquire()
         handed_over = threading.Event()
 
@@ -429,10 +485,14 @@ class ShardCache:
         if index is not None:  # converted as it lands: the conversion follows the fill, row group by row group
             landed, converted = Landed(), {}
 
+            def ready(groups: list[int]) -> None:
+                if abandon.is_set():
+                    raise FillAbandoned(f"the reader filling shard {url} closed")
+                landed.wait_for([index.footer, *groups])
+
             def convert() -> None:
                 try:
-                    converted["out"] = self._convert(str(self._path(entry.sha256, ".partial")), url,
-                                                     lambda groups: landed.wait_for([index.footer, *groups]))
+                    converted["out"] = self._convert(str(self._path(entry.sha256, ".partial")), url, ready)
                 except BaseException as e:  # noqa: BLE001 - raised below, once the fill has ended
                     converted["error"] = e
                 finally:  # mimalloc keeps what a thread freed in that thread's heap: this one's, given back
@@ -440,7 +500,7 @@ class ShardCache:
 
             converter = threading.Thread(target=convert, name="dsinspect-convert", daemon=True)
             try:
-                parquet = self._fill_parts(version, shard, index, hand_over, landed, converter.start)
+                parquet = self._fill_parts(version, shard, index, hand_over, landed, converter.start, abandon)
             except BaseException:
                 landed.fail()
                 raise
@@ -461,23 +521,28 @@ class ShardCache:
                 arrow_tmp, rows = self._convert(parquet, url)
             finally:
                 os.unlink(parquet)
+        return self._publish(entry.sha256, arrow_tmp, rows)
+
+    def _publish(self, sha256: str, arrow_tmp: str, rows: int) -> dict:
+        """A converted shard into the cache: its block hashes, the Arrow file renamed into place,
+        and last the sidecar that makes the entry trusted; returns the sidecar."""
         try:
             digests = _block_digests(arrow_tmp)
-            _write_durably(self._path(entry.sha256, ".blocks"), digests.tobytes())
-            os.replace(arrow_tmp, self._arrow(entry.sha256))
+            _write_durably(self._path(sha256, ".blocks"), digests.tobytes())
+            os.replace(arrow_tmp, self._arrow(sha256))
         except BaseException:
             if os.path.exists(arrow_tmp):
                 os.unlink(arrow_tmp)
             raise
-        sidecar = {"format": _FORMAT, "sha256": entry.sha256, "rows": rows, "block_size": BLOCK,
-                   "arrow_bytes": self._arrow(entry.sha256).stat().st_size,
+        sidecar = {"format": _FORMAT, "sha256": sha256, "rows": rows, "block_size": BLOCK,
+                   "arrow_bytes": self._arrow(sha256).stat().st_size,
                    "blocks_xxh3": xxhash.xxh3_64_hexdigest(digests.tobytes())}
-        _write_durably(self._path(entry.sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
+        _write_durably(self._path(sha256, ".json"), json.dumps(sidecar).encode())  # now it is trusted
         return sidecar
 
     def _fill_parts(self, version: DatasetVersion, shard: int, index: ShardIndex,
                     hand_over: Callable[[], None] = lambda: None, landed: Landed | None = None,
-                    opened: Callable[[], None] = lambda: None) -> str:
+                    opened: Callable[[], None] = lambda: None, abandon: threading.Event | None = None) -> str:
         """The shard assembled in its `.partial` file from the parts already there and the rest
         fetched in runs of consecutive parts (each part checked); returns the file's path.
         `hand_over()` is called once its last run is in flight: the next fill may start fetching
@@ -521,6 +586,8 @@ class ShardCache:
             with ThreadPoolExecutor(_RUNS_IN_FLIGHT, thread_name_prefix="dsinspect-run") as pool:
                 try:
                     for run in _runs(missing, index, _FETCH_RUN):
+                        if abandon is not None and abandon.is_set():  # what is in flight lands and is noted
+                            raise FillAbandoned(f"the reader filling shard {version.shard_url(shard)} closed")
                         claimed, busy = self.claim(sha, run)  # cold reads may have brought or be fetching some
                         others += busy
                         for part_run in _runs(claimed, index, _FETCH_RUN):
@@ -548,7 +615,6 @@ class ShardCache:
             os.fsync(fd)
         finally:
             os.close(fd)
-        self.stats.add("shards_fetched")  # whole now, part by part (bytes_fetched counts what crossed)
         return str(self._path(sha, ".partial"))  # late cold reads may still write into it: the same checked bytes
 
     def _fetch_into(self, fd: int, version: DatasetVersion, shard: int, index: ShardIndex, run: list[int]) -> None:

@@ -105,6 +105,7 @@ class _Partial:
         self.users, self.forgotten = 0, False  # under ColdRows._lock: closed when forgotten and unused
 
     in_cache = True  # its parts are shared with the node through the cache (see ShardCache.claim)
+    streamed = False
 
     def put(self, index: ShardIndex, part: int, data) -> None:
         """A checked part into the file, at its offset (`write_at`: the caller guards the disk)."""
@@ -123,11 +124,42 @@ class _Partial:
         os.close(self.fd)  # the map stays valid while decoded tables may still point into it
 
 
+class _InPlace:
+    """A local store's shard read where it is: its file memory-mapped, each part checked against
+    its sha256 the first time this process uses it (`ShardCache.check_in_place`), nothing written
+    to the cache (the module docstring)."""
+
+    in_cache = False
+    streamed = False
+
+    def __init__(self, cache: ShardCache, version: DatasetVersion, shard: int, index: ShardIndex):
+        self.sha256, self.cache, self.index = index.shard, cache, index
+        self.path, self.url = version.shard_path(shard), version.shard_url(shard)
+        self.buffer = pa.memory_map(self.path).read_buffer()
+        self.has_footer = False
+        self.footer_lock = threading.Lock()
+        self.users, self.forgotten = 0, False
+
+    def check(self, part: int) -> None:
+        self.cache.check_in_place(self.path, self.url, self.index, [part], self.buffer)
+
+    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
+        start, end = index.span(index.footer)
+        return self.buffer.slice(start, end - start)
+
+    def source(self, index: ShardIndex, part: int) -> pa.NativeFile:
+        return pa.BufferReader(self.buffer)
+
+    def close(self) -> None:
+        """Nothing: the map goes with the last decoded group pointing into it."""
+
+
 class _Streamed:
     """A streamed shard's parts in memory: each held from its fetch until it is decoded (see the
     module docstring); the footer's bytes are kept."""
 
     in_cache = False
+    streamed = True
 
     def __init__(self, index: ShardIndex):
         self.sha256, self.size, self.footer = index.shard, index.size, index.footer
@@ -200,7 +232,7 @@ class ColdRows:
         """Per want, where its rows are: decoded row groups, rows in each, positions in the want;
         None for a shard the cache holds by now (read it there). Footers and row groups not held
         yet are fetched, checked and decoded on a small pool."""
-        partials = self._use({w[2].shard: w[2] for w in wants})
+        partials = self._use({w[2].shard: w for w in wants})
         try:
             out = self._take([w for w in wants if w[2].shard in partials], columns, partials)
             return [out.pop(0) if w[2].shard in partials else None for w in wants]
@@ -250,7 +282,7 @@ class ColdRows:
     def footer(self, version: DatasetVersion, shard: int, index: ShardIndex) -> pq.FileMetaData | None:
         """The shard's parsed footer, its part fetched and checked as for a read (and kept for the
         reads that follow); None when the cache holds the shard by now."""
-        partials = self._use({index.shard: index})
+        partials = self._use({index.shard: (version, shard, index)})
         try:
             partial = partials.get(index.shard)
             return None if partial is None else self._footer(version, shard, index, partial)
@@ -272,7 +304,7 @@ class ColdRows:
             partial.close()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)  # idle unless a read is under way: no thread left
         with self._lock:
             self._groups.clear()
             self._footers.clear()
@@ -339,14 +371,15 @@ class ColdRows:
                     raise
                 self.cache.note_part(index, p)
 
-    def _use(self, indexes: dict[str, ShardIndex]) -> dict[str, _Partial]:
-        """The partial files of these shards (opened on first use), each marked in use, here and
-        in the cache (a fill that ends from now on leaves their parts until we are done); shards
-        the cache holds by now are left out."""
+    def _use(self, wanted: dict[str, tuple]) -> dict[str, _Partial]:
+        """The partial files of these shards ((version, shard, index, ...) per sha256; opened on
+        first use), each marked in use, here and in the cache (a fill that ends from now on leaves
+        their parts until we are done); shards the cache holds by now are left out. A local
+        store's shard is read in place (`_InPlace`)."""
         with self._lock:
-            partials: dict[str, _Partial | _Streamed] = {}
+            partials: dict[str, _Partial | _Streamed | _InPlace] = {}
             try:
-                for sha, index in indexes.items():
+                for sha, (version, shard, index, *_) in wanted.items():
                     if sha in self.streamed:
                         stream = self._streams.get(sha)
                         if stream is None:
@@ -354,6 +387,15 @@ class ColdRows:
                             self._streams.put(sha, stream)
                         stream.users += 1
                         partials[sha] = stream
+                        continue
+                    if is_local(version.catalog.fs):
+                        if self.cache.holds(sha):
+                            continue
+                        partial = self._partials.get(sha)
+                        if partial is None:
+                            partial = self._partials[sha] = _InPlace(self.cache, version, shard, index)
+                        partial.users += 1
+                        partials[sha] = partial
                         continue
                     self.cache.use_partial(sha)  # first: then a fill cannot end unseen between the two
                     if self.cache.holds(sha):
@@ -429,6 +471,9 @@ class ColdRows:
         """Put the checked part into this process's `.partial` file: from what the fill (or another
         process) left there when it checks out, else fetched (once: a part another thread is
         fetching is waited for)."""
+        if isinstance(partial, _InPlace):
+            partial.check(part)
+            return
         if part in partial.have:  # checked and written into our file already (a part decoded again)
             return
         cache = self.cache
@@ -466,7 +511,7 @@ class ColdRows:
     def _current(self, partial: "_Partial | _Streamed") -> bool:
         """Whether this is still the shard's entry (under `_lock`): not forgotten since (its shard
         filled), or for a streamed shard, not pushed out by others."""
-        held = self._partials.get(partial.sha256) if partial.in_cache else self._streams.peek(partial.sha256)
+        held = self._streams.peek(partial.sha256) if partial.streamed else self._partials.get(partial.sha256)
         return held is partial
 
     def _keep(self, key: tuple[str, int], group: RowsShard) -> None:

@@ -8,11 +8,16 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-__all__ = ["Landed", "FillAborted"]
+__all__ = ["Landed", "FillAborted", "FillAbandoned"]
 
 
 class FillAborted(Exception):
     """The fill a conversion was following failed (its own error is raised by the fill)."""
+
+
+class FillAbandoned(Exception):
+    """The reader that started a fill closed: the fill stopped at a run's boundary, leaving what it
+    fetched and checked in the `.partial` file (listed in `.have`) for the next fill, and no entry."""
 
 
 class Landed:

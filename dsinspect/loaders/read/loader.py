@@ -308,12 +308,20 @@ class Loader:
         if self._recorder:  # a new segment: which state it resumed from, its world and batch size
             self._recorder.begin(resumed, self._parent)
 
-    def close(self) -> None:
-        self._drop_ahead()
+    def close(self, wait: bool = False) -> None:
+        """Stop reading ahead and release what is held, without waiting for a read ahead or a
+        shard fill under way (a fill stops at its next run and leaves what it checked for the
+        next reader, `BatchReader.close`). `wait`: return once they have stopped."""
+        self._reader.close(wait)  # first: a read ahead waiting for a fill ends with it
+        self._run.clear()
+        for _, future in self._ahead:
+            future.cancel()
+        if wait:
+            self._drop_ahead()
+        self._ahead.clear()
         if self._pool:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=wait)
             self._pool = None
-        self._reader.close()
         if self._recorder:
             self._recorder.close()
 

@@ -225,16 +225,17 @@ class BatchReader:
                 future = self._future = NextUse(self._spec, now, horizon)
         return min(future.after(k, now) for k in keys)
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
         """Release the shards held, without waiting for a fill under way: queued fills are
         dropped, running ones stop at their next run (`ShardCache.open`'s `abandon`), keeping
-        what they checked for the next reader and publishing nothing half-made."""
+        what they checked for the next reader and publishing nothing half-made. `wait`: return
+        once they have stopped (a caller that reads the cache's counters next)."""
         self._closed.set()
         self.cache.forget_order(self._next_use)  # the cache no longer asks this reader what comes next
         if self._cold is not None:
             self._cold.close()
         if self._pool:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
         with self._lock:
             for shard in self._open.values():
