@@ -71,6 +71,9 @@ def _listing_table(listing: dict) -> Table:
     return table
 
 
+_INFO_SHARDS = 20  # shards `info` shows on a terminal (--json lists every one; rich draws ~1 ms a row)
+
+
 @click.command()
 @click.argument("address")
 @catalog_option
@@ -84,14 +87,15 @@ def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: boo
     from dsinspect.loaders.store.describe import version_info
 
     version = catalog_from(ctx, catalog_url).resolve(address)
-    data = version_info(version)
+    data = version_info(version, None if as_json else _INFO_SHARDS)
     if as_json:
         return emit_json(data)
     out.print(f"[bold]{version.name}[/] version [bold]{version.id}[/]")
     out.print(f"tags: {', '.join(data['tags']) or '-'}   parent: {data['parent'] or '-'}   "
               f"created: {data['created_at']}")
-    out.print(f"rows: {data['rows']:,}   bytes: {human_bytes(data['bytes'])}   shards: {len(data['shards'])}   "
-              f"key: {data['key'] or '-'}   message: {data['message'] or '-'}")
+    out.print(f"rows: {data['rows']:,}   bytes: {human_bytes(data['bytes'])}   "
+              f"shards: {len(version.manifest.shards):,}   key: {data['key'] or '-'}   "
+              f"message: {data['message'] or '-'}")
     schema = Table(title="schema", title_justify="left")
     for col in ("field", "type", "role", "nullable", "options"):
         schema.add_column(col)
@@ -105,6 +109,8 @@ def info(ctx: click.Context, address: str, catalog_url: str | None, as_json: boo
     for s in data["shards"]:
         shards.add_row(str(s["index"]), s["sha256"], f"{s['rows']:,}", f"{s['first_row']:,}", human_bytes(s["bytes"]))
     out.print(shards)
+    if data.get("shards_omitted"):
+        out.print(f"... and {data['shards_omitted']:,} more shards (all of them: dsinspect info {address} --json)")
 
 
 @click.command()

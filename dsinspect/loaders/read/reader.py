@@ -54,7 +54,7 @@ class BatchReader:
         spec.require_rows("the Loader")
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
-            if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
+            if not np.array_equal(version.manifest.shard_rows, source.shard_rows):
                 raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
         self.columns = list(columns) if columns else [f.name for f in self.versions[0].fields]
         self._check_columns()
@@ -68,7 +68,7 @@ class BatchReader:
         self._shard_base = np.cumsum([0] + [len(v.manifest.shards) for v in self.versions])[:-1].tolist()
         self._flat_starts = np.concatenate([st[:len(v.manifest.shards)] for st, v in zip(self._starts, self.versions)])
         self._shard_key = [(k, s) for k, v in enumerate(self.versions) for s in range(len(v.manifest.shards))]
-        self._sha256 = {(k, s): self.versions[k].manifest.shards[s].sha256 for k, s in self._shard_key}
+        self._sha256 = dict(zip(self._shard_key, (sha for v in self.versions for sha in v.manifest.shards.sha256s())))
         self._max_open = self._plan_budget(spec)
         self._open: LRU[tuple[int, int], CachedShard] = LRU(self._max_open)  # pinned; least recent released first
         self._pending: dict[tuple[int, int], Future] = {}

@@ -8,7 +8,7 @@ from dsinspect.errors import DamagedError, DsinspectError
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.version import DatasetVersion
 
-__all__ = ["tags_by_version", "version_summary", "version_info", "catalog_listing"]
+__all__ = ["tags_by_version", "version_summary", "version_info", "shard_entries", "catalog_listing"]
 
 
 def tags_by_version(tags: dict[str, str]) -> dict[str, list[str]]:
@@ -27,21 +27,39 @@ def version_summary(version: DatasetVersion, tags: list[str]) -> dict[str, Any]:
     }
 
 
-def version_info(version: DatasetVersion) -> dict[str, Any]:
+def version_info(version: DatasetVersion, max_shards: int | None = None) -> dict[str, Any]:
     """Everything a manifest says, with shard URLs resolved. A damaged tags.json does not hide the
-    version: its tags are then [] and `tags_error` says why."""
+    version: its tags are then [] and `tags_error` says why. `max_shards`: list only the first
+    ones (`shards_omitted` counts the rest; a terminal has no use for 10^5 rows)."""
     try:
         tags, damage = tags_by_version(version.catalog.tags(version.name)).get(version.id, []), {}
     except DamagedError as e:
         tags, damage = [], {"tags_error": str(e)}
+    count = len(version.manifest.shards)
+    listed = count if max_shards is None else min(count, max_shards)
     return {
         "address": version.address, "name": version.name, **version_summary(version, tags), **damage,
         "key": version.manifest.key,
         "schema": [f.to_json() for f in version.fields],
-        "shards": [{"index": i, **s.to_json(), "first_row": int(version.shard_starts[i]), "url": version.shard_url(i)}
-                   for i, s in enumerate(version.manifest.shards)],
+        "shards": shard_entries(version, listed),
+        **({"shards_omitted": count - listed} if listed < count else {}),
         "meta": dict(version.manifest.meta),
     }
+
+
+def shard_entries(version: DatasetVersion, count: int) -> list[dict[str, Any]]:
+    """The first `count` shards as `info` lists them (the manifest's entry, its index, first row and
+    URL), from the manifest's columns: no `Shard` object or path join per shard."""
+    table = version.manifest.shards
+    if not count:
+        return []
+    first = table.sha256(0)
+    before, after = version.shard_url(0).rsplit(first, 1)  # every shard's URL differs only by its sha256
+    starts = version.shard_starts[:count].tolist()
+    out = []
+    for i, (shard, start) in enumerate(zip(table if count == len(table) else table[:count], starts)):
+        out.append({"index": i, **shard.to_json(), "first_row": start, "url": before + shard.sha256 + after})
+    return out
 
 
 def catalog_listing(catalog: Catalog) -> dict[str, Any]:

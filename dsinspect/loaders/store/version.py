@@ -61,10 +61,10 @@ class DatasetVersion:
     @cached_property
     def shard_starts(self) -> np.ndarray:
         """Global index of each shard's first row, plus the total at the end."""
-        return np.concatenate([[0], np.cumsum([s.rows for s in self.manifest.shards], dtype=np.int64)])
+        return np.concatenate([[0], np.cumsum(self.manifest.shard_rows, dtype=np.int64)])
 
     def shard_path(self, shard: int) -> str:
-        return self.catalog.layout.shard(self.name, self.manifest.shards[shard].sha256)
+        return self.catalog.layout.shard(self.name, self.manifest.shards.sha256(shard))
 
     def shard_url(self, shard: int) -> str:
         return self.catalog.display(self.shard_path(shard))
@@ -91,11 +91,11 @@ class DatasetVersion:
         object storage: a cold first batch under a global shuffle needs one for every shard it
         touches, and one after another they cost a round trip each. One that fails or does not
         check out is left to `shard_index`, which fetches it again and names what is wrong."""
-        todo = [s for s in dict.fromkeys(shards)
-                if s not in self._indexes and self.manifest.shards[s].index_sha256 is not None]
+        entries = self.manifest.shards
+        todo = [s for s in dict.fromkeys(shards) if s not in self._indexes and entries.index_sha256(s) is not None]
         if not todo or (len(todo) < 2 and self.catalog.copies is None):
             return
-        paths = [self.catalog.layout.shard_index(self.name, self.manifest.shards[s].sha256) for s in todo]
+        paths = [self.catalog.layout.shard_index(self.name, entries.sha256(s)) for s in todo]
 
         def fetch(positions: list[int]) -> list:
             got = read_many(self.catalog.fs, [paths[i] for i in positions])
@@ -104,14 +104,14 @@ class DatasetVersion:
         if self.catalog.copies is None:
             found = [None if isinstance(r, BaseException) else r[1] for r in fetch(list(range(len(todo))))]
         else:
-            found = self.catalog.copies.get_many([self.manifest.shards[s].index_sha256 for s in todo], "index",
+            found = self.catalog.copies.get_many([entries.index_sha256(s) for s in todo], "index",
                                                  fetch, lambda i, raw: self._copied_index(todo[i], raw))
         for shard, index in zip(todo, found):
             if index is not None:
                 self._indexes[shard] = index
 
     def _fetch_index(self, shard: int) -> tuple[bytes, ShardIndex]:
-        path = self.catalog.layout.shard_index(self.name, self.manifest.shards[shard].sha256)
+        path = self.catalog.layout.shard_index(self.name, self.manifest.shards.sha256(shard))
         try:
             raw = read_whole(self.catalog.fs, path)
         except FileNotFoundError:
