@@ -1,8 +1,8 @@
 """The sliding shuffle: shards pass through a resident set of q, and samples are shuffled across the
 shards resident together (a bounded cache's shuffle, after mosaicml-streaming's py1e and py1br).
 
-Shards are taken in a keyed order; each is cut into q contiguous pieces of its rows. Block j of
-the stream holds piece p of the (j - p)-th shard for every p < q, so a shard enters at block i,
+Shards (the empty ones left out) are taken in a keyed order; each is cut into q contiguous pieces of
+its rows. Block j of the stream holds piece p of the (j - p)-th shard for every p < q: a shard enters at block i,
 stays for q blocks and is never needed again; the first q and the last q blocks are merged, so
 every block holds pieces of exactly q shards (fewer when the version has fewer). Samples are
 permuted within each block. A reader therefore holds q shards (q + 1 across a block boundary),
@@ -29,9 +29,10 @@ class SlidingLayout:
 
     def __init__(self, shard_rows: tuple[int, ...], resident: int, key: int):
         rows = np.asarray(shard_rows, dtype=np.int64)
-        self.m = len(rows)
+        held = np.flatnonzero(rows > 0)  # an empty shard would take a resident's place for nothing
+        self.m = len(held)
         self.q = max(1, min(resident, self.m))
-        self.order = Permutation(self.m, key)(np.arange(self.m))  # order position -> shard
+        self.order = held[Permutation(self.m, key)(np.arange(self.m))]  # order position -> shard
         self.rows = rows[self.order]
         self.shard_starts = np.concatenate([[0], np.cumsum(rows)])[:-1]  # of the shards, in manifest order
         self.blocks = self.m - self.q + 1
@@ -97,9 +98,7 @@ def sliding_permute(shard_rows: tuple[int, ...], resident: int, seed: int, k: in
 def sliding_unpermute(shard_rows: tuple[int, ...], resident: int, seed: int, k: int, epoch: int, index: int) -> int:
     """The in-epoch position of sample `index` of the source: `sliding_permute` inverted."""
     layout = sliding_layout(shard_rows, resident, key_of("sliding-shards", seed, k, epoch))
-    shard = int(np.searchsorted(layout.shard_starts, index, side="right") - 1)
-    while int(shard_rows[shard]) == 0:  # empty shards share their start with the next one
-        shard += 1
+    shard = int(np.searchsorted(layout.shard_starts, index, side="right") - 1)  # empty ones share the next start
     row = index - int(layout.shard_starts[shard])
     at = int(np.flatnonzero(layout.order == shard)[0])
     b = layout.piece_block(at, row)
