@@ -153,9 +153,12 @@ def verify(ctx: click.Context, address: str, engine: str, workers: int | None, c
         table = Table(title=f"verify {version.address}", title_justify="left")
         for col in ("#", "sha256", "rows", "result"):
             table.add_column(col)
-        for s in report.shards:
+        shown = [s for i, s in enumerate(report.shards) if not s.ok or i < _INFO_SHARDS]  # every failed one
+        for s in shown:
             table.add_row(str(s.index), s.sha256[:16], f"{s.rows:,}", "[green]ok[/]" if s.ok else "[red]FAILED[/]")
         out.print(table)
+        if len(shown) < len(report.shards):
+            out.print(f"... and {len(report.shards) - len(shown):,} more shards, all ok (each one: --json)")
     for problem in report.problems:
         err.print(f"dsinspect: verify: {version.address}: {problem}", markup=False)
     for s in report.shards:

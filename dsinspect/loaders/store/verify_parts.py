@@ -5,11 +5,13 @@ The report equals `verify_version`'s: the same shard reports in shard order, the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 from typing import Callable
 
 from dsinspect.loaders.compute.engines import run_tasks
 from dsinspect.loaders.compute.tasks import TaskFailed
+from dsinspect.loaders.format.manifest import Manifest
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.verify import (
     ShardReport,
@@ -37,11 +39,19 @@ def shard_ranges(count: int, ranges: int) -> list[tuple[int, int]]:
 def verify_shards_task(payload: dict) -> dict:
     """Task: verify shards [first, stop) of one version (any process, JSON in and out)."""
     catalog = Catalog(payload["catalog"], node_copies=False)  # what is stored (verify.stored)
-    version = catalog.version(payload["dataset"], payload["version"])
+    manifest = _stored_manifest(payload["catalog"], payload["dataset"], payload["version"])
+    version = DatasetVersion(catalog, payload["dataset"], payload["version"], manifest)
     first, stop = payload["shards"]
     reports = [verify_shard(version, i) for i in range(first, stop)]
-    return {"shards": [asdict(r) for r in reports],
-            "bytes": sum(version.manifest.shards[i].bytes for i in range(first, stop))}
+    return {"shards": [asdict(r) for r in reports], "bytes": int(version.manifest.shards.bytes[first:stop].sum())}
+
+
+@functools.lru_cache(maxsize=1)
+def _stored_manifest(catalog_url: str, dataset: str, version_id: str) -> Manifest:
+    """The stored manifest, read once per process: a worker runs several ranges of one version (a
+    10^5-shard manifest costs a parse each), and `verify_parallel` has read and checked it again
+    from storage (`stored`) before any task starts. Shards and indexes are read afresh by each task."""
+    return Catalog(catalog_url, node_copies=False).manifest(dataset, version_id)
 
 
 def verify_parallel(version: DatasetVersion, engine: str = "pool", workers: int | None = None,
