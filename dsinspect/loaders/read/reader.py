@@ -28,6 +28,7 @@ from dsinspect.loaders.read.cache import CachedShard, ShardCache
 from dsinspect.loaders.read.cold import ColdRows
 from dsinspect.loaders.read.columns import gather, is_numeric_dense
 from dsinspect.loaders.store.catalog import Catalog
+from dsinspect.loaders.store.storage import is_local
 from dsinspect.lru import LRU
 
 __all__ = ["BatchReader", "Layout"]
@@ -76,6 +77,9 @@ class BatchReader:
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
         self._closed = threading.Event()  # set by close(): fills under way stop at their next run
+        # per source: a local store, whose fills are CPU (decode) rather than link: a consumer faster
+        # than cold reads fills a shard queued for a fill itself rather than decode its row groups cold
+        self._local = [is_local(v.catalog.fs) for v in self.versions]
         self._cold: ColdRows | None = None
         self._indexes: dict[tuple[int, int], ShardIndex | None] = {}
         self._deferred: dict[tuple[int, int], None] = {}  # shards to fill once the first batch is read
@@ -254,8 +258,9 @@ class BatchReader:
             pending.result()  # a failed fill raises here
         if self.cache.holds(self._sha256[key]) or self._index(key) is None:
             return self._shard(key)
-        if pending is not None and pending.running() and patience is not None and patience < self._cold_seconds:
-            return self._shard(key)  # waits for the fill
+        if (pending is not None and patience is not None and patience < self._cold_seconds
+                and (pending.running() or self._local[key[0]])):
+            return self._shard(key)  # waits for the fill, or fills it here if it has not started
         return None
 
     def _read_cold(self, parts: list, cold: list[int]) -> None:
