@@ -6,6 +6,7 @@ the shaped link of shaped_link.py, read with s3fs.
   python benchmarks/bench_remote.py --epoch [--rate-mbit 200]            # a cold epoch: dsinspect, peers, baseline
   python benchmarks/bench_remote.py --epoch --resume --rate-mbit 200      # a resume on a fresh node, to its first batch
   python benchmarks/bench_remote.py --bounded --rtt-ms 20                # a cache of 25 %: fetches vs Belady, LRU
+  python benchmarks/bench_remote.py --small --rtt-ms 20 [--repeats 3]    # 4 and 40 MB versions: requests, connections
 
 The link: for the server alone and for each link (RTT 0, 20, 80 ms at the given rate, and RTT 0
 unlimited), one whole-object GET and the object as 8 ranged GETs in flight at once, each the median
@@ -551,6 +552,11 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true",
                         help="with --epoch: a resume at step RESUME_STEP on a fresh node, to its first batch")
     parser.add_argument("--bounded", action="store_true", help="a bounded cache's fetches against Belady and LRU")
+    parser.add_argument("--small", action="store_true",
+                        help="small versions (remote_small.py): first batch, epoch, requests, connections, RSS")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per measurement (--small)")
+    parser.add_argument("--before", metavar="CHECKOUT",
+                        help="--small: also run this checkout's dsinspect (reader dsinspect-before), e.g. a worktree")
     parser.add_argument("--readers", type=lambda v: v.split(","), default=list(EPOCH_READERS),
                         help=f"readers (--epoch; --bounded adds litdata when named), of {','.join(EPOCH_READERS)}")
     parser.add_argument("--rtt-ms", dest="rtts", type=lambda v: [float(x) / 1e3 for x in v.split(",")],
@@ -564,6 +570,11 @@ def main() -> int:
         return epoch(args)
     if args.bounded:
         return bounded(args)
+    if args.small:
+        import remote_small
+        if args.readers == list(EPOCH_READERS):
+            args.readers = list(remote_small.READERS) + (["dsinspect-before"] if args.before else [])
+        return remote_small.run(args)
 
     import fsspec
     from s3_server import S3Server, s3_environment
