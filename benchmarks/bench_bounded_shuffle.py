@@ -220,7 +220,8 @@ def main() -> int:
         probe.release()
         shards = len(version.manifest.shards)
         bound = int(FRACTION * shards * cached)
-        fits = bound // cached
+        ratio = cached / version.manifest.shards[0].bytes  # as the reader judges after its first fill
+        fits = int(bound // max(int(e.bytes * ratio) for e in version.manifest.shards))
         window_k, sliding_q = max(1, fits // 2), max(2, fits - 2)
         print(f"{shards} shards, {size / 1e6:.1f} MB stored, {cached / 1e6:.2f} MB each as cached; bound "
               f"{bound / 1e6:.1f} MB ({FRACTION:.0%}, {fits} shards): window_shards={window_k} (window), "

@@ -42,6 +42,7 @@ class BoundAdvice:
     amplification: float   # expected bytes fetched per epoch / version bytes
     sliding_shards: int    # the largest sliding shuffle that fits (0: none does)
     window_shards: int     # the largest window shuffle that fits with the next window read ahead (0: none)
+    ratio: float = 1.0     # bytes as cached / as stored (1.0 at start: not known before the first fill)
 
     def message(self) -> str:
         options = []
@@ -51,15 +52,17 @@ class BoundAdvice:
         if self.window_shards >= 1:
             options.append(f"shuffle='window' with window_shards={self.window_shards}")
         options.append(f"a bound of at least {self.working_set:,} bytes")
+        judged = ("bytes as stored; judged again once a shard is filled, by what it takes decoded" if self.ratio == 1
+                  else f"bytes as cached, {self.ratio:.1f}x their stored size")
         return (f"cache bound of {self.bound:,} bytes is smaller than {self.what} "
-                f"({self.working_set:,} bytes as cached): {self.streamed} of {self.shards} shards will be streamed, "
+                f"({self.working_set:,} {judged}): {self.streamed} of {self.shards} shards will be streamed, "
                 f"their row groups (~{self.group_rows:,.0f} rows each) fetched again by each batch that reads "
                 f"one of their rows: expect ~{self.amplification:.1f}x the version's bytes "
                 f"({self.version_bytes:,}) fetched per epoch. Alternatives: {'; '.join(options)}")
 
 
 def bound_advice(spec: RunSpec, what: str, bound: int, sizes: Sequence[int], shard_rows: Sequence[int],
-                 streamed: Sequence[bool], group_rows: float, working_set: int) -> BoundAdvice:
+                 streamed: Sequence[bool], group_rows: float, working_set: int, ratio: float = 1.0) -> BoundAdvice:
     """The advice for one version (`sizes`: its shards' bytes as cached; `streamed`: which of them
     will be streamed). A streamed row group of G rows whose rows are spread over R reads of
     `batch_size` rows is fetched by about R (1 - (1 - 1/R)^G) of them (global: R spans the epoch)."""
@@ -74,4 +77,4 @@ def bound_advice(spec: RunSpec, what: str, bound: int, sizes: Sequence[int], sha
     amplification = (kept + (total - kept) * per_group) / max(1, total)
     fits = int(bound // max(1, max(sizes, default=1)))
     return BoundAdvice(what, bound, working_set, total, sum(map(bool, streamed)), len(sizes), group_rows,
-                       amplification, max(0, min(fits - READ_AHEAD, len(sizes))), min(fits // 2, len(sizes)))
+                       amplification, max(0, min(fits - READ_AHEAD, len(sizes))), min(fits // 2, len(sizes)), ratio)

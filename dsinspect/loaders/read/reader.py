@@ -425,7 +425,7 @@ class BatchReader:
                 except (ValueError, NotFoundError, IntegrityError):
                     group_rows = 1.0
                 advice.append(bound_advice(self._spec_for_bound, what, self.cache.max_bytes, size,
-                                           [e.rows for e in entries], streamed, group_rows, needed))
+                                           [e.rows for e in entries], streamed, group_rows, needed, ratio))
             room -= working
         if len(self.streamed) > before:
             for a in advice:
