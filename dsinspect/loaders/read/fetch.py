@@ -163,8 +163,10 @@ def _coalesced(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int]]
     return out
 
 
-def _key(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:
-    return id(fs), path
+def _key(fs: fsspec.AbstractFileSystem, path: str) -> tuple[object, str]:
+    """A file by its filesystem's options (fsspec's token: the same in a forked DataLoader worker,
+    which inherits what its parent kept from the first batch) and its path."""
+    return getattr(fs, "_fs_token", None) or id(fs), path
 
 
 class _Kept:
@@ -174,10 +176,10 @@ class _Kept:
 
     def __init__(self, limit: int):
         self.limit, self.held = limit, 0
-        self._reads: OrderedDict[tuple[int, str], list[list]] = OrderedDict()  # [start, data, bytes taken]
+        self._reads: OrderedDict[tuple[object, str], list[list]] = OrderedDict()  # [start, data, bytes taken]
         self._lock = threading.Lock()
 
-    def put(self, key: tuple[int, str], start: int, data: bytes, taken: int) -> None:
+    def put(self, key: tuple[object, str], start: int, data: bytes, taken: int) -> None:
         if len(data) > self.limit:
             return
         with self._lock:
@@ -187,7 +189,7 @@ class _Kept:
                 _, reads = self._reads.popitem(last=False)
                 self.held -= sum(len(r[1]) for r in reads)
 
-    def take(self, key: tuple[int, str], first: int, last: int) -> memoryview | None:
+    def take(self, key: tuple[object, str], first: int, last: int) -> memoryview | None:
         """Bytes first..last of the file when one kept read holds them all, else None."""
         with self._lock:
             reads = self._reads.get(key, [])
