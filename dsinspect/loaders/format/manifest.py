@@ -184,7 +184,8 @@ class Manifest:
         head = canonical_json({**self._head(), "shards": []})
         assert head.endswith(b'"shards":[]}')
         digest = hashlib.sha256(head[:-3])
-        digest.update(self.shards.canonical().encode("utf-8"))
+        for piece in self.shards.canonical():
+            digest.update(piece)
         digest.update(b"}")
         self.shards.forget_text()
         return digest.hexdigest()
@@ -222,7 +223,7 @@ def _pretty_shards(raw: bytes) -> tuple[ShardTable | None, bytes]:
     start = raw.find(PRETTY_START)
     if start < 0 or not raw.endswith(PRETTY_END) or raw.find(PRETTY_START, start + 1) >= 0:
         return None, raw
-    table = ShardTable.from_pretty(memoryview(raw)[start + len(PRETTY_START):-len(PRETTY_END)])
+    table = ShardTable.from_pretty(raw, start + len(PRETTY_START), len(raw) - len(PRETTY_END))
     if table is None:
         return None, raw
     return table, raw[:start] + b'\n  "shards": []\n}\n'

@@ -31,7 +31,7 @@ _INT64_MAX = (1 << 63) - 1
 class ShardTable(Sequence):
     """Shard entries in columns; `table[i]` is the i-th entry as a `Shard`."""
 
-    __slots__ = ("_sha", "_index", "_has_index", "rows", "bytes", "tokens", "_canonical")
+    __slots__ = ("_sha", "_index", "_has_index", "rows", "bytes", "tokens", "_text")
 
     def __init__(self, sha: str, index: str, has_index: np.ndarray, rows: np.ndarray, nbytes: np.ndarray,
                  tokens: dict[str, np.ndarray]):
@@ -39,7 +39,7 @@ class ShardTable(Sequence):
         zeros, marked False in `has_index`), counts as int64 arrays, `tokens` by field name."""
         self._sha, self._index, self._has_index = sha, index, has_index
         self.rows, self.bytes, self.tokens = rows, nbytes, tokens
-        self._canonical: str | None = None  # the canonical array, when parsed from text (dropped once used)
+        self._text: tuple[bytes, int, int] | None = None  # the file parsed and where the array is (`canonical`)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -61,10 +61,12 @@ class ShardTable(Sequence):
                    _int64([s.rows for s in shards], "rows"), _int64([s.bytes for s in shards], "bytes"), tokens)
 
     @classmethod
-    def from_pretty(cls, body: bytes | memoryview) -> "ShardTable | None":
-        """The entries of a pretty manifest's `shards` array (the bytes between PRETTY_START and
-        PRETTY_END), or None unless they are exactly what `pretty()` writes for the values read
-        (so `json.loads` would have read the same values); None sends the caller the general way."""
+    def from_pretty(cls, raw: bytes, start: int, end: int) -> "ShardTable | None":
+        """The entries of a pretty manifest's `shards` array (`raw[start:end]`, between PRETTY_START
+        and PRETTY_END, the last thing in the file), or None unless they are exactly what `pretty()`
+        writes for the values read (so `json.loads` would have read the same values); None sends
+        the caller the general way."""
+        body = memoryview(raw)[start:end]
         text = np.frombuffer(body, np.uint8)
         first = re.match(rb"    \{\n.*?\n    \}", bytes(body[:4096]), re.S)
         try:
@@ -83,8 +85,7 @@ class ShardTable(Sequence):
         n = len(values["rows"])
         table = cls(values["sha256"], values["index_sha256"] if with_index else "0" * (64 * n),
                     np.full(n, with_index), values["rows"], values["bytes"], {name: values[name] for name in names})
-        # the canonical array is these bytes without their whitespace: no value or name holds a space
-        table._canonical = "[" + text[(text != 32) & (text != 10)].tobytes().decode("ascii") + "]"
+        table._text = (raw, start, end)  # the canonical array: this text without its whitespace (`canonical`)
         return table
 
     # -- the Sequence --------------------------------------------------------------------------
@@ -109,8 +110,13 @@ class ShardTable(Sequence):
                       tuple((name, int(c[i])) for name, c in self.tokens.items()))
 
     def __iter__(self) -> Iterator:
-        for i in range(len(self)):
-            yield self[i]
+        """Each entry as a `Shard` (~0.5 us each: callers that need one column read it, e.g. `rows`)."""
+        index = [self.index_sha256(i) for i in range(len(self))]
+        names = list(self.tokens)
+        counts = zip(*(c.tolist() for c in self.tokens.values())) if names else iter(lambda: (), None)
+        for sha, nbytes, rows, idx, tokens in zip(self.sha256s(), self.bytes.tolist(), self.rows.tolist(), index,
+                                                  counts):
+            yield _shard(sha, nbytes, rows, idx, tuple(zip(names, tokens)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ShardTable):
@@ -148,15 +154,22 @@ class ShardTable(Sequence):
 
     # -- rendering -----------------------------------------------------------------------------
 
-    def canonical(self) -> str:
-        """The `shards` array as canonical JSON (sorted keys, no whitespace)."""
-        if self._canonical is not None:
-            return self._canonical
-        return "[" + ",".join(self._render(pretty=False)) + "]"
+    def canonical(self) -> Iterator[bytes]:
+        """The `shards` array as canonical JSON (sorted keys, no whitespace), UTF-8, in pieces. Read
+        from a pretty file (`from_pretty`): its text without spaces and line breaks (no value or
+        name holds one), a few MB at a time; else rendered from the columns."""
+        if self._text is None:
+            yield ("[" + ",".join(self._render(pretty=False)) + "]").encode("utf-8")
+            return
+        raw, start, end = self._text
+        yield b"["
+        for at in range(start, end, _CHUNK):
+            yield raw[at:min(end, at + _CHUNK)].translate(None, b" \n")
+        yield b"]"
 
     def forget_text(self) -> None:
-        """Drop the canonical text kept from parsing (~200 bytes a shard) once the id is computed."""
-        self._canonical = None
+        """Let go of the file read (the manifest's bytes) once the version id is computed."""
+        self._text = None
 
     def pretty(self) -> str:
         """The `shards` array as `json.dumps(..., indent=2, sort_keys=True)` writes it inside a manifest."""
@@ -214,35 +227,48 @@ def _template_lines(names: list[str], with_index: bool) -> list[tuple[bytes, str
 
 def _read_entries(text: np.ndarray, lines: list[tuple[bytes, str | None, bytes]]) -> dict | None:
     """The values of a run of entries laid out line by line as `lines` say (a line: its literal
-    start, a value, its literal end; entries joined by a comma and a line break), every byte
-    checked, with numpy; None when the text is laid out any other way."""
+    start, a value, its literal end; entries joined by ",\\n"), every byte checked, with numpy;
+    None when the text is laid out any other way."""
     per = len(lines)
-    breaks = np.flatnonzero(text == 10)
-    if (len(breaks) + 1) % per:
+    kind = np.int32 if len(text) < 2**31 else np.int64  # positions: half the memory below 2 GB
+    breaks = [np.flatnonzero(text[at:at + _CHUNK] == 10).astype(kind) + kind(at) for at in range(0, len(text), _CHUNK)]
+    count = sum(map(len, breaks))
+    if (count + 1) % per:
         return None
-    starts = np.concatenate([[0], breaks + 1]).reshape(-1, per)
-    ends = np.concatenate([breaks, [len(text)]]).reshape(-1, per)
-    n = len(starts)
-    literal = "\n".join(before.decode() + after.decode() for before, _, after in lines).encode()
-    firsts = {name: starts[:, j] + len(before) for j, (before, name, _) in enumerate(lines)}
-    lasts = {name: ends[:, j] - len(after) for j, (_, name, after) in enumerate(lines)}
-    inside = np.zeros(len(text) + 1, np.int8)  # +1 from a value's first byte, -1 after its last
-    for name in filter(None, firsts):
-        if (lasts[name] < firsts[name]).any():
-            return None
-        inside[firsts[name]] += 1  # each name's positions are distinct
-        inside[lasts[name]] -= 1
-    value = np.cumsum(inside[:-1], dtype=np.int8).astype(bool)
-    if text[~value].tobytes() != ((literal + b",\n") * n)[:-2]:
-        return None
+    starts = np.empty(count + 1, kind)
+    ends = np.empty(count + 1, kind)
+    starts[0], ends[-1] = 0, len(text)
+    if breaks:
+        np.concatenate(breaks, out=ends[:-1])
+    np.add(ends[:-1], 1, out=starts[1:])
+    starts, ends = starts.reshape(-1, per), ends.reshape(-1, per)
     out: dict = {}
-    padded = np.concatenate([np.zeros(19, np.uint8), text])
-    for name in filter(None, firsts):
-        first, width = firsts[name], lasts[name] - firsts[name]
-        out[name] = _hex(text, first, width) if name.endswith("sha256") else _integers(padded, first, width)
+    for j, (before, name, after) in enumerate(lines):
+        start, end = starts[:, j], ends[:, j]
+        if j == per - 1:  # the line closing an entry: "    }," but for the last
+            if not _literal(text, end[:-1] - 1, b","):
+                return None
+            end = np.concatenate([end[:-1] - 1, end[-1:]])
+        first, last = start + len(before), end - len(after)
+        if (last < first).any() or not _literal(text, start, before) or not _literal(text, last, after):
+            return None
+        if name is None:
+            if (last != first).any():
+                return None
+            continue
+        out[name] = _hex(text, first, last - first) if name.endswith("sha256") else _integers(text, first, last - first)
         if out[name] is None:
             return None
     return out
+
+
+def _literal(text: np.ndarray, at: np.ndarray, literal: bytes) -> bool:
+    """Whether `literal` stands at each of the positions `at` (each within the text)."""
+    if not literal or not len(at):
+        return True
+    if at.min() < 0 or at.max() + len(literal) > len(text):
+        return False
+    return bool((sliding_window_view(text, len(literal))[at] == np.frombuffer(literal, np.uint8)).all())
 
 
 def _hex(text: np.ndarray, at: np.ndarray, width: np.ndarray) -> str | None:
@@ -254,38 +280,41 @@ def _hex(text: np.ndarray, at: np.ndarray, width: np.ndarray) -> str | None:
 
 
 def _integers(text: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray | None:
-    """JSON integers >= 0 of `width` digits at `at` (no leading zero, below 2^63), else None.
-    `text` starts with 19 bytes of padding before position 0 (so every right-aligned window fits)."""
-    if (width < 1).any() or (width > 19).any():
-        return None
-    digits = sliding_window_view(text, 19)[at + width].astype(np.int64) - 48  # the 19 bytes before each end
+    """JSON integers >= 0 of `width` digits at `at` (no leading zero, below 2^63), else None."""
+    if (width < 1).any() or (width > 19).any() or (at + width).min() < 19:
+        return None  # (every value follows a key: the 19 bytes before its end are in the text)
+    digits = sliding_window_view(text, 19)[at + width - 19] - np.uint8(48)  # right-aligned; wraps below '0'
     inside = np.arange(19) >= 19 - width[:, None]
-    if ((digits < 0) | (digits > 9))[inside].any() or ((text[at + 19] == 48) & (width > 1)).any():
+    if (digits[inside] > 9).any() or ((text[at] == 48) & (width > 1)).any():
         return None  # not a digit, or a leading zero
-    value = (np.where(inside, digits, 0).astype(np.uint64) * _POW10).sum(axis=1, dtype=np.uint64)
+    digits[~inside] = 0
+    value = digits.astype(np.uint64) @ _POW10  # < 10^19 < 2^64: no wrap
     if (value > np.uint64(_INT64_MAX)).any():
         return None
     return value.astype(np.int64)
 
 
+_Shard = None
+_CHUNK = 1 << 22  # bytes searched for line breaks at a time (a mask of the whole text would be its size again)
 _POW10 = np.array([10 ** k for k in range(18, -1, -1)], np.uint64)
 _HEX_BYTES = np.zeros(256, bool)
 _HEX_BYTES[np.frombuffer(b"0123456789abcdef", np.uint8)] = True
 
 
 def _int64(values: Sequence, what: str) -> np.ndarray:
-    """Non-negative integers as int64; ValueError past int64 (no real shard has 2^63 rows or bytes)."""
+    """Integers as int64; ManifestError past int64 (no real shard has 2^63 rows or bytes)."""
     try:
         out = np.array([int(v) for v in values] if values and isinstance(values[0], str) else values, np.int64)
     except OverflowError:
-        raise ValueError(f"shard {what} beyond 2^63 - 1") from None
+        raise ManifestError(f"shard {what} beyond 2^63 - 1") from None
     return out.reshape(len(values))
 
 
 def _shard(sha256: str, nbytes: int, rows: int, index: str | None, tokens: tuple):
     """A `Shard` from checked columns, without checking again (microseconds a shard otherwise)."""
-    from dsinspect.loaders.format.manifest import Shard
-
-    shard = object.__new__(Shard)
+    global _Shard
+    if _Shard is None:
+        from dsinspect.loaders.format.manifest import Shard as _Shard  # it imports this module
+    shard = object.__new__(_Shard)
     shard.__dict__.update(sha256=sha256, bytes=nbytes, rows=rows, index_sha256=index, tokens=tokens)
     return shard
