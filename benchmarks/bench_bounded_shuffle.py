@@ -7,7 +7,8 @@ moto's S3 server on loopback behind a shaped link (bench_remote.py's server and 
 version as cached. In a fresh process on a fresh node each, one epoch (batch 32, 0 workers) under
 shuffle=global, window (window_shards: the largest that fits with the next window read ahead),
 sliding (window_shards: the largest that fits with its read-ahead) and LitData on the same rows in
-its own 40 chunks with max_cache_size 25 % of them: the shard (chunk) bytes fetched over the
+its own 40 chunks with max_cache_size 25 % of them, and dsinspect's cold epoch under a global shuffle
+with no bound (what the engine reads at without one): the shard (chunk) bytes fetched over the
 version's (chunk) bytes, requests, samples/s. A global shuffle streams most of the version row
 group by row group and does not finish in minutes: it stops after --global-seconds, and its
 fetched bytes per epoch are extrapolated from the fraction of the epoch it read.
@@ -56,7 +57,7 @@ class Keep(logging.Handler):
 logging.getLogger("dsinspect.reader").addHandler(Keep(logging.WARNING))
 catalog = Catalog(url)
 spec = RunSpec.create(catalog, "tokens", seed=7, batch_size=32, shuffle=shuffle, window_shards=k)
-cache = ShardCache(tempfile.mkdtemp(), max_bytes=bound)
+cache = ShardCache(tempfile.mkdtemp(), max_bytes=bound or None)
 t = time.perf_counter()
 samples = 0
 with Loader(spec, catalog=catalog, cache=cache) as loader:
@@ -230,6 +231,7 @@ def main() -> int:
         lit_bound = int(FRACTION * lit_bytes)
         runs = [("dsinspect global", "global", 4), (f"dsinspect window k={window_k}", "window", window_k),
                 (f"dsinspect sliding q={sliding_q}", "sliding", sliding_q)]
+        unbounded = "dsinspect global, no bound"  # the engine's own cold epoch: what a bound costs beside it
         with ShapedLink(("127.0.0.1", server.port), rtt=rtt, rate=rate) as link:
             endpoint = f"http://127.0.0.1:{link.port}"
             child_env = {**os.environ, **env, "FSSPEC_S3": json.dumps(
@@ -237,12 +239,13 @@ def main() -> int:
             measured: dict[str, list[dict]] = {}
             for repeat in range(args.repeats):
                 print(f"repeat {repeat + 1} of {args.repeats}", flush=True)
-                for label, shuffle, k in runs:
-                    if shuffle == "global" and repeat:
+                for label, shuffle, k in [*runs, (unbounded, "global", 4)]:
+                    if label == "dsinspect global" and repeat:
                         continue  # minutes of streaming: once
-                    limit = args.global_seconds if shuffle == "global" else 3600
+                    limit = args.global_seconds if label == "dsinspect global" else 3600
                     measured.setdefault(label, []).append(measure(label, DSINSPECT_CHILD, [
-                        url, str(bound), shuffle, str(k), str(limit)], child_env, server, size, ".parquet"))
+                        url, str(0 if label == unbounded else bound), shuffle, str(k), str(limit)], child_env, server,
+                        size, ".parquet"))
                 measured.setdefault("litdata", []).append(measure(
                     "litdata", LIT_CHILD, [lit_url, str(lit_bound), endpoint], child_env, server, lit_bytes, ".bin"))
         results["reads"] = {label: median_row(rows) for label, rows in measured.items()}

@@ -235,7 +235,7 @@ def test_a_global_shuffle_over_a_bound_it_cannot_hold_is_warned_about_with_its_n
     working = f"the whole version (global shuffle reads anywhere in it) of {version.address} ({sum(sizes):,} bytes"
     assert working in message
     assert f"{streamed} of {SHARDS} shards will be streamed" in message and "~10 rows each" in message
-    assert f"~{expected:.1f}x the version's bytes" in message
+    assert f"~{expected:.1f}x the version's stored bytes ({sum(sizes):,})" in message
     fits = bound // max(sizes)
     assert f"shuffle='sliding' with window_shards={fits - 2}" in message
     assert f"shuffle='window' with window_shards={fits // 2}" in message

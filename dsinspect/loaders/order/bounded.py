@@ -35,7 +35,7 @@ class BoundAdvice:
     what: str              # the working set in words
     bound: int             # bytes
     working_set: int       # bytes (as cached) the shuffle needs at once
-    version_bytes: int     # bytes (as cached) of the whole version
+    version_bytes: int     # bytes of the whole version as stored (what a fetch moves)
     streamed: int          # shards streamed
     shards: int
     group_rows: float      # rows per row group of the streamed shards
@@ -57,15 +57,17 @@ class BoundAdvice:
         return (f"cache bound of {self.bound:,} bytes is smaller than {self.what} "
                 f"({self.working_set:,} {judged}): {self.streamed} of {self.shards} shards will be streamed, "
                 f"their row groups (~{self.group_rows:,.0f} rows each) fetched again by each batch that reads "
-                f"one of their rows: expect ~{self.amplification:.1f}x the version's bytes "
+                f"one of their rows: expect ~{self.amplification:.1f}x the version's stored bytes "
                 f"({self.version_bytes:,}) fetched per epoch. Alternatives: {'; '.join(options)}")
 
 
-def bound_advice(spec: RunSpec, what: str, bound: int, sizes: Sequence[int], shard_rows: Sequence[int],
+def bound_advice(spec: RunSpec, what: str, bound: int, stored: Sequence[int], shard_rows: Sequence[int],
                  streamed: Sequence[bool], group_rows: float, working_set: int, ratio: float = 1.0) -> BoundAdvice:
-    """The advice for one version (`sizes`: its shards' bytes as cached; `streamed`: which of them
-    will be streamed). A streamed row group of G rows whose rows are spread over R reads of
-    `batch_size` rows is fetched by about R (1 - (1 - 1/R)^G) of them (global: R spans the epoch)."""
+    """The advice for one version (`stored`: its shards' bytes as stored, `ratio` times that as
+    cached; `streamed`: which of them will be streamed). A streamed row group of G rows whose rows
+    are spread over R reads of `batch_size` rows is fetched by about R (1 - (1 - 1/R)^G) of them
+    (global: R spans the epoch)."""
+    sizes = [int(b * ratio) for b in stored]
     total = sum(sizes)
     kept = sum(s for s, st in zip(sizes, streamed) if not st)
     spread_rows = {Shuffle.GLOBAL: sum(shard_rows),
@@ -76,5 +78,5 @@ def bound_advice(spec: RunSpec, what: str, bound: int, sizes: Sequence[int], sha
     per_group = max(1.0, reads * (1 - (1 - 1 / reads) ** max(1.0, group_rows))) if reads > 1 else 1.0
     amplification = (kept + (total - kept) * per_group) / max(1, total)
     fits = int(bound // max(1, max(sizes, default=1)))
-    return BoundAdvice(what, bound, working_set, total, sum(map(bool, streamed)), len(sizes), group_rows,
+    return BoundAdvice(what, bound, working_set, sum(stored), sum(map(bool, streamed)), len(sizes), group_rows,
                        amplification, max(0, min(fits - READ_AHEAD, len(sizes))), min(fits // 2, len(sizes)), ratio)

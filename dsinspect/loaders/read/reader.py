@@ -3,7 +3,11 @@ the cache along the known future order. Rows of a shard the cache does not hold 
 checked parts (`cold.py`) while it fills in the background, so a fresh node's first batch does not
 wait for whole shards. Under a cache bound, shards the bound cannot hold (one larger than it, or
 those past what fits of a working set larger than it) are streamed: read row group by row group
-as batches need them and never filled (`_choose_streamed`)."""
+as batches need them and never filled (`_choose_streamed`). Fills start from the batch after the
+first (not under its gather and transform). On a local store, where a fill is decoding rather than
+waiting on a link, a consumer faster than cold reads fills a shard itself rather than decode its
+row groups cold beside the fills. `close()` never waits for a fill (cache.py: abandoned at its next
+run, what it checked kept for the next reader)."""
 
 from __future__ import annotations
 
@@ -424,7 +428,7 @@ class BatchReader:
                     group_rows = float(index.row_starts[-1]) / max(1, index.parts - 1)
                 except (ValueError, NotFoundError, IntegrityError):
                     group_rows = 1.0
-                advice.append(bound_advice(self._spec_for_bound, what, self.cache.max_bytes, size,
+                advice.append(bound_advice(self._spec_for_bound, what, self.cache.max_bytes, [e.bytes for e in entries],
                                            [e.rows for e in entries], streamed, group_rows, needed, ratio))
             room -= working
         if len(self.streamed) > before:
