@@ -16,6 +16,13 @@ more from the local disk. Every part checked is the whole file checked (the part
 A fill keeps `_RUNS_IN_FLIGHT` ranged reads in flight (a long link's bandwidth-delay product), and
 one fill of a process fetches at a time while the others convert what they fetched (docs/REMOTE.md).
 
+A shard of a local store is converted from the store's own file, in place: each run of row groups
+checked against its parts' sha256 just before the conversion reads it (`_convert_in_place`), no
+`.partial` copy (`cold.py` reads such shards in place too). A fill runs for a reader that may close
+before it ends: `open(..., abandon)` stops it at its next run (`FillAbandoned`), leaving what it
+fetched and checked in the `.partial` file (listed in `.have`) for the next fill, and no entry: an
+entry is only ever published by rename, its sidecar last.
+
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
 it can lock exclusively, least recently used first.
