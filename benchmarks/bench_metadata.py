@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from dsinspect.loaders.format.manifest import Field, Manifest, Shard
+from dsinspect.loaders.format.shard_table import ShardTable
 from dsinspect.loaders.order.permutation import Permutation, key_of
 from dsinspect.loaders.store.catalog import Catalog
 from dsinspect.loaders.store.publish import publish
@@ -91,19 +92,27 @@ def build(catalog_url: str, *, shards: int = SHARDS, rows: int = ROWS, seed: int
         tokens = pa.ListArray.from_arrays(np.arange(len(ids) + 1, dtype=np.int32), pa.array(ids % 50_000, pa.int32()))
         writer.write(pa.table({"id": ids, "tokens": tokens}))
         writer.close_shard()
-    written = iter(writer.finish_shards())
-    real_set = set(real)
-    entries = [next(written) if s in real_set else _absent(s, int(lengths[s])) for s in range(shards)]
+    entries = _entries(writer.finish_shards(), real, lengths)
     meta = {"dataset": NAME, "parent": None, "message": f"synthetic: {shards:,} shards, {rows:,} rows",
             "created_at": "2026-12-06T00:00:00+00:00"}
     version_id = publish(catalog.fs, catalog.layout, NAME, Manifest(FIELDS, entries, "id", meta), (tag,))
     return Frontier(catalog_url, version_id, tuple(real), rows, shards)
 
 
-def _absent(position: int, rows: int) -> Shard:
-    def digest(what: str) -> str:
+def _entries(written: list[Shard], real: list[int], lengths: np.ndarray) -> ShardTable:
+    """Every shard entry as the manifest's columns (a `Shard` object each would cost seconds): the
+    written shards at their positions, absent ones elsewhere."""
+    def digest(what: str, position: int) -> str:
         return hashlib.sha256(f"frontier {what} {position}".encode()).hexdigest()
-    return Shard(digest("shard"), rows * 2 * TOKENS_A_ROW, rows, digest("index"), (("tokens", rows * TOKENS_A_ROW),))
+    shas = [digest("shard", s) for s in range(len(lengths))]
+    indexes = [digest("index", s) for s in range(len(lengths))]
+    nbytes, tokens = lengths * 2 * TOKENS_A_ROW, lengths * TOKENS_A_ROW
+    for s, shard in zip(real, written):
+        assert lengths[s] == shard.rows
+        shas[s], indexes[s], nbytes[s] = shard.sha256, shard.index_sha256, shard.bytes
+        tokens[s] = shard.token_count("tokens")
+    return ShardTable("".join(shas), "".join(indexes), np.ones(len(lengths), bool), lengths.astype(np.int64),
+                      nbytes.astype(np.int64), {"tokens": tokens.astype(np.int64)})
 
 
 def _layout(rows: int, shards: int, needed: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
