@@ -248,3 +248,30 @@ def test_a_global_shuffle_over_a_bound_it_cannot_hold_is_warned_about_with_its_n
             assert loader.batch_at(step).indices.tolist() == batch_indices(spec, step, 0).tolist()
     fetched, gets = shard_gets(server, version)
     assert gets > steps, "streamed row groups are fetched batch by batch"
+
+
+def test_a_sliding_shuffle_too_wide_for_its_bound_is_warned_about_with_the_width_that_fits(s3, version, tmp_path,
+                                                                                         caplog):
+    server, url, _ = s3
+    catalog = fresh(url)
+    bound = 5 * shard_bytes(version, tmp_path)
+    spec = RunSpec.create(catalog, "rand", seed=5, batch_size=8, shuffle="sliding", window_shards=5)
+    with caplog.at_level(logging.WARNING, logger="dsinspect.reader"):
+        Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "node", max_bytes=bound)).close()
+    (message,) = [r.getMessage() for r in caplog.records if "cache bound" in r.getMessage()]
+    assert "smaller than the sliding shuffle's resident shards (5, and 2 read ahead)" in message
+    assert "shuffle='sliding' with window_shards=3 " in message
+
+
+def test_quality_of_known_orders():
+    """The metrics on orders whose values are known: the stored order, a uniform one, disjoint windows."""
+    rows = (100,) * 10
+    stored = shuffle_quality(np.arange(1000), rows)
+    assert stored.spread == pytest.approx(1 / (1000 / 3)) and stored.most_resident == 1
+    assert stored.pairs_meet == pytest.approx(10 * 100 * 99 / 2 / (1000 * 999 / 2))
+    uniform = shuffle_quality(np.random.default_rng(0).permutation(1000), rows)
+    assert uniform.spread == pytest.approx(1.0, abs=0.05) and uniform.pairs_meet == 1.0 and uniform.most_resident == 10
+    pairs = shuffle_quality(np.concatenate([np.random.default_rng(1).permutation(200) + 200 * w for w in range(5)]),
+                            rows)  # windows of 2 shards, one after another
+    assert pairs.most_resident == 2
+    assert pairs.pairs_meet == pytest.approx(5 * 200 * 199 / 2 / (1000 * 999 / 2))
