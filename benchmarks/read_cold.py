@@ -310,7 +310,7 @@ def floor_child(cfg: dict) -> dict:
                     parquet.read_row_group(g, columns=[column, "__dsinspect_row_hash"], use_threads=False)
                     groups += 1
             decode.append(time.perf_counter() - t)
-        rows, nbytes = version.rows, sum(s.bytes for s in version.manifest.shards)
+        rows, nbytes = sum(s.rows for s in version.manifest.shards), sum(s.bytes for s in version.manifest.shards)
         seconds = min(sha) + min(decode)
         out[workload] = {"rows": rows, "stored_bytes": nbytes, "row_groups": groups,
                          "sha256_s": round(min(sha), 3), "sha256_gb_per_s": round(nbytes / min(sha) / 1e9, 2),
