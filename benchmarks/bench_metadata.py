@@ -325,7 +325,9 @@ def _print(args, frontier: Frontier, built: float, figures: dict, s3: dict, load
           f"load (1 min) {' / '.join(f'{x:.1f}' for x in load)} on {os.cpu_count()} cores")
     rows = [("dsinspect ls (spawn to exit)", "ls", "s", None), ("dsinspect info (spawn to exit)", "info", "s", 1.0),
             ("  info peak RSS, MB", "info", "rss", None),
+            ("  info CPU (user+system)", "info", "cpu_s", 1.0),
             ("RunSpec.create", "create", "s", None), ("Loader start", "start", "start_s", 0.5),
+            ("  start CPU", "start", "start_cpu_s", 0.5),
             ("  start peak RSS, MB", "start", "rss_start", 200), ("first batch", "start", "first_batch_s", None),
             ("  peak RSS after it, MB", "start", "rss", None),
             ("verify plan (stored manifest, ranges)", "plan", "plan_s", None),
@@ -335,9 +337,6 @@ def _print(args, frontier: Frontier, built: float, figures: dict, s3: dict, load
         b, n = figures[what]["before"].get(key), figures[what]["now"].get(key)
         verdict = "" if target is None else ("ok" if n <= target else "MISSED")
         print(f"{label:40} {b:10.3f} {n:10.3f} {n / b:11.3f} {'' if target is None else target:>8} {verdict}")
-    cpu = {w: figures[w]["now"]["cpu_s"] for w in ("ls", "info")}
-    print(f"CPU (user+system) now: ls {cpu['ls']:.2f} s, info {cpu['info']:.2f} s; "
-          f"before: ls {figures['ls']['before']['cpu_s']:.2f} s, info {figures['info']['before']['cpu_s']:.2f} s")
     for name, r in s3.items():
         print(f"S3, {args.ranks} ranks ({args.wave} at a time), {name}: manifest GETs {r['manifest_gets']} "
               f"(target 1), all GETs {r['gets']} ({r['get_mb']:.1f} MB), median start {r['start_s']:.2f} s, "
