@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
@@ -21,6 +20,7 @@ from dsinspect.loaders.format.arrow_types import type_from_json, type_to_json
 from dsinspect.loaders.format.canonical import ENCODING
 from dsinspect.loaders.format.pathnames import check_sha256
 from dsinspect.loaders.format.roles import Role, check_role_type
+from dsinspect.loaders.format.shard_entry import Shard, need, parse_shard
 from dsinspect.loaders.format.shard_table import PRETTY_END, PRETTY_START, ShardTable
 
 __all__ = ["FORMAT", "HASH_COLUMN", "Field", "Shard", "Manifest", "canonical_json", "sha256_hex"]
@@ -28,7 +28,6 @@ __all__ = ["FORMAT", "HASH_COLUMN", "Field", "Shard", "Manifest", "canonical_jso
 FORMAT = "dsinspect.manifest/1"
 HASH_COLUMN = "__dsinspect_row_hash"
 HASH_SPEC = {"algorithm": "xxh3-128", "encoding": ENCODING, "column": HASH_COLUMN}
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _BLOB_KEYS = ("blob",)  # option keys naming a side file under blobs/: they become file names
 
 
@@ -69,46 +68,6 @@ class Field:
     def from_json(cls, data: Any, where: str = "field") -> "Field":
         """The inverse of `to_json`, checked as a manifest's fields are (ManifestError naming `where`)."""
         return _parse_field(data, where)
-
-
-@dataclass(frozen=True)
-class Shard:
-    """A Parquet shard: its sha256 (and file name), size and rows, the sha256 of its index
-    (`shards/<sha256>.index.json`, format/shard_index.py) when it was written with one, and the
-    tokens each `tokens` field holds in it (what packing documents into sequences locates by)."""
-
-    sha256: str
-    bytes: int
-    rows: int
-    index_sha256: str | None = None
-    tokens: tuple[tuple[str, int], ...] = ()
-
-    def __post_init__(self) -> None:
-        check_sha256(self.sha256, "shard sha256", ManifestError)  # it becomes the shard's file name
-        if self.index_sha256 is not None:
-            check_sha256(self.index_sha256, "shard index_sha256", ManifestError)
-        counts = dict(self.tokens)  # a {field: count} object (JSON) or pairs
-        if not all(isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                   for k, n in counts.items()):
-            raise ManifestError(f"shard tokens must map field names to counts >= 0, not {self.tokens!r:.80}")
-        object.__setattr__(self, "tokens", tuple(sorted(counts.items())))
-
-    def token_count(self, name: str) -> int | None:
-        """Tokens of field `name` in this shard (None when the shard was written without the count)."""
-        return dict(self.tokens).get(name)
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "shard") -> "Shard":
-        """A shard as a manifest (or a stream commit) records it, every value checked."""
-        return _parse_shard(data, where)
-
-    def to_json(self) -> dict:
-        out = {"sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
-        if self.index_sha256 is not None:  # absent, not null: versions written before indexes keep their ids
-            out["index_sha256"] = self.index_sha256
-        if self.tokens:  # absent when empty: versions without tokens fields (or written before) keep their ids
-            out["tokens"] = dict(self.tokens)
-        return out
 
 
 @dataclass(frozen=True)
@@ -254,29 +213,20 @@ def _check_options(options: Any, where: str) -> None:
                 stack.append((value, here))
 
 
-def _need(obj: Mapping, key: str, kind: type | tuple, where: str) -> Any:
-    if key not in obj:
-        raise ManifestError(f"{where}: missing {key!r}")
-    value = obj[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ManifestError(f"{where}: {key!r} has the wrong type ({type(value).__name__})")
-    return value
-
-
 def _parse(data: Any, where: str, table: ShardTable | None = None) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{where}: a manifest must be a JSON object")
-    fmt = _need(data, "format", str, where)
+    fmt = need(data, "format", str, where)
     if fmt != FORMAT:
         raise ManifestError(f"{where}: unsupported format {fmt!r} (this dsinspect reads {FORMAT!r})")
-    hash_spec = _need(data, "hash", dict, where)
+    hash_spec = need(data, "hash", dict, where)
     if hash_spec != HASH_SPEC:
         raise ManifestError(f"{where}: unsupported row hash {hash_spec!r} (expected {HASH_SPEC!r})")
-    schema = _need(data, "schema", dict, where)
+    schema = need(data, "schema", dict, where)
     fields = tuple(_parse_field(f, f"{where}: schema.fields[{i}]")
-                   for i, f in enumerate(_need(schema, "fields", list, f"{where}: schema")))
-    listed = _need(data, "shards", list, where)
-    shards = table if table is not None else tuple(_parse_shard(s, f"{where}: shards[{i}]")
+                   for i, f in enumerate(need(schema, "fields", list, f"{where}: schema")))
+    listed = need(data, "shards", list, where)
+    shards = table if table is not None else tuple(parse_shard(s, f"{where}: shards[{i}]")
                                                    for i, s in enumerate(listed))
     key = data.get("key")
     if key is not None and not isinstance(key, str):
@@ -288,7 +238,7 @@ def _parse(data: Any, where: str, table: ShardTable | None = None) -> Manifest:
         manifest = Manifest(fields, shards, key, meta)
     except ManifestError as e:
         raise ManifestError(f"{where}: {e}") from None
-    if _need(data, "num_rows", int, where) != manifest.num_rows:
+    if need(data, "num_rows", int, where) != manifest.num_rows:
         raise ManifestError(f"{where}: num_rows {data['num_rows']} is not the sum of shard rows {manifest.num_rows}")
     return manifest
 
@@ -296,33 +246,12 @@ def _parse(data: Any, where: str, table: ShardTable | None = None) -> Manifest:
 def _parse_field(f: Any, where: str) -> Field:
     if not isinstance(f, dict):
         raise ManifestError(f"{where}: a field must be an object")
-    name = _need(f, "name", str, where)
+    name = need(f, "name", str, where)
     options = f.get("options", {})
     if not isinstance(options, dict):
         raise ManifestError(f"{where}: 'options' must be an object")
     try:
-        return Field(name, type_from_json(_need(f, "type", (str, dict), where), where),
-                     _need(f, "role", str, where), bool(_need(f, "nullable", bool, where)), options)
+        return Field(name, type_from_json(need(f, "type", (str, dict), where), where),
+                     need(f, "role", str, where), bool(need(f, "nullable", bool, where)), options)
     except ManifestError as e:
         raise ManifestError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
-
-
-def _parse_shard(s: Any, where: str) -> Shard:
-    if not isinstance(s, dict):
-        raise ManifestError(f"{where}: a shard must be an object")
-    sha = _need(s, "sha256", str, where)
-    if not _SHA256.match(sha):
-        raise ManifestError(f"{where}: sha256 {sha!r} is not 64 lowercase hex digits")
-    size, rows = _need(s, "bytes", int, where), _need(s, "rows", int, where)
-    if size < 0 or rows < 0:
-        raise ManifestError(f"{where}: bytes and rows must not be negative")
-    index = s.get("index_sha256")
-    if index is not None and not (isinstance(index, str) and _SHA256.match(index)):
-        raise ManifestError(f"{where}: index_sha256 {index!r} is not 64 lowercase hex digits")
-    tokens = s.get("tokens", {})
-    if not isinstance(tokens, dict):
-        raise ManifestError(f"{where}: 'tokens' must be an object of field name -> token count")
-    try:
-        return Shard(sha, size, rows, index, tokens)
-    except ManifestError as e:
-        raise ManifestError(f"{where}: {e}") from None

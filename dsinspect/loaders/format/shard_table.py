@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from dsinspect.errors import ManifestError
+from dsinspect.loaders.format.shard_entry import Shard
 
 __all__ = ["ShardTable", "PRETTY_START", "PRETTY_END"]
 
@@ -294,7 +295,6 @@ def _integers(text: np.ndarray, at: np.ndarray, width: np.ndarray) -> np.ndarray
     return value.astype(np.int64)
 
 
-_Shard = None
 _CHUNK = 1 << 22  # bytes searched for line breaks at a time (a mask of the whole text would be its size again)
 _POW10 = np.array([10 ** k for k in range(18, -1, -1)], np.uint64)
 _HEX_BYTES = np.zeros(256, bool)
@@ -312,9 +312,6 @@ def _int64(values: Sequence, what: str) -> np.ndarray:
 
 def _shard(sha256: str, nbytes: int, rows: int, index: str | None, tokens: tuple):
     """A `Shard` from checked columns, without checking again (microseconds a shard otherwise)."""
-    global _Shard
-    if _Shard is None:
-        from dsinspect.loaders.format.manifest import Shard as _Shard  # it imports this module
-    shard = object.__new__(_Shard)
+    shard = object.__new__(Shard)
     shard.__dict__.update(sha256=sha256, bytes=nbytes, rows=rows, index_sha256=index, tokens=tokens)
     return shard
