@@ -217,7 +217,7 @@ def spec_first_rows(spec):
     return batch_indices(spec, 0, 0).tolist()
 
 
-def test_the_front_end_passes_answers_that_are_not_ranges(s3):
+def test_the_front_end_passes_answers_that_are_not_ranges(s3, version):
     """HEADs (no body), errors and listings through the keep-alive front end, on one connection."""
     server, _, _ = s3
     with ShapedLink(("127.0.0.1", server.port), http=True) as link, through(link):

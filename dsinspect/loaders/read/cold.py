@@ -53,7 +53,7 @@ from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.cache import ShardCache, holds_part, write_at
 from dsinspect.loaders.read.columns import View, column_view, gather, to_arrow
-from dsinspect.loaders.read.fetch import fetch_parts, fetch_parts_together
+from dsinspect.loaders.read.fetch import brought_along, fetch_parts, fetch_parts_together
 from dsinspect.loaders.store.storage import is_local
 from dsinspect.loaders.store.version import DatasetVersion
 from dsinspect.lru import LRU
@@ -347,6 +347,14 @@ class ColdRows:
                 parsed = partial.sha256 in self._footers
             for p in ([] if partial.has_footer or parsed else [index.footer]) + [part]:
                 wanted.setdefault((index.shard, p), (version, shard, index, partial))
+        asked = set(wanted)
+        for sha, item in {sha: item for (sha, _), item in wanted.items() if item[3].in_cache}.items():
+            if self.cache.holds(sha):
+                continue  # filled meanwhile: only the parts asked for (their fill may have just removed them)
+            index = item[2]  # the parts a coalesced read brings along too (a small shard: all), claimed alike
+            spans = [index.span(p) for p in range(index.parts)]
+            for p in brought_along(spans, [q for (s, q) in wanted if s == sha]):
+                wanted.setdefault((sha, p), item)
         todo = []
         for (sha, part), (version, shard, index, partial) in wanted.items():
             if part in partial.have:
@@ -364,6 +372,10 @@ class ColdRows:
         for item in todo:
             by_fs.setdefault(id(item[0].catalog.fs), []).append(item)
         for items in by_fs.values():
+            held = {i[2].shard for i in items if (i[2].shard, i[3]) not in asked and self.cache.holds(i[2].shard)}
+            for _, _, index, p, _ in [i for i in items if i[2].shard in held and (i[2].shard, i[3]) not in asked]:
+                self.cache.release(index.shard, [p])  # brought along, but the shard filled meanwhile
+            items = [i for i in items if i[2].shard not in held or (i[2].shard, i[3]) in asked]
             spans = [(v.shard_path(s), *index.span(p), index.sha256[p]) for v, s, index, p, _ in items]
             try:
                 got = fetch_parts_together(items[0][0].catalog.fs, spans, self.cache.stats)

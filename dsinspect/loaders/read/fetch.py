@@ -2,12 +2,10 @@
 a shard's parts (format/shard_index.py) into memory; retry transient errors with backoff, re-fetch
 once on a hash mismatch, then fail naming the URL, the bytes and both hashes.
 
-Requests are coalesced where a round trip costs more than the bytes (`read_plan`): parts asked for
-together whose gaps are small are read in one ranged GET, and a file they nearly cover (a small
-shard under a shuffled first batch) is read whole from byte 0. The bytes read through (the gaps)
-are kept, bounded, for the fetches of those parts that follow (a fill, a cold read): they cost no
-request then, and are checked against their sha256 like any fetched part (a mismatch drops them and
-fetches from storage).
+Requests are coalesced where a round trip costs more than the bytes (`read_plan`): the cold path
+asks, with `brought_along`, for the parts between and around the ones a batch needs when they are
+few bytes (a small shard under a shuffled first batch: the whole shard), claims them for the node
+like the others, and `fetch_parts_together` reads touching parts of a file in one ranged GET.
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ import hashlib
 import os
 import random
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from typing import Callable, NoReturn, TypeVar
 
 import fsspec
@@ -29,7 +25,7 @@ from dsinspect.loaders.read.stats import ReadStats
 from dsinspect.loaders.store.storage import write_errors
 from dsinspect.loaders.store.transient import is_transient
 
-__all__ = ["fetch_verified", "fetch_parts", "fetch_parts_together", "local_write", "read_plan", "forget_kept"]
+__all__ = ["fetch_verified", "fetch_parts", "fetch_parts_together", "local_write", "read_plan", "brought_along"]
 
 _CHUNK = 4 << 20
 T = TypeVar("T")
@@ -41,7 +37,6 @@ T = TypeVar("T")
 # at the slowest link measured, where its ranged reads cost a connection and a request each.
 NEAR = 256 << 10
 SPARE = 2 << 20
-KEEP = 64 << 20  # bytes read through and kept for the parts' own fetches, per process
 
 
 def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: str, size: int, directory: str,
@@ -65,19 +60,8 @@ def fetch_verified(fs: fsspec.AbstractFileSystem, path: str, url: str, sha256: s
 def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[tuple[int, int, str]],
                 stats: ReadStats, retries: int = 4, backoff: float = 0.1) -> list[memoryview]:
     """The bytes of consecutive parts [(start, end, sha256), ...] of the file at `path`, fetched as
-    one ranged read and each checked against its sha256; errors as in `fetch_verified`. Bytes a
-    coalesced read brought along are used first (no request), and only while they check out."""
+    one ranged read and each checked against its sha256; errors as in `fetch_verified`."""
     first, last = spans[0][0], spans[-1][1]
-    kept = _KEPT.take(_key(fs, path), first, last)
-    if kept is not None:
-        parts = [kept[a - first:b - first] for a, b, _ in spans]
-        if all(hashlib.sha256(part).hexdigest() == want for part, (_, _, want) in zip(parts, spans)):
-            stats.add("parts_fetched", len(spans))  # fetched, by the read that brought them (no latency)
-            stats.add("bytes_fetched", last - first)
-            return parts
-        # damaged in the read that brought them: these parts from storage (the read's other parts,
-        # each checked on its own use, may still serve)
-
     def cut(data: bytes) -> list[memoryview]:
         view = memoryview(data)  # slices without copies: a fill's run is up to 2 MiB
         return [view[a - first:b - first] for a, b, _ in spans]
@@ -115,37 +99,42 @@ def fetch_parts_together(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, 
     return out
 
 
-def read_plan(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def read_plan(spans: list[tuple[int, int]], near: int | None = None,
+              spare: int | None = None) -> list[tuple[int, int]]:
     """The ranged reads that bring these byte ranges of one file: sorted, overlapping ones and those
-    at most NEAR apart merged; all in one read when they leave at most SPARE unwanted, from byte 0
-    when that adds at most SPARE more."""
+    at most `near` (NEAR) apart merged; all in one read when they leave at most `spare` (SPARE)
+    unwanted, from byte 0 when that adds at most `spare` more."""
+    near, spare = NEAR if near is None else near, SPARE if spare is None else spare
     if not spans:
         return []
     ordered = sorted(spans)
     runs = [list(ordered[0])]
     for a, b in ordered[1:]:
-        if a - runs[-1][1] <= NEAR:
+        if a - runs[-1][1] <= near:
             runs[-1][1] = max(runs[-1][1], b)
         else:
             runs.append([a, b])
     first, last = runs[0][0], runs[-1][1]
     unwanted = sum(b[0] - a[1] for a, b in zip(runs, runs[1:]))
-    if unwanted <= SPARE:
-        return [(0 if first + unwanted <= SPARE else first, last)]
+    if unwanted <= spare:
+        return [(0 if first + unwanted <= spare else first, last)]
     return [(a, b) for a, b in runs]
 
 
-def forget_kept() -> None:
-    """Drop every kept byte (tests; a process that wants its memory back)."""
-    _KEPT.clear()
+def brought_along(spans: list[tuple[int, int]], wanted: list[int]) -> list[int]:
+    """The parts (of a file cut into `spans`, in order) that `read_plan` reads for the `wanted` ones:
+    those, the ones between them that it reads through, and the rest of a small file."""
+    reads = read_plan([spans[p] for p in wanted])
+    return [p for p, (a, b) in enumerate(spans) if any(start <= a and b <= end for start, end in reads)]
 
 
 def _coalesced(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int]]) -> list[bytes | BaseException]:
-    """Each wanted (path, start, end) as bytes (or the exception its read raised), read by the
-    file's `read_plan` in one round of requests in flight together; the rest of each read kept."""
+    """Each wanted (path, start, end) as bytes (or the exception its read raised): touching ranges
+    of a file in one ranged read (no byte read that was not asked for), all in flight together."""
     reads: list[tuple[str, int, int]] = []
     for path in dict.fromkeys(p for p, _, _ in wanted):
-        reads += [(path, a, b) for a, b in read_plan([(a, b) for p, a, b in wanted if p == path])]
+        spans = [(a, b) for p, a, b in wanted if p == path]
+        reads += [(path, a, b) for a, b in read_plan(spans, near=min(NEAR, 0), spare=-1)]
     got = fs.cat_ranges([p for p, _, _ in reads], [a for _, a, _ in reads], [b for _, _, b in reads],
                         on_error="return")
     out: list[bytes | BaseException] = []
@@ -155,63 +144,8 @@ def _coalesced(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int]]
         if isinstance(data, BaseException) or len(data) != end - start:
             out.append(data if isinstance(data, BaseException) else OSError(f"short read of {path}"))
             continue
-        out.append(bytes(memoryview(data)[a - start:b - start]) if (start, end) != (a, b) else data)
-    for (path, start, end), data in zip(reads, got):
-        wanted_here = sum(b - a for p, a, b in wanted if p == path and start <= a and b <= end)
-        if isinstance(data, bytes) and len(data) == end - start and wanted_here < end - start:
-            _KEPT.put(_key(fs, path), start, data, wanted_here)
+        out.append(data if (start, end) == (a, b) else bytes(memoryview(data)[a - start:b - start]))
     return out
-
-
-def _key(fs: fsspec.AbstractFileSystem, path: str) -> tuple[object, str]:
-    """A file by its filesystem's options (fsspec's token: the same in a forked DataLoader worker,
-    which inherits what its parent kept from the first batch) and its path."""
-    return getattr(fs, "_fs_token", None) or id(fs), path
-
-
-class _Kept:
-    """Bytes of files read through by coalesced reads, by (filesystem, path), each read dropped once
-    all of its bytes were taken (a fill takes each part once) and the oldest first past KEEP bytes.
-    Shard paths are content-addressed: kept bytes never go stale, and each use checks them."""
-
-    def __init__(self, limit: int):
-        self.limit, self.held = limit, 0
-        self._reads: OrderedDict[tuple[object, str], list[list]] = OrderedDict()  # [start, data, bytes taken]
-        self._lock = threading.Lock()
-
-    def put(self, key: tuple[object, str], start: int, data: bytes, taken: int) -> None:
-        if len(data) > self.limit:
-            return
-        with self._lock:
-            self._reads.setdefault(key, []).append([start, data, taken])
-            self.held += len(data)
-            while self.held > self.limit:
-                _, reads = self._reads.popitem(last=False)
-                self.held -= sum(len(r[1]) for r in reads)
-
-    def take(self, key: tuple[object, str], first: int, last: int) -> memoryview | None:
-        """Bytes first..last of the file when one kept read holds them all, else None."""
-        with self._lock:
-            reads = self._reads.get(key, [])
-            for read in reads:
-                start, data, _ = read
-                if start <= first and last <= start + len(data):
-                    read[2] += last - first
-                    if read[2] >= len(data):
-                        reads.remove(read)
-                        self.held -= len(data)
-                        if not reads:
-                            del self._reads[key]
-                    return memoryview(data)[first - start:last - start]
-        return None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._reads.clear()
-            self.held = 0
-
-
-_KEPT = _Kept(KEEP)
 
 
 def _checked(fetch: Callable[[], T], check: Callable[[T, float], str | None], url: str, what: str,
