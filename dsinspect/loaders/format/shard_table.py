@@ -39,7 +39,7 @@ class ShardTable(Sequence):
         """Columns already checked: `sha` and `index` 64 hex digits a shard (an absent index as 64
         zeros, marked False in `has_index`), counts as int64 arrays, `tokens` by field name."""
         self._sha, self._index, self._has_index = sha, index, has_index
-        self.rows, self.bytes, self.tokens = rows, nbytes, tokens
+        self.rows, self.bytes, self.tokens = rows, nbytes, dict(sorted(tokens.items()))  # as JSON sorts keys
         self._text: tuple[bytes, int, int] | None = None  # the file parsed and where the array is (`canonical`)
 
     # -- building ------------------------------------------------------------------------------
