@@ -85,7 +85,7 @@ class RowReader:
         spec.require_rows("replay")
         self.versions = [catalog.version(s.name, s.version) for s in spec.sources]
         for source, version in zip(spec.sources, self.versions):
-            if tuple(s.rows for s in version.manifest.shards) != source.shard_rows:
+            if tuple(version.manifest.shard_rows.tolist()) != source.shard_rows:
                 raise IntegrityError(f"{version.address}: its shards do not match the run spec's shard sizes")
         first = self.versions[0].manifest.schema
         if columns is None:  # every field all sources share with one type (a mixture may differ)

@@ -250,7 +250,7 @@ class RunSpec:
             v = catalog.resolve(address)
             tokens = None if packing is None else _shard_tokens(v, packing)
             counted = _pad_counts(v, packing) if packing is not None and packing.packing is Packing.PAD else None
-            sources.append(Source(v.name, v.id, tuple(s.rows for s in v.manifest.shards), float(weight), tokens,
+            sources.append(Source(v.name, v.id, tuple(v.manifest.shard_rows.tolist()), float(weight), tokens,
                                   counted))
         return cls(tuple(sources), **options)
 
