@@ -31,6 +31,7 @@ it can lock exclusively, least recently used first.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -447,13 +448,15 @@ class ShardCache:
         `.partial`): the footer and each run of row groups checked against their sha256 just
         before the conversion reads them (parts this process checked already are not hashed again)."""
         path = version.shard_path(shard)
+        data = pa.memory_map(path).read_buffer()  # a store that cannot be read fails here, as itself
 
         def ready(groups: list[int]) -> None:
             if abandon.is_set():
                 raise FillAbandoned(f"the reader filling shard {url} closed")
-            self.check_in_place(path, url, index, [index.footer, *groups])
+            self.check_in_place(path, url, index, [index.footer, *groups], data)
 
-        return self._convert(path, url, ready)
+        with self.local_write():  # a full or read-only cache disk: one StorageError naming it
+            return self._convert(path, url, ready)
 
     def check_in_place(self, path: str, url: str, index: ShardIndex, parts: list[int],
                        data: "pa.Buffer | None" = None) -> None:
@@ -682,6 +685,8 @@ class ShardCache:
             rows = parquet_to_ipc(parquet, tmp, str(self.root), ready)
         except UNREADABLE as e:
             os.unlink(tmp)
+            if _cannot_write(e):  # the cache's disk (Arrow writes it too), not the shard
+                raise
             raise arrow_error(e, f"shard {url} has the right sha256 but is not readable Parquet",
                               IntegrityError) from None
         except BaseException:
@@ -810,6 +815,14 @@ def _runs(parts: list[int], index: ShardIndex, limit: int) -> list[list[int]]:
         else:
             runs.append([p])
     return runs
+
+
+def _cannot_write(error: BaseException) -> bool:
+    """An error of writing the cache's disk (full, over quota, read-only), as Python or Arrow says it."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return True
+    return any(words in str(error) for words in ("No space left on device", "Disk quota exceeded",
+                                                 "Read-only file system"))
 
 
 def _block_digests(arrow_path: str) -> np.ndarray:
