@@ -50,12 +50,9 @@ def version(s3):
 
 @pytest.fixture
 def fresh_node(tmp_path, monkeypatch):
-    """An empty node: no shards, no copies of manifests and indexes, nothing kept in memory."""
+    """An empty node: no shards, no copies of manifests and indexes."""
     monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
-    forget = getattr(fetch, "forget_kept", lambda: None)
-    forget()
-    yield tmp_path / "node"
-    forget()
+    return tmp_path / "node"
 
 
 @contextmanager
