@@ -39,6 +39,7 @@ import mmap
 import os
 import tempfile
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -473,14 +474,18 @@ class ShardCache:
         if data.size != index.size:
             raise IntegrityError(f"shard {url}: {data.size} bytes, its index says {index.size}")
         view = memoryview(data)
+        began, nbytes = time.monotonic(), 0
         for p in todo:
             start, end = index.span(p)
             got = hashlib.sha256(view[start:end]).hexdigest()
             if got != index.sha256[p]:
                 raise IntegrityError(f"shard {url}: bytes {start}..{end}: sha256 {got} does not match the "
                                      f"manifest's shard index ({index.sha256[p]})")
+            nbytes += end - start
         with self._parts_lock:
             done.update(todo)
+        # read from the store (in place, not copied): counted as fetched, as a remote store's parts are
+        self.stats.fetched_parts(nbytes, len(todo), time.monotonic() - began)
 
     def _fill_from(self, version: DatasetVersion, shard: int, index: ShardIndex | None, entry, url: str,
                    abandon: threading.Event) -> dict:
