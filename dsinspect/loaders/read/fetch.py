@@ -62,6 +62,7 @@ def fetch_parts(fs: fsspec.AbstractFileSystem, path: str, url: str, spans: list[
     """The bytes of consecutive parts [(start, end, sha256), ...] of the file at `path`, fetched as
     one ranged read and each checked against its sha256; errors as in `fetch_verified`."""
     first, last = spans[0][0], spans[-1][1]
+
     def cut(data: bytes) -> list[memoryview]:
         view = memoryview(data)  # slices without copies: a fill's run is up to 2 MiB
         return [view[a - first:b - first] for a, b, _ in spans]
@@ -134,7 +135,7 @@ def _coalesced(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int]]
     reads: list[tuple[str, int, int]] = []
     for path in dict.fromkeys(p for p, _, _ in wanted):
         spans = [(a, b) for p, a, b in wanted if p == path]
-        reads += [(path, a, b) for a, b in read_plan(spans, near=min(NEAR, 0), spare=-1)]
+        reads += [(path, a, b) for a, b in read_plan(spans, near=0, spare=-1)]
     got = fs.cat_ranges([p for p, _, _ in reads], [a for _, a, _ in reads], [b for _, _, b in reads],
                         on_error="return")
     out: list[bytes | BaseException] = []
