@@ -38,8 +38,9 @@ def parquet_to_ipc(source: str, dest: str, scratch_dir: str,
     """Write the Parquet file at `source` as an uncompressed Arrow IPC file at `dest` holding ONE record
     batch (same schema, same values as pq.ParquetFile(source).read().combine_chunks(); dictionary
     columns decoded), with private memory bounded by a small multiple of the largest row group,
-    whatever the file's size; `dest` is fsynced; returns the number of rows. Scratch files live in a
-    private directory under `scratch_dir` and are removed whatever happens; pyarrow errors propagate.
+    whatever the file's size; returns the number of rows. `dest` is not fsynced: the caller decides
+    (cache.py's `_publish`). Scratch files live in a private directory under `scratch_dir` and are
+    removed whatever happens; pyarrow errors propagate.
     `ready(groups)` returns once the footer and those row groups are in `source` (a file being
     filled): called with [] before the footer is read, then before each run of row groups."""
     scratch = tempfile.mkdtemp(dir=scratch_dir, prefix=".convert-scratch-")
@@ -60,8 +61,6 @@ def parquet_to_ipc(source: str, dest: str, scratch_dir: str,
         with pa.OSFile(dest, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
         del batch, arrays, columns  # unmap the scratch files before they are removed
-        with open(dest, "rb+") as f:
-            os.fsync(f.fileno())
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
