@@ -81,6 +81,7 @@ class Loader:
         self._run_len, self._run_next = 0, -1  # the last run's length, and the step after it
         self._source_names = tuple(s.name for s in spec.sources)
         self._plans: dict[int, tuple[BatchPlan, Layout | None]] = {}
+        self._replan_at: int | None = None  # the step at which the chunk planned is planned again, ahead
         self._upcoming: Callable[[int, int], Sequence[int]] = _every(1)  # the steps asked after a step
 
     # -- iteration -----------------------------------------------------------------------------
@@ -157,13 +158,18 @@ class Loader:
     def _plan(self, step: int) -> tuple[BatchPlan, Layout | None]:
         """Plans (and their split by shard) come in vectorised chunks: one pass serves many steps."""
         planned = self._plans.get(step)
-        if planned is None:
+        if planned is None or step == self._replan_at:
             if not self._plans:  # the first batch: plan just it (a third of the work)
                 steps: Sequence[int] = [step]
             else:  # start small (the first batch should not wait for 256 plans), then grow to full chunks
                 steps = self._upcoming(step, min(_PLAN_CHUNK, max(4, 2 * len(self._plans))))
             plans = plan_steps(self.spec, steps, self.rank)
             self._plans = {p.step: (p, None) for p in plans}  # layouts per read: a run splits its rows at once
+            # where fills run ahead along the order (a sliding shuffle under a bound), a chunk is
+            # planned again from its middle, so the shards of the steps after it are known (and
+            # their fills started, BatchReader.warm) before its last steps are read
+            again = self._reader.fills_in_order and len(plans) >= 4
+            self._replan_at = plans[len(plans) // 2].step if again else None
             self._reader.warm(plans)
             planned = self._plans[step]
         return planned

@@ -77,6 +77,14 @@ class BatchReader:
         self._max_open = self._plan_budget(spec)
         self._open: LRU[tuple[int, int], CachedShard] = LRU(self._max_open)  # pinned; least recent released first
         self._pending: dict[tuple[int, int], Future] = {}
+        # fills run ahead along the known order (`warm`): the shards still to start, with the step that
+        # first reads each, and those started and not yet read; topped up at every read
+        self._queued: dict[tuple[int, int], int] = {}
+        self._ahead: dict[tuple[int, int], int] = {}
+        # a sliding shuffle under a bound: fills run ahead along the order, topped up at every read
+        # (the others start what a warm asks, as far as half the open budget goes)
+        self.fills_in_order = self.cache.max_bytes is not None and spec.shuffle is Shuffle.SLIDING
+        self._ahead_limit = self._fills_ahead(spec)
         self._lock = threading.Lock()
         self._fetch_threads = fetch_threads
         self._pool: ThreadPoolExecutor | None = None
@@ -112,6 +120,8 @@ class BatchReader:
         if self._reads and self._deferred:  # what the first batch read cold: filled from its successor on
             self._start_fills()
         self._now = plan.step
+        if self.fills_in_order and (self._queued or self._ahead):
+            self._top_up()
         opened, read = self._open, self._read
         parts: list = []
         cold = []
@@ -195,28 +205,62 @@ class BatchReader:
 
     def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
         """Start fetching the shards these future batches need and the cache lacks, in the order
-        of the batches (at most half the open budget ahead)."""
+        of the batches; those past what may run ahead (`_fills_ahead`) start as reads reach them
+        (`_top_up`), so fills keep running ahead along the known order between two warms."""
         if not plans or not self.fill:
             return
-        wanted = dict.fromkeys(self.shards_of(plans) if layouts is None
-                               else (key for layout in layouts for key, _, _ in layout))
+        wanted = self._first_needs(plans)
         if not self._reads:  # a fresh reader: fill after the first batch, which reads cold what it needs
             missing = [k for k in wanted if not self.cache.holds(self._sha256[k]) and not self._streams(k)]
             self._load_indexes(missing)
             cold = [k for k in missing if self._index(k) is not None]
             with self._lock:
                 self._deferred.update(dict.fromkeys(cold))
-            wanted = {k: None for k in wanted if k not in cold}
+            wanted = {k: step for k, step in wanted.items() if k not in cold}
         with self._lock:
-            budget = max(1, self._max_open // 2) - len(self._pending)
-            for key in wanted:
-                if budget <= 0:
+            self._queued = {k: step for k, step in wanted.items() if k not in self._ahead}
+        self._top_up()
+
+    def _first_needs(self, plans: Sequence[BatchPlan]) -> dict[tuple[int, int], int]:
+        """The (source, shard) keys these plans read, in order of first need, with that first step."""
+        indices = np.concatenate([p.indices for p in plans]).astype(np.int64, copy=False)
+        if not len(indices):
+            return {}
+        keys, first = np.unique(self._shards(indices, plans), return_index=True)
+        steps = np.repeat([p.step for p in plans], [len(p.indices) for p in plans])
+        order = np.argsort(first)
+        return {self._shard_key[k]: s for k, s in zip(keys[order].tolist(), steps[first[order]].tolist())}
+
+    def _top_up(self) -> None:
+        """Start the next queued fills, in order of first need, while fewer than `_ahead_limit`
+        shards are started and not yet read (`fills_in_order`), or while half the open budget is
+        fetching at most (the others)."""
+        with self._lock:
+            now = self._now
+            self._ahead = {k: step for k, step in self._ahead.items() if step > now}
+            # a sliding shuffle's fills are bounded by what runs ahead alone: the one a read waits for
+            # does not hold back the next (two fetch threads take them in order)
+            budget = len(self._queued) if self.fills_in_order else max(1, self._max_open // 2) - len(self._pending)
+            for key, step in list(self._queued.items()):
+                if budget <= 0 or len(self._ahead) >= self._ahead_limit:
                     break
-                if (key in self._open or key in self._pending or self.cache.holds(self._sha256[key])
-                        or self._streams(key)):
+                del self._queued[key]
+                if step < now or key in self._open or key in self._pending or self._streams(key):
+                    continue  # read already (cold or filled), or under way
+                if self.cache.holds(self._sha256[key]):
                     continue  # a cached shard opens in well under a millisecond: a thread would cost more
                 self._pending[key] = self._executor().submit(self._load, key)
+                self._ahead[key] = step
                 budget -= 1
+
+    def _fills_ahead(self, spec: RunSpec) -> int:
+        """How many shards may be filled before their first read. A sliding shuffle under a bound
+        holds its q resident shards and what the bound leaves beside them (READ_AHEAD): its next
+        shards to enter, one after another as each is first read; more would push a shard still
+        to be read out of the bound and fetch it twice. Otherwise no limit but the fetch budget."""
+        if self.fills_in_order:
+            return max(1, self._max_open - spec.window_shards)
+        return len(self._shard_key)
 
     def _next_use(self, sha256: str) -> float:
         """The next step this run (any rank) reads the shard at, from the one read last; inf when
@@ -351,9 +395,18 @@ class BatchReader:
             if key in self._open:  # loaded twice (foreground and background): keep one pin
                 cached.release()
                 return self._open.peek(key)
+            if self.cache.max_bytes is not None and len(self._open) >= self._max_open:
+                self._release_furthest()
             for _, old in self._open.put(key, cached):
                 old.release()  # unpinned: evictable; its memory map stays valid for readers holding it
         return cached
+
+    def _release_furthest(self) -> None:
+        """Under a bound, unpin the open shard the order reads furthest ahead (one it has left first),
+        not the least recently read: that may be a shard filled ahead and not read yet, which the
+        cache would then evict, as the one needed furthest, and fetch again."""
+        victim = max(self._open, key=lambda k: self._next_use(self._sha256[k]))  # ties: least recent
+        self._open.pop(victim).release()
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
