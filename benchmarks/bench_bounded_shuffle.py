@@ -220,17 +220,12 @@ def main() -> int:
         cached = probe.nbytes  # every shard holds 1,000 rows of one size
         probe.release()
         shards = len(version.manifest.shards)
-        stored = [e.bytes for e in version.manifest.shards]
-        fits = int(FRACTION * shards)
-        # the reader judges every shard's cached size by the ratio of the first it fills (whichever
-        # finishes first): a bound of exactly `fits` shards as cached may hold fits - 1 by that
-        # judgement, by a race. The bound holds `fits` of the largest at the highest ratio: a hair
-        # over FRACTION of the version, and the same for every run.
-        bound = max(int(FRACTION * shards * cached), int(fits * max(stored) * cached / min(stored)) + 1)
+        bound = int(FRACTION * shards * cached)
+        ratio = cached / version.manifest.shards[0].bytes  # as the reader judges after its first fill
+        fits = int(bound // max(int(e.bytes * ratio) for e in version.manifest.shards))
         window_k, sliding_q = max(1, fits // 2), max(2, fits - 2)
         print(f"{shards} shards, {size / 1e6:.1f} MB stored, {cached / 1e6:.2f} MB each as cached; bound "
-              f"{bound / 1e6:.1f} MB ({bound / (shards * cached):.2%}, {fits} shards): "
-              f"window_shards={window_k} (window), "
+              f"{bound / 1e6:.1f} MB ({FRACTION:.0%}, {fits} shards): window_shards={window_k} (window), "
               f"{sliding_q} (sliding)", flush=True)
         lit_url, lit_bytes = lit_upload(server, env)
         lit_bound = int(FRACTION * lit_bytes)
