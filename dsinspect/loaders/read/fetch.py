@@ -135,7 +135,8 @@ def _coalesced(fs: fsspec.AbstractFileSystem, wanted: list[tuple[str, int, int]]
     reads: list[tuple[str, int, int]] = []
     for path in dict.fromkeys(p for p, _, _ in wanted):
         spans = [(a, b) for p, a, b in wanted if p == path]
-        reads += [(path, a, b) for a, b in read_plan(spans, near=0, spare=-1)]
+        # touching ranges only (no byte not asked for); none when NEAR < 0 (tests pinning reads part by part)
+        reads += [(path, a, b) for a, b in read_plan(spans, near=min(NEAR, 0), spare=-1)]
     got = fs.cat_ranges([p for p, _, _ in reads], [a for _, a, _ in reads], [b for _, _, b in reads],
                         on_error="return")
     out: list[bytes | BaseException] = []
