@@ -99,7 +99,21 @@ class RowsShard:
         return RowsShard(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 
-class _Partial:
+class _Mapped:
+    """A shard's whole file mapped in `buffer`, its parts at their offsets: Arrow reads a row group
+    where the footer says it is."""
+
+    buffer: pa.Buffer
+
+    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
+        start, end = index.span(index.footer)
+        return self.buffer.slice(start, end - start)
+
+    def source(self, index: ShardIndex, part: int) -> pa.NativeFile:
+        return pa.BufferReader(self.buffer)
+
+
+class _Partial(_Mapped):
     """This process's handle on one shard's `.partial` file: written through `fd`, read through a
     memory map of the same file (so a fill that publishes and removes the path meanwhile changes
     nothing here)."""
@@ -125,19 +139,11 @@ class _Partial:
         write_at(self.fd, data, index.span(part)[0])
         self.have.add(part)
 
-    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
-        start, end = index.span(index.footer)
-        return self.buffer.slice(start, end - start)
-
-    def source(self, index: ShardIndex, part: int) -> pa.NativeFile:
-        """The whole file as Arrow reads it: `part` (and the footer) at their offsets."""
-        return pa.BufferReader(self.buffer)
-
     def close(self) -> None:
         os.close(self.fd)  # the map stays valid while decoded tables may still point into it
 
 
-class _InPlace:
+class _InPlace(_Mapped):
     """A local store's shard read where it is: its file memory-mapped, each part checked against
     its sha256 the first time this process uses it (`ShardCache.check_in_place`), nothing written
     to the cache (the module docstring)."""
@@ -155,13 +161,6 @@ class _InPlace:
 
     def check(self, part: int) -> None:
         self.cache.check_in_place(self.path, self.url, self.index, [part], self.buffer)
-
-    def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
-        start, end = index.span(index.footer)
-        return self.buffer.slice(start, end - start)
-
-    def source(self, index: ShardIndex, part: int) -> pa.NativeFile:
-        return pa.BufferReader(self.buffer)
 
     def close(self) -> None:
         """Nothing: the map goes with the last decoded group pointing into it."""
