@@ -149,6 +149,7 @@ def run(args) -> int:
                         rows.append(_measure(server, link, reader, workload, workers, where, child_env, args.repeats,
                                              tree))
     _print(rows)
+    from bench_remote import _git  # the run's commit, as the other remote benchmarks record it
     out = HERE / "results" / f"remote-small-{dt.date.today().isoformat()}.json"
     meta = {"rtt_ms": rtt * 1e3, "rate_mbit": args.rate_mbit, "repeats": args.repeats, "git": _git(),
             "load_start": load_start, "load_end": os.getloadavg()[0]}
@@ -206,11 +207,3 @@ def _print(rows: list[dict]) -> None:
                   + ", ".join(f"{r['reader']} {r['requests']:.0f}/{r['connections']:.0f}"
                               for r in here if r is not ours),
                   flush=True)
-
-
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                              text=True).stdout.strip()
-    except OSError:
-        return ""
