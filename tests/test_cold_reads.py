@@ -415,18 +415,18 @@ def test_a_fill_converts_row_groups_as_they_land_not_after_its_last_byte(s3, dat
     monkeypatch.setattr(cache_module, "_FETCH_RUN", 1)  # a run per part
     monkeypatch.setattr(convert_module, "_RUN_BYTES", 1)  # a row group per conversion step
     appended = threading.Event()
-    real_append, real_fetch = convert_module._append_groups, ShardCache._fetch_into
+    real_append, real_fetch = convert_module._append_table, ShardCache._fetch_into
 
-    def noted_append(parquet, groups, columns):
+    def noted_append(table, columns):
         appended.set()
-        return real_append(parquet, groups, columns)
+        return real_append(table, columns)
 
     def gated(self, fd, version, shard, index, run):
         if run[-1] == index.footer - 1:  # the last row group
             assert appended.wait(30), "nothing was converted before the fill's last run"
         return real_fetch(self, fd, version, shard, index, run)
 
-    monkeypatch.setattr(convert_module, "_append_groups", noted_append)
+    monkeypatch.setattr(convert_module, "_append_table", noted_append)
     monkeypatch.setattr(ShardCache, "_fetch_into", gated)
     ShardCache(tmp_path / "cache").open(version, 3).release()
     shard = ShardCache(tmp_path / "cache").open(version, 3)  # a fresh process's view: from the sidecar

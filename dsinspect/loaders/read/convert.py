@@ -5,10 +5,11 @@ per column). Reading the whole table and concatenating it held the decoded shard
 memory. Here the file is read a row group at a time and every buffer of every column (validity bits,
 offsets rebased to the running total, values, data, children recursively) is appended to its own
 scratch file; the scratch files are then memory-mapped (file-backed pages, not process memory),
-assembled with `pa.Array.from_buffers` and written as one batch. Peak private memory: one decoded run
-of row groups (up to 1 MiB, or one larger group) plus Parquet's decoding buffers for one column
-(measured 2.5-3.2x a run), never the whole shard; disk:
-the scratch files (about the decoded size) until `dest` is written.
+assembled with `pa.Array.from_buffers` and written as one batch. Runs of row groups (up to 1 MiB,
+or one larger group) are decoded two at a time on the process's decoder threads while the
+converting thread appends the one before (`_decoded`). Peak private memory: two runs being decoded,
+each with Parquet's decoding buffers for one column (measured 2.5-3.2x a run; together ~5.2x),
+never the whole shard; disk: the scratch files (about the decoded size) until `dest` is written.
 
 Dictionary-typed columns (a foreign writer's stored Arrow schema) are decoded to their value type: the
 cache holds plain arrays (dictionary encoding is a storage detail, see format/arrow_types.py).
@@ -19,7 +20,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Callable
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -48,13 +52,13 @@ def parquet_to_ipc(source: str, dest: str, scratch_dir: str,
         # memory-mapped: Arrow reads the compressed column chunks in place, not into buffers of its pool
         ready([])
         with pq.ParquetFile(source, memory_map=True) as parquet:
-            schema = parquet.schema_arrow
-            files = _ScratchFiles(scratch)
-            columns = [_column(f.type, files) for f in schema]
-            rows = 0
-            for run in _runs(parquet.metadata, _RUN_BYTES):
-                ready(run)
-                rows += _append_groups(parquet, run, columns)
+            schema, metadata = parquet.schema_arrow, parquet.metadata
+        files = _ScratchFiles(scratch)
+        columns = [_column(f.type, files) for f in schema]
+        rows = 0
+        for table in _decoded(pa.memory_map(source).read_buffer(), metadata, _runs(metadata, _RUN_BYTES), ready):
+            rows += _append_table(table, columns)
+            del table  # freed before the next is taken
         arrays = [column.finish() for column in columns]
         fields = [f.with_type(a.type) for f, a in zip(schema, arrays)]
         batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
@@ -81,17 +85,81 @@ def _runs(metadata: pq.FileMetaData, limit: int) -> list[list[int]]:
     return runs
 
 
-def _append_groups(parquet: pq.ParquetFile, groups: list[int], columns: list) -> int:
-    """Decode a run of row groups and append it to the columns; its memory is freed on return.
-    Runs, not single groups: small row groups (256 KiB, sized for cold reads) cost ~0.7 ms of call
-    overhead each."""
-    # Columns one after another: decoded in parallel, each column's decoding buffers would coexist
-    # (measured: peak up to 6.4x a row group, varying run to run, against 2.5-3.2x).
-    table = parquet.read_row_groups(groups, use_threads=False)
+def _decoded(data: pa.Buffer, metadata: pq.FileMetaData, runs: list[list[int]],
+             ready: Callable[[list[int]], None]) -> Iterator[pa.Table]:
+    """Each run of row groups decoded, in order, up to `_AHEAD` at once on the process's decoder
+    threads: a conversion alone keeps two cores decoding while its own thread checks and appends
+    (one shard filled alone: 0.65 -> 0.49 s, benchmarks/README.md); conversions running together
+    share the decoders. `ready(run)` is called here, in order, before the run is handed over."""
+    pending: deque[Future] = deque()
+    try:
+        for run in runs:
+            ready(run)
+            pending.append(_decoders().submit(_decode_run, data, metadata, run))
+            if len(pending) >= _AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:  # stopped early (an error, an abandoned fill): nothing more decoded
+            future.cancel()
+
+
+def _decode_run(data: pa.Buffer, metadata: pq.FileMetaData, groups: list[int]) -> pa.Table:
+    """A run of row groups decoded, on a decoder thread. Columns one after another: decoded in
+    parallel, each column's decoding buffers would coexist (measured: peak up to 6.4x a row group,
+    varying run to run, against 2.5-3.2x). What the conversion thread freed of earlier runs sits in
+    this thread's heap (mimalloc keeps a thread's freed pages for that thread, and only the thread
+    itself can return them): handed back to the OS every `_RELEASE_BYTES` decoded."""
+    _released.bytes = getattr(_released, "bytes", 0)
+    if _released.bytes >= _RELEASE_BYTES:
+        _released.bytes = 0
+        pa.default_memory_pool().release_unused()
+    table = pq.ParquetFile(pa.BufferReader(data), metadata=metadata).read_row_groups(groups, use_threads=False)
+    _released.bytes += table.nbytes
+    return table
+
+
+def _append_table(table: pa.Table, columns: list) -> int:
     for column, chunked in zip(columns, table.columns):
         for chunk in chunked.chunks:
             column.append(chunk)
     return table.num_rows
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# Runs one conversion decodes at once: each holds ~2.6x a run while it decodes, so two of them
+# (a conversion's peak ~5.2x a run) whatever the cores; more cores serve conversions running together
+_AHEAD = min(2, _cores())
+_RELEASE_BYTES = 4 << 20
+_released = threading.local()
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _decoders() -> ThreadPoolExecutor:
+    """The process's row-group decoders, one thread per core it may use, shared by every conversion."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max(_AHEAD, _cores()), thread_name_prefix="dsinspect-decode")
+        return _pool
+
+
+def _forget_decoders() -> None:
+    """In a forked child (a DataLoader worker): its parent's decoder threads are not there, and the
+    lock may have been held by one of them; both made again on first use."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_decoders)
 
 
 class _ScratchFiles:
