@@ -1,8 +1,8 @@
 """Parquet -> one-batch Arrow IPC for the shard cache (read/convert.py): the same schema and values as
 reading the whole file and concatenating it, for every type a dataset can hold, with nulls and row
 groups of awkward sizes; one record batch; scratch files never left behind; two runs decoding at once
-(also in a forked child); and memory bounded by a
-row group, measured in a fresh process on a file a hundred row groups long."""
+(also in a forked child); and memory bounded by a row group, measured in a fresh process on a file a
+hundred row groups long."""
 
 import datetime as dt
 import decimal
