@@ -210,9 +210,9 @@ print(json.dumps({"rows": rows, "peak": pa.default_memory_pool().max_memory()}))
 
 def test_memory_is_bounded_by_a_row_group(tmp_path):
     """The whole-file path peaks above twice the decoded file (read + concatenate); this one must stay
-    within a few units (a run of row groups up to 1 MiB, or one larger group) per run decoding at
-    once (`_AHEAD`, two: measured 2.6 units each, 5.2 together), in a fresh process so nothing else
-    has touched the pool."""
+    within a few units (a run of row groups up to 1 MiB, or one larger group) for each of the two runs
+    decoding at once (measured 2.6 units each, 5.2 together), in a fresh process so nothing else has
+    touched the pool."""
     path = tmp_path / "big.parquet"
     offsets = pa.array(np.arange(0, (GROUP_ROWS + 1) * TOKENS, TOKENS, dtype=np.int32))
     with pq.ParquetWriter(path, pa.schema([pa.field("tokens", pa.list_(pa.int32()))]), compression="snappy") as w:
@@ -228,7 +228,7 @@ def test_memory_is_bounded_by_a_row_group(tmp_path):
     got = json.loads(run.stdout)
     assert got["rows"] == GROUPS * GROUP_ROWS
     unit = max(GROUP_BYTES, convert_module._RUN_BYTES)
-    assert got["peak"] < 3.5 * convert_module._AHEAD * unit, f"peak {got['peak']:,} bytes for runs of {unit:,}"
+    assert got["peak"] < 2 * 3.5 * unit, f"peak {got['peak']:,} bytes for runs of {unit:,}"
     assert got["peak"] < GROUPS * GROUP_BYTES // 10
     reader = pa.ipc.open_file(pa.memory_map(str(dest)).read_buffer())
     assert reader.num_record_batches == 1
@@ -251,7 +251,6 @@ def test_a_conversion_decodes_two_runs_at_once(tmp_path, monkeypatch):
     one of two): the first two runs are in a decoder at the same time, or the barrier breaks."""
     _tokens_file(tmp_path / "t.parquet", groups=6)
     monkeypatch.setattr(convert_module, "_RUN_BYTES", 1)  # a row group per run
-    monkeypatch.setattr(convert_module, "_AHEAD", 2)
     together = threading.Barrier(2, timeout=20)
     real = convert_module._decode_run
 
@@ -283,8 +282,8 @@ print(os.waitstatus_to_exitcode(status))
 
 
 def test_a_forked_child_converts_with_decoders_of_its_own(tmp_path):
-    """A process forked after a conversion (DataLoader workers) converts too: without decoder
-    threads of its own it would wait forever on its parent's, which are not in the child."""
+    """A process forked after a conversion (DataLoader workers) converts too: decoder threads shared
+    across conversions would be its parent's, not in the child, and it would wait forever."""
     _tokens_file(tmp_path / "t.parquet", groups=6)
     run = subprocess.run([sys.executable, "-c", FORKED, str(tmp_path / "t.parquet"), str(tmp_path)],
                          capture_output=True, text=True, timeout=90, cwd=os.path.dirname(os.path.dirname(__file__)))

@@ -6,10 +6,10 @@ memory. Here the file is read a row group at a time and every buffer of every co
 offsets rebased to the running total, values, data, children recursively) is appended to its own
 scratch file; the scratch files are then memory-mapped (file-backed pages, not process memory),
 assembled with `pa.Array.from_buffers` and written as one batch. Runs of row groups (up to 1 MiB,
-or one larger group) are decoded two at a time on the process's decoder threads while the
-converting thread appends the one before (`_decoded`). Peak private memory: two runs being decoded,
-each with Parquet's decoding buffers for one column (measured 2.5-3.2x a run; together ~5.2x),
-never the whole shard; disk: the scratch files (about the decoded size) until `dest` is written.
+or one larger group) are decoded two at a time, by the converting thread and a helper of its own
+(`_decoded`). Peak private memory: the two runs being decoded, each with Parquet's decoding buffers
+for one column (measured 2.5-3.2x a run each; 5.2x together), never the whole shard; disk: the
+scratch files (about the decoded size) until `dest` is written.
 
 Dictionary-typed columns (a foreign writer's stored Arrow schema) are decoded to their value type: the
 cache holds plain arrays (dictionary encoding is a storage detail, see format/arrow_types.py).
@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import threading
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator
 
@@ -87,37 +85,40 @@ def _runs(metadata: pq.FileMetaData, limit: int) -> list[list[int]]:
 
 def _decoded(data: pa.Buffer, metadata: pq.FileMetaData, runs: list[list[int]],
              ready: Callable[[list[int]], None]) -> Iterator[pa.Table]:
-    """Each run of row groups decoded, in order, up to `_AHEAD` at once on the process's decoder
-    threads: a conversion alone keeps two cores decoding while its own thread checks and appends
-    (one shard filled alone: 0.65 -> 0.49 s, benchmarks/README.md); conversions running together
-    share the decoders. `ready(run)` is called here, in order, before the run is handed over."""
-    pending: deque[Future] = deque()
-    try:
-        for run in runs:
-            ready(run)
-            pending.append(_decoders().submit(_decode_run, data, metadata, run))
-            if len(pending) >= _AHEAD:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for future in pending:  # stopped early (an error, an abandoned fill): nothing more decoded
-            future.cancel()
+    """Each run of row groups decoded, in order, two at a time: a helper thread of this conversion
+    decodes one while this thread decodes the next (a shard converted alone used one core of two:
+    0.65 -> 0.49 s, benchmarks/README.md). `ready(run)` is called here, in order, before the run is
+    decoded. The helper is this conversion's own, not a pool's: mimalloc keeps the pages a thread
+    freed for that thread, and only the thread itself can hand them back, so the helper's last task
+    gives back what its runs held (a process-wide pool kept ~18 MB after four fills, and releasing
+    as it went cost more page faults than the second core saved)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="dsinspect-decode") as helper:
+        pending: Future | None = None  # the helper's run, decoding
+        try:
+            for run in runs:
+                ready(run)
+                if pending is None:
+                    pending = helper.submit(_decode_run, data, metadata, run)
+                    continue
+                here = _decode_run(data, metadata, run)  # while the helper decodes the run before
+                yield pending.result()
+                pending = None
+                yield here
+                del here
+            if pending is not None:
+                yield pending.result()
+                pending = None
+        finally:
+            if pending is not None:  # stopped early (an error, an abandoned fill)
+                pending.cancel()
+            helper.submit(pa.default_memory_pool().release_unused)  # after the tables it made were freed
 
 
 def _decode_run(data: pa.Buffer, metadata: pq.FileMetaData, groups: list[int]) -> pa.Table:
-    """A run of row groups decoded, on a decoder thread. Columns one after another: decoded in
-    parallel, each column's decoding buffers would coexist (measured: peak up to 6.4x a row group,
-    varying run to run, against 2.5-3.2x). What the conversion thread freed of earlier runs sits in
-    this thread's heap (mimalloc keeps a thread's freed pages for that thread, and only the thread
-    itself can return them): handed back to the OS every `_RELEASE_BYTES` decoded."""
-    _released.bytes = getattr(_released, "bytes", 0)
-    if _released.bytes >= _RELEASE_BYTES:
-        _released.bytes = 0
-        pa.default_memory_pool().release_unused()
-    table = pq.ParquetFile(pa.BufferReader(data), metadata=metadata).read_row_groups(groups, use_threads=False)
-    _released.bytes += table.nbytes
-    return table
+    """A run of row groups decoded. Columns one after another: decoded in parallel, each column's
+    decoding buffers would coexist (measured: peak up to 6.4x a row group, varying run to run,
+    against 2.5-3.2x)."""
+    return pq.ParquetFile(pa.BufferReader(data), metadata=metadata).read_row_groups(groups, use_threads=False)
 
 
 def _append_table(table: pa.Table, columns: list) -> int:
@@ -125,41 +126,6 @@ def _append_table(table: pa.Table, columns: list) -> int:
         for chunk in chunked.chunks:
             column.append(chunk)
     return table.num_rows
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-# Runs one conversion decodes at once: each holds ~2.6x a run while it decodes, so two of them
-# (a conversion's peak ~5.2x a run) whatever the cores; more cores serve conversions running together
-_AHEAD = min(2, _cores())
-_RELEASE_BYTES = 4 << 20
-_released = threading.local()
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _decoders() -> ThreadPoolExecutor:
-    """The process's row-group decoders, one thread per core it may use, shared by every conversion."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(_AHEAD, _cores()), thread_name_prefix="dsinspect-decode")
-        return _pool
-
-
-def _forget_decoders() -> None:
-    """In a forked child (a DataLoader worker): its parent's decoder threads are not there, and the
-    lock may have been held by one of them; both made again on first use."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_decoders)
 
 
 class _ScratchFiles:
