@@ -4,6 +4,7 @@ trusted. A file a machine crash tore (any size, any bytes) is filled again, and 
 exact, with no error; an intact one is kept, made durable, and not checked whole again."""
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def _tear(arrow: Path, damage: str) -> None:
 
 @pytest.mark.parametrize("shard_index", [True, False], ids=["in place", "whole file"])
 @pytest.mark.parametrize("damage", ["zeroed block", "zeroed header", "zeroed whole", "truncated"])
-def test_an_entry_torn_by_a_reboot_is_filled_again_and_the_epoch_reads_exact(tmp_path, shard_index, damage):
+def test_an_entry_torn_by_a_reboot_is_filled_again_and_the_epoch_reads_exact(tmp_path, shard_index, damage, caplog):
     catalog, version, spec = _version(tmp_path, shard_index)
     root = tmp_path / "cache"
     want, _ = _epoch(catalog, spec, root)
@@ -70,10 +71,14 @@ def test_an_entry_torn_by_a_reboot_is_filled_again_and_the_epoch_reads_exact(tmp
     _after_a_reboot(root, sha)
     _tear(root / f"{sha}.arrow", damage)
 
+    caplog.set_level(logging.WARNING, logger="dsinspect")
     got, stats = _epoch(catalog, spec, root)  # no IntegrityError: the torn entry is never opened
     assert got == want and len(got) == 24
     assert stats["cache_misses"] == 1 and stats["verify_failures"] == 0
     assert json.loads((root / f"{sha}.json").read_bytes())["boot"] == BOOT, "filled again in this boot"
+    torn = [r.getMessage() for r in caplog.records if "torn by a restart" in r.getMessage()]
+    assert torn == [f"cached shard {root / sha}.arrow was torn by a restart of the machine: filled again"], \
+        "said once (checked once, under the entry's lock), naming the file"
 
 
 def test_an_intact_entry_of_an_earlier_boot_is_kept_and_made_durable(tmp_path):

@@ -245,7 +245,7 @@ class ShardCache:
         entry = version.manifest.shards[shard]
         pin_fd = self._pin(entry.sha256)
         try:
-            trusted = self._trusted_entry(entry.sha256)
+            trusted = self._trusted_entry(entry.sha256, locked=False)
             if trusted is None:
                 with locked_file(self._path(entry.sha256, ".lock")):
                     trusted = self._trusted_entry(entry.sha256)  # another process may have filled it meanwhile
@@ -567,15 +567,17 @@ class ShardCache:
         return sidecar
 
     def _intact_since_boot(self, sha256: str, sidecar: dict, blocks: bytes) -> bool:
-        """Whether an entry published without an fsync of its Arrow file can be trusted: yes in the
-        boot that wrote it (a process that dies leaves its writes in the page cache); after a
-        reboot only if every block matches (then the file is made durable and the sidecar no
-        longer names a boot, so this runs once). No: the caller refills it."""
+        """Whether an entry's Arrow file can be trusted: of its size, and, published without an
+        fsync, in the boot that wrote it (a process that dies leaves its writes in the page cache);
+        after a reboot only if its size and every block match (then the file is made durable and
+        the sidecar no longer names a boot, so this runs once; torn, it is said once, under the
+        entry's lock). No: the caller refills it."""
+        arrow = str(self._arrow(sha256))
+        whole = os.stat(arrow).st_size == sidecar["arrow_bytes"]
         boot = sidecar.get("boot")
         if boot is None or boot == _boot_id():
-            return True
-        arrow = str(self._arrow(sha256))
-        if _block_digests(arrow).tobytes() != blocks:
+            return whole
+        if not whole or _block_digests(arrow).tobytes() != blocks:
             log.warning("cached shard %s was torn by a restart of the machine: filled again", arrow)
             return False
         with contextlib.suppress(OSError):  # a read-only cache: intact all the same, checked again next time
@@ -735,16 +737,19 @@ class ShardCache:
         trusted = self._trusted_entry(sha256)
         return trusted[0] if trusted else None
 
-    def _trusted_entry(self, sha256: str) -> tuple[dict, bytes] | None:
-        """(sidecar, block hashes) of a complete cache entry, or None."""
+    def _trusted_entry(self, sha256: str, locked: bool = True) -> tuple[dict, bytes] | None:
+        """(sidecar, block hashes) of a complete cache entry, or None. Not `locked` (the caller does
+        not hold the entry's lock): an entry of an earlier boot is None, for the caller to check
+        under the lock (once, by one process: it hashes the whole file and may refill it)."""
         try:
             sidecar = json.loads(self._path(sha256, ".json").read_bytes())
             blocks = self._path(sha256, ".blocks").read_bytes()
             ok = (sidecar.get("format") == _FORMAT and sidecar.get("sha256") == sha256
                   and sidecar.get("block_size") == BLOCK
-                  and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"]
                   and xxhash.xxh3_64_hexdigest(blocks) == sidecar["blocks_xxh3"]
-                  and self._intact_since_boot(sha256, sidecar, blocks))
+                  and (self._intact_since_boot(sha256, sidecar, blocks) if locked
+                       else sidecar.get("boot") in (None, _boot_id())
+                       and self._arrow(sha256).stat().st_size == sidecar["arrow_bytes"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return (sidecar, blocks) if ok else None
