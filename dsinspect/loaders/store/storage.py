@@ -73,8 +73,10 @@ def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise UserError(f"{url}: unknown protocol {protocol!r}; known here: {', '.join(usable_protocols())}") from None
     if is_local(fs):
         path = os.path.abspath(path)
-    from dsinspect.loaders.store.faults import wrap_from_env  # debug: $DSINSPECT_INJECT_FAULTS (--inject-faults)
-    return wrap_from_env(fs), path.rstrip("/") or "/"
+    if os.environ.get("DSINSPECT_INJECT_FAULTS"):  # debug (--inject-faults); its module costs ~2 ms to import
+        from dsinspect.loaders.store.faults import wrap_from_env
+        fs = wrap_from_env(fs)
+    return fs, path.rstrip("/") or "/"
 
 
 def usable_protocols() -> list[str]:
