@@ -19,6 +19,7 @@ from test_remote import FIELDS, random_rows  # noqa: E402
 
 from dsinspect.loaders import Catalog, Loader, RunSpec, WriteOptions, batch_indices  # noqa: E402
 from dsinspect.loaders.read import cache as cache_module  # noqa: E402
+from dsinspect.loaders.read import cold  # noqa: E402
 from dsinspect.loaders.read.cache import ShardCache  # noqa: E402
 from dsinspect.loaders.store import locks, node_copies  # noqa: E402
 from dsinspect.loaders.store.locks import open_locked  # noqa: E402
@@ -295,3 +296,52 @@ def test_four_ranks_reading_cold_together_fetch_each_shard_about_once(s3, versio
     stored = sum(s.bytes for s in version.manifest.shards)
     fetched = sum(r.nbytes for r in server.requests("GET") if r.path.endswith(".parquet"))
     assert stored <= fetched <= 1.10 * stored, fetched / stored
+
+
+def _fill_every_shard(url, version_id, root):
+    """Another rank's fills: every shard of the version into the node's cache, published."""
+    v = Catalog(url).version("ranks", version_id)
+    cache = ShardCache(root)
+    for k in range(SHARDS):
+        cache.open(v, k).release()
+
+
+@pytest.mark.parametrize("where", ["before_its_claims", "before_it_opens_the_partial"])
+def test_a_cold_read_whose_shards_another_rank_fills_meanwhile_fetches_none_again(s3, version, tmp_path,
+                                                                                  monkeypatch, where):
+    """A rank reading cold decided the cache did not hold its shards; another rank's fills then
+    publish them (forced here: a forked process fills them all from inside the read, after it
+    looked at the cache, before its claims or before it opened the `.partial` files). Those fills
+    removed the `.have` list with the shard, so the read's claims found nothing noted and it fetched
+    its parts again: with coalesced reads, up to a whole shard each (test_four_ranks_... over its
+    1.10x in ~1 of 8 runs). Now it takes them from the file the fill assembled, or from the cache."""
+    server, url, _ = s3
+    monkeypatch.setenv("DSINSPECT_CACHE", str(tmp_path / "node"))
+    root = str(tmp_path / "node" / "shards")
+    ctx = mp.get_context("fork")
+    filled = []
+
+    def fills_first(real):
+        def hooked(*args, **kwargs):
+            if not filled:
+                filler = ctx.Process(target=_fill_every_shard, args=(url, version.id, root))
+                filler.start()
+                filler.join(120)
+                assert filler.exitcode == 0
+                filled.append(True)
+                server.reset_counts()  # from here on: what the read fetches
+            return real(*args, **kwargs)
+        return hooked
+
+    if where == "before_its_claims":
+        monkeypatch.setattr(cold.ColdRows, "_prefetch", fills_first(cold.ColdRows._prefetch))
+    else:
+        monkeypatch.setattr(cold._Partial, "__init__", fills_first(cold._Partial.__init__))
+    catalog = Catalog(url)
+    spec = RunSpec.create(catalog, f"ranks@{version.id}", seed=7, batch_size=BATCH, shuffle="global")
+    with Loader(spec, catalog=catalog, cache=ShardCache(root), fill=False) as loader:
+        batch = next(iter(loader))
+    assert filled, "the read never went cold"
+    assert batch.indices.tolist() == batch_indices(spec, 0, 0).tolist()
+    assert batch.table.column("id").to_pylist() == batch.indices.tolist()  # the rows themselves (id == row)
+    assert server.get_bytes(contains=".parquet") == 0, [(r.path[-20:], r.range) for r in server.requests("GET")]

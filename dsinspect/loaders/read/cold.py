@@ -251,7 +251,8 @@ class ColdRows:
         finally:
             self._unuse(partials.values())
 
-    def _take(self, wants: Sequence[Want], columns: list[str], partials: dict[str, _Partial]) -> list[Pieces]:
+    def _take(self, wants: Sequence[Want], columns: list[str], partials: dict[str, _Partial]) -> list[Pieces | None]:
+        """Per want its pieces; None for a shard filled since `_use` whose parts our file lacks."""
         plan = []  # per want, per row group: (its key, where its rows start among the group's taken rows, positions)
         taken: dict[tuple[str, int], list[np.ndarray]] = {}  # per row group, the rows the wants read of it
         sources = {}
@@ -266,10 +267,13 @@ class ColdRows:
                 got.append(rows[sel] - int(index.row_starts[part]))
                 sources.setdefault(key, (version, shard, index, part, partials[index.shard]))
             plan.append(pieces)
-        self._prefetch(sources)
+        filled = self._prefetch(sources)
+        taken = {key: rows for key, rows in taken.items() if key[0] not in filled}
         rows_of = dict(zip(taken, self._pool.map(
             lambda key: self._rows(key, sources[key], np.concatenate(taken[key]), columns), taken)))
-        return [[(rows_of[key], np.arange(at, at + len(sel)), sel) for key, at, sel in pieces] for pieces in plan]
+        return [None if want[2].shard in filled else
+                [(rows_of[key], np.arange(at, at + len(sel)), sel) for key, at, sel in pieces]
+                for want, pieces in zip(wants, plan)]
 
     def _rows(self, key: tuple[str, int], source: tuple, rows: np.ndarray, columns: list[str]) -> "RowsShard":
         """`rows` of a row group, copied out of it: the decoded group is kept (up to `max_bytes`)
@@ -331,11 +335,13 @@ class ColdRows:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _prefetch(self, sources: dict[tuple[str, int], tuple]) -> None:
+    def _prefetch(self, sources: dict[tuple[str, int], tuple]) -> set[str]:
         """On remote storage, fetch the footers and row groups these reads need and nobody holds yet
         in one round of requests in flight together, before the pool decodes them (it would fetch
         them one after another on two threads: a round trip each). What is in a `.partial` file
-        already, being fetched, or fails here is left to `_fetch`, as without this."""
+        already, being fetched, or fails here is left to `_fetch`, as without this. Returns the
+        shards filled since `_use` whose asked parts our file lacks: the caller reads them from the
+        cache (fetched here, they would cross the network a second time)."""
         wanted: dict[tuple[str, int], tuple] = {}
         for version, shard, index, part, partial in sources.values():
             if is_local(version.catalog.fs):
@@ -354,6 +360,20 @@ class ColdRows:
             spans = [index.span(p) for p in range(index.parts)]
             for p in brought_along(spans, [q for (s, q) in wanted if s == sha]):
                 wanted.setdefault((sha, p), item)
+        todo = self._claimed(wanted)
+        filled = self._filled_meanwhile(todo, asked)
+        todo = [i for i in todo if i[2].shard not in filled]
+        by_fs: dict[int, list] = {}
+        for item in todo:
+            by_fs.setdefault(id(item[0].catalog.fs), []).append(item)
+        for items in by_fs.values():
+            self._fetch_together(items)
+        return {sha for sha, lacking in filled.items() if lacking}
+
+    def _claimed(self, wanted: dict[tuple[str, int], tuple]) -> list[tuple]:
+        """Of the wanted parts not in our file, those to fetch here (claimed for the node, or of a
+        streamed shard); those in the shard's `.partial` file are taken from there, those another
+        thread or process is fetching are left to `_fetch`."""
         todo = []
         for (sha, part), (version, shard, index, partial) in wanted.items():
             if part in partial.have:
@@ -367,33 +387,56 @@ class ColdRows:
                 continue
             if self.cache.claim(sha, [part])[0]:
                 todo.append((version, shard, index, part, partial))
-        by_fs: dict[int, list] = {}
-        for item in todo:
-            by_fs.setdefault(id(item[0].catalog.fs), []).append(item)
-        for items in by_fs.values():
-            held = {i[2].shard for i in items if (i[2].shard, i[3]) not in asked and self.cache.holds(i[2].shard)}
-            for _, _, index, p, _ in [i for i in items if i[2].shard in held and (i[2].shard, i[3]) not in asked]:
-                self.cache.release(index.shard, [p])  # brought along, but the shard filled meanwhile
-            items = [i for i in items if i[2].shard not in held or (i[2].shard, i[3]) in asked]
-            spans = [(v.shard_path(s), *index.span(p), index.sha256[p]) for v, s, index, p, _ in items]
+        return todo
+
+    def _filled_meanwhile(self, todo: list[tuple], asked: set[tuple[str, int]]) -> dict[str, bool]:
+        """Shards of `todo` the cache holds by now, each with whether our file lacks a part asked
+        for; their claims released. Looked at after claiming: a fill that publishes later had to
+        wait for our claims, so what we then fetch it does not; one that published before removed
+        the `.have` list, so our claims found nothing noted and would fetch what it just fetched.
+        A part the fill put into our very file (the `.partial` we opened) is taken from there."""
+        filled: dict[str, bool] = {}
+        for sha in dict.fromkeys(i[2].shard for i in todo if i[4].in_cache):
+            if self.cache.holds(sha):
+                filled[sha] = False
+        for _, _, index, part, partial in todo:
+            if index.shard not in filled:
+                continue
+            self.cache.release(index.shard, [part])
+            if (index.shard, part) in asked and not self._in_our_file(partial, index, part):
+                filled[index.shard] = True
+        return filled
+
+    def _fetch_together(self, items: list[tuple]) -> None:
+        """Parts of one filesystem's shards in one round (`fetch_parts_together`), each written into
+        its file and noted for the node; what fails here is released, for `_fetch` to try again."""
+        spans = [(v.shard_path(s), *index.span(p), index.sha256[p]) for v, s, index, p, _ in items]
+        try:
+            got = fetch_parts_together(items[0][0].catalog.fs, spans, self.cache.stats)
+        except Exception:  # noqa: BLE001 - a first round only: `_fetch` tries each again and says why
+            got = [None] * len(items)
+        for (_, _, index, p, partial), data in zip(items, got):
+            if not partial.in_cache:
+                if data is not None:
+                    partial.put(index, p, data)
+                continue
+            if data is None:
+                self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
+                continue
             try:
-                got = fetch_parts_together(items[0][0].catalog.fs, spans, self.cache.stats)
-            except Exception:  # noqa: BLE001 - a first round only: `_fetch` tries each again and says why
-                got = [None] * len(items)
-            for (_, _, index, p, partial), data in zip(items, got):
-                if not partial.in_cache:
-                    if data is not None:
-                        partial.put(index, p, data)
-                    continue
-                if data is None:
-                    self.cache.release(index.shard, [p])  # `_fetch` fetches it again, and says why it fails
-                    continue
-                try:
-                    self._write(partial, index, p, data)
-                except BaseException:
-                    self.cache.release(index.shard, [p])
-                    raise
-                self.cache.note_part(index, p)
+                self._write(partial, index, p, data)
+            except BaseException:
+                self.cache.release(index.shard, [p])
+                raise
+            self.cache.note_part(index, p)
+
+    def _in_our_file(self, partial: _Partial, index: ShardIndex, part: int) -> bool:
+        """Whether the shard is in the cache by now and its fill left this part in our very file
+        (the `.partial` it assembled, unlinked since): then it is ours, checked."""
+        if self.cache.holds(index.shard) and holds_part(partial.fd, index, part):
+            partial.have.add(part)
+            return True
+        return False
 
     def _use(self, wanted: dict[str, tuple]) -> dict[str, _Partial]:
         """The partial files of these shards ((version, shard, index, ...) per sha256; opened on
@@ -427,7 +470,12 @@ class ColdRows:
                         continue
                     partial = self._partials.get(sha)
                     if partial is None:
-                        partial = self._partials[sha] = _Partial(self.cache, index)
+                        partial = _Partial(self.cache, index)
+                        if self.cache.holds(sha):  # filled between our look and our open: read from the cache
+                            partial.close()
+                            self.cache.use_partial(sha, -1)
+                            continue
+                        self._partials[sha] = partial
                     partial.users += 1
                     partials[sha] = partial
             except BaseException:
@@ -512,10 +560,12 @@ class ColdRows:
             if data is not None:
                 self._write(partial, index, part, data)  # our file may be an older one than the path's
                 return
-            if cache.holds(index.shard) and holds_part(partial.fd, index, part):
-                partial.have.add(part)  # filled meanwhile, into our (now unlinked) file: nothing to fetch
+            if self._in_our_file(partial, index, part):  # filled meanwhile: nothing to fetch
                 return
             claimed, busy = cache.claim(index.shard, [part])
+            if claimed and self._in_our_file(partial, index, part):  # ... as we claimed it
+                cache.release(index.shard, [part])
+                return
             if claimed:
                 break
             if busy:
