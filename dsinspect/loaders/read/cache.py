@@ -202,9 +202,10 @@ class CachedShard:
         self._checked[todo] = True
 
     def release(self) -> None:
+        """Unpin the shard; under a bound, evict what the cache holds over it (`ShardCache._unpin`)."""
         if self._pin_fd >= 0:
-            os.close(self._pin_fd)  # drops the shared pin lock
-            self._pin_fd = -1
+            pin_fd, self._pin_fd = self._pin_fd, -1
+            self.cache._unpin(pin_fd)
 
 
 class ShardCache:
@@ -235,6 +236,7 @@ class ShardCache:
         self._retired: set[str] = set()  # filled shards whose parts wait for those reads to end
         self._abandon = threading.local()  # the event a fill in this thread stops at (see `open`)
         self._in_place: dict[str, set[int]] = {}  # per local store shard: parts this process checked in its file
+        self._unpinning = threading.Lock()  # one release of this process at a time, with its eviction (`_unpin`)
 
     # -- public --------------------------------------------------------------------------------
 
@@ -777,7 +779,24 @@ class ShardCache:
         if self._next_use == next_use:
             self._next_use = None
 
-    def _evict_over_bound(self) -> None:
+    def _unpin(self, pin_fd: int) -> None:
+        """Drop a pin (its shared lock) and, under a bound, evict what the cache holds over it. A fill
+        evicts only after it publishes (the new entry pinned by its filler); an entry unpinned after
+        the last fill's eviction (one it found pinned) would stay over the bound until some process
+        fills again, or for good once the readers close (the four-process test's cache sat at 1.9x
+        its bound after the job). One release at a time per process, with its eviction: what the
+        cache holds unpinned exceeds the bound by at most one shard per process releasing now."""
+        if self.max_bytes is None:
+            os.close(pin_fd)
+            return
+        with self._unpinning:
+            os.close(pin_fd)
+            try:
+                self._evict_over_bound(warn=False)  # all in use: the fill that pinned them said so
+            except OSError as e:  # a release runs in cleanup paths: the next fill's eviction tries again
+                log.warning("shard cache %s: could not evict over its bound after a release: %s", self.root, e)
+
+    def _evict_over_bound(self, warn: bool = True) -> None:
         if self.max_bytes is None:
             return
         next_use = self._next_use
@@ -791,7 +810,7 @@ class ShardCache:
                 return
             if self._evict(sha):
                 total -= meta["arrow_bytes"]
-        if total > self.max_bytes:
+        if total > self.max_bytes and warn:
             log.warning("shard cache %s holds %d bytes over its bound of %d: every cached shard is in use",
                         self.root, total - self.max_bytes, self.max_bytes)
 
