@@ -237,6 +237,7 @@ class ShardCache:
         self._abandon = threading.local()  # the event a fill in this thread stops at (see `open`)
         self._in_place: dict[str, set[int]] = {}  # per local store shard: parts this process checked in its file
         self._unpinning = threading.Lock()  # one release of this process at a time, with its eviction (`_unpin`)
+        self._sizes: dict[str, int] = {}  # per entry seen, its Arrow bytes (`_held_bytes`)
 
     # -- public --------------------------------------------------------------------------------
 
@@ -792,9 +793,28 @@ class ShardCache:
         with self._unpinning:
             os.close(pin_fd)
             try:
-                self._evict_over_bound(warn=False)  # all in use: the fill that pinned them said so
+                if self._held_bytes() > self.max_bytes:
+                    self._evict_over_bound(warn=False)  # all in use: the fill that pinned them said so
             except OSError as e:  # a release runs in cleanup paths: the next fill's eviction tries again
                 log.warning("shard cache %s: could not evict over its bound after a release: %s", self.root, e)
+
+    def _held_bytes(self) -> int:
+        """What the cache's entries hold, from a listing and the sizes known here (a shard converts
+        to the same bytes: its sidecar is read once per process), so a release's check reads no files."""
+        sizes = self._sizes
+        total = 0
+        for name in os.listdir(self.root):
+            sha, ext = name[:-5], name[-5:]
+            if ext != ".json":
+                continue
+            size = sizes.get(sha)
+            if size is None and is_sha256(sha):
+                try:
+                    size = sizes[sha] = int(json.loads((self.root / name).read_bytes())["arrow_bytes"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+            total += size or 0
+        return total
 
     def _evict_over_bound(self, warn: bool = True) -> None:
         if self.max_bytes is None:
