@@ -26,7 +26,8 @@ entry is only ever published by rename, its sidecar last.
 
 Locks (flock, released by the kernel if a process dies): `<sha>.lock` makes N processes download a
 shard once; a shared lock on `<sha>.pin` marks it in use, and eviction only takes shards whose pin
-it can lock exclusively, least recently used first.
+it can lock exclusively, least recently used first. Under a bound, eviction runs after each fill
+publishes and after each release (an entry unpinned later would otherwise stay over the bound).
 """
 
 from __future__ import annotations
