@@ -203,7 +203,7 @@ class BatchReader:
             shard[sel] = self._shard_base[k] + np.searchsorted(self._starts[k], indices[sel], side="right") - 1
         return shard
 
-    def warm(self, plans: Sequence[BatchPlan], layouts: Sequence[Layout] | None = None) -> None:
+    def warm(self, plans: Sequence[BatchPlan]) -> None:
         """Start fetching the shards these future batches need and the cache lacks, in the order
         of the batches; those past what may run ahead (`_fills_ahead`) start as reads reach them
         (`_top_up`), so fills keep running ahead along the known order between two warms."""
@@ -387,26 +387,27 @@ class BatchReader:
             raise
         if self._cold is not None:
             self._cold.forget(cached.sha256)
+        unpinned: list[CachedShard] = []  # released after the lock: under a bound a release evicts (disk I/O)
         with self._lock:
             self._pending.pop(key, None)
             if self._closed.is_set():  # filled after close (published for the next reader): not pinned
-                cached.release()
-                return cached
-            if key in self._open:  # loaded twice (foreground and background): keep one pin
-                cached.release()
-                return self._open.peek(key)
-            if self.cache.max_bytes is not None and len(self._open) >= self._max_open:
-                self._release_furthest()
-            for _, old in self._open.put(key, cached):
-                old.release()  # unpinned: evictable; its memory map stays valid for readers holding it
+                unpinned.append(cached)
+            elif key in self._open:  # loaded twice (foreground and background): keep one pin
+                unpinned.append(cached)
+                cached = self._open.peek(key)
+            else:
+                if self.cache.max_bytes is not None and len(self._open) >= self._max_open:
+                    unpinned.append(self._open.pop(self._furthest()))
+                unpinned += [old for _, old in self._open.put(key, cached)]
+        for shard in unpinned:
+            shard.release()  # unpinned: evictable; its memory map stays valid for readers holding it
         return cached
 
-    def _release_furthest(self) -> None:
-        """Under a bound, unpin the open shard the order reads furthest ahead (one it has left first),
-        not the least recently read: that may be a shard filled ahead and not read yet, which the
-        cache would then evict, as the one needed furthest, and fetch again."""
-        victim = max(self._open, key=lambda k: self._next_use(self._sha256[k]))  # ties: least recent
-        self._open.pop(victim).release()
+    def _furthest(self) -> tuple[int, int]:
+        """Under a bound, the open shard to unpin: the one the order reads furthest ahead (one it has
+        left first), not the least recently read: that may be a shard filled ahead and not read yet,
+        which the cache would then evict, as the one needed furthest, and fetch again."""
+        return max(self._open, key=lambda k: self._next_use(self._sha256[k]))  # ties: least recent
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
