@@ -5,6 +5,8 @@ readable sizes; seeds are hex as on the command line."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from test_web_browser import ARTIFACTS, browser, page, server, wait_ready  # noqa: F401  (fixtures)
 from test_web_browser import pytestmark as browser_marks
@@ -215,11 +217,20 @@ def test_dataset_table_draws_thumbnails_and_a_clicked_row_links_to_its_sample(se
     grid.wait_for()
     wait_ready(page)
     grid.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)  # the grid draws its images once they are decoded
-    shot = np.asarray(Image.open(io.BytesIO(grid.screenshot())).convert("RGB")).astype(int)
-    red = (abs(shot[..., 0] - 200) < 40) & (shot[..., 1] < 80) & (shot[..., 2] < 80)  # row 0: a red box
-    blue = (shot[..., 0] < 80) & (shot[..., 1] < 80) & (abs(shot[..., 2] - 200) < 40)  # row 1: a blue one
-    assert red.sum() > 50 and blue.sum() > 50, (red.sum(), blue.sum())
+
+    def drawn():
+        shot = np.asarray(Image.open(io.BytesIO(grid.screenshot())).convert("RGB")).astype(int)
+        red = (abs(shot[..., 0] - 200) < 40) & (shot[..., 1] < 80) & (shot[..., 2] < 80)  # row 0: a red box
+        blue = (shot[..., 0] < 80) & (shot[..., 1] < 80) & (abs(shot[..., 2] - 200) < 40)  # row 1: a blue one
+        return int(red.sum()), int(blue.sum()), shot.shape
+
+    # the grid sizes its canvas, then draws its images once they are decoded: under load that took more
+    # than the fixed 500 ms this once waited (CI: a 41 px high grid, no thumbnail yet), so look until
+    # both thumbnails show or 20 s pass
+    deadline = time.monotonic() + 20
+    while (seen := drawn())[0] <= 50 or seen[1] <= 50:
+        assert time.monotonic() < deadline, seen
+        page.wait_for_timeout(200)
     page.screenshot(path=str(ARTIFACTS / "web-dataset-thumbnails.png"))
     box = grid.bounding_box()
     rows = grid.evaluate("el => el.getBoundingClientRect().height")
