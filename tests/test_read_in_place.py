@@ -4,13 +4,17 @@ shard index first; a fill converts the store's file where it is. Nothing is copi
 `.partial` file, and no byte is decoded unchecked: a flipped byte in the store fails the read that
 needs it (naming the shard and the bytes) and is never cached."""
 
+import threading
+import time
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_remote import FIELDS, NAMES, random_rows
 
 from dsinspect.errors import IntegrityError
-from dsinspect.loaders import Catalog, Loader, RunSpec, WriteOptions
+from dsinspect.loaders import Catalog, Loader, RunSpec, WriteOptions, batch_indices
 from dsinspect.loaders.format.canonical import row_hashes
 from dsinspect.loaders.read.cache import ShardCache
 
@@ -102,3 +106,30 @@ def test_a_flipped_byte_the_fill_reaches_is_never_cached(local, tmp_path):
         cache.open(version, 1)
     assert not cache.holds(version.manifest.shards[1].sha256)
     assert not [p.name for p in cache.root.iterdir() if p.name.startswith(".convert-") or p.suffix == ".arrow"]
+
+
+def test_a_fresh_loader_warmed_parses_the_footers_of_its_first_batch_on_its_cold_pool(local, tmp_path, monkeypatch):
+    """Issue #35: a fresh reader's warm starts checking and parsing, on its cold pool, the footers of
+    the local shards its first batch reads in place (`ColdRows.prime`): ~3 ms each in a fresh process,
+    which every row group of that shard waits for. In a job the read follows at once and waits at most
+    for a parse under way; here the test waits for them, then reads: each footer is parsed once, by
+    the pool, and the batch parses none itself."""
+    catalog, version, spec, stored = local
+    parsed, real = [], pq.read_metadata
+
+    def counted(*args, **kwargs):
+        parsed.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_metadata", counted)
+    needed = len(set((batch_indices(spec, 0, 0) // SHARD_ROWS).tolist()))
+    assert needed >= 2
+    with Loader(spec, catalog=catalog, cache=ShardCache(tmp_path / "cache")) as loader:
+        loader.warm([0])
+        deadline = time.monotonic() + 30  # generous: the parses take milliseconds
+        while len(parsed) < needed:
+            assert time.monotonic() < deadline, f"{len(parsed)} of {needed} footers parsed after warm"
+            time.sleep(0.01)
+        assert exact(loader.batch_at(0), stored)
+        by_read = [name for name in parsed if not name.startswith("dsinspect-cold")]
+        assert len(parsed) - len(by_read) == needed and "MainThread" not in by_read, parsed

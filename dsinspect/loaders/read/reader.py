@@ -216,6 +216,8 @@ class BatchReader:
             cold = [k for k in missing if self._index(k) is not None]
             with self._lock:
                 self._deferred.update(dict.fromkeys(cold))
+            first = plans[0].step  # the first batch reads these cold: their footers parse meanwhile
+            self._cold_rows().prime([(self.versions[k[0]], k[1], self._index(k)) for k in cold if wanted[k] == first])
             wanted = {k: step for k, step in wanted.items() if k not in cold}
         with self._lock:
             self._queued = {k: step for k, step in wanted.items() if k not in self._ahead}
@@ -311,14 +313,17 @@ class BatchReader:
             return self._shard(key)  # waits for the fill, or fills it here if it has not started
         return None
 
+    def _cold_rows(self) -> ColdRows:
+        if self._cold is None:
+            self._cold = ColdRows(self.cache, streamed=self.streamed)
+        return self._cold
+
     def _read_cold(self, parts: list, cold: list[int]) -> None:
         """Replace the entries of uncached shards in `parts` (at positions `cold`) by the decoded row
         groups their rows are in (`cold.py`), then start filling those shards in the background."""
-        if self._cold is None:
-            self._cold = ColdRows(self.cache, streamed=self.streamed)
         wants = [(self.versions[parts[i][0][0]], parts[i][0][1], self._index(parts[i][0]), parts[i][1]) for i in cold]
         started = time.monotonic()
-        got = self._cold.take(wants, self._read)
+        got = self._cold_rows().take(wants, self._read)
         self._cold_seconds = time.monotonic() - started
         keys = []
         for i, pieces in zip(cold, got):
