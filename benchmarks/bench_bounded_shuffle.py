@@ -24,7 +24,6 @@ Written to results/bounded-shuffle-<date>.json.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -32,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -283,7 +284,7 @@ def main() -> int:
         print(f"  {label:<28} {row['samples_per_s'] / slide['samples_per_s']:6.2f}x sliding's samples/s, "
               f"{row['fetched_per_epoch'] / slide['fetched_per_epoch']:6.2f}x its bytes per epoch")
     print(f"load at end {os.getloadavg()[0]:.2f}")
-    out = HERE / "results" / f"bounded-shuffle-{dt.date.today().isoformat()}.json"
+    out = new_result("bounded-shuffle")
     out.parent.mkdir(exist_ok=True)
     meta = {"rows": ROWS, "shards": ROWS // SHARD_ROWS, "bound_bytes": bound, "version_bytes": size,
             "litdata_bytes": lit_bytes, "rtt_ms": args.rtt_ms, "rate_mbit": args.rate_mbit, "repeats": args.repeats,

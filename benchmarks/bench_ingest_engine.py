@@ -30,6 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
+from result_file import new_result
 
 from dsinspect.loaders.ingest import run_ingest
 from dsinspect.loaders.ingest.engine_choice import choose_engine
@@ -167,7 +168,7 @@ def main() -> None:
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
     tail = ("-quick" if args.quick else "") + ("" if args.kinds == "jsonl,parquet"
                                                else "-" + args.kinds.replace(",", "-"))
-    out = Path(__file__).parent / "results" / f"ingest-engine-{dt.date.today().isoformat()}{tail}.json"
+    out = new_result("ingest-engine", tail)
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 

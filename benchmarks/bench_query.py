@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -176,7 +177,7 @@ def main() -> None:
     print(f"peers, same filter + count, warm: DuckDB read_parquet {peer['duckdb_read_parquet_s'] * 1000:.1f} ms "
           f"({peer['duckdb_read_parquet_s'] / base:.1f}x dsinspect's time), pyarrow compute "
           f"{peer['pyarrow_compute_s'] * 1000:.1f} ms ({peer['pyarrow_compute_s'] / base:.1f}x)")
-    out = HERE / "results" / f"query-{dt.date.today().isoformat()}.json"
+    out = new_result("query")
     out.write_text(json.dumps(result, indent=2))
     print(f"wrote {out.relative_to(REPO)}")
 

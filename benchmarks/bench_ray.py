@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -102,7 +103,7 @@ def main() -> None:
             for concurrency, r in result[kind].items():
                 print(f"  {kind:5s} concurrency {concurrency}: dsinspect {r['dsinspect']:9,.0f} rows/s, "
                       f"Ray's own {r[peer]:9,.0f} rows/s ({r['dsinspect'] / r[peer]:.2f}x)")
-        path = HERE / "results" / f"ray-{dt.date.today().isoformat()}.json"
+        path = new_result("ray")
         path.write_text(json.dumps(result, indent=2))
         print(f"wrote {path.relative_to(REPO)}")
     finally:

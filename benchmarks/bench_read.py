@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -1487,7 +1488,7 @@ def main() -> int:
     print(table)
     RESULTS.mkdir(exist_ok=True)
     suffix = "" if mode == "full" else "-quick"
-    out = RESULTS / f"read-{date}{suffix}.json"
+    out = new_result("read", suffix)
     out.write_text(json.dumps({"meta": meta, "baselines": base, "summary": summary, "results": results},
                               indent=1) + "\n")
     (RESULTS / f"latest{suffix}.md").write_text(table)

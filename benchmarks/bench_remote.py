@@ -45,7 +45,6 @@ Written to results/remote-bounded-<date>.json.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -55,6 +54,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -320,7 +321,7 @@ def first_batch(args) -> int:
                   f"(medians of {FIRST_BATCH_REPEATS}), {row['requests']:.0f} requests, {row['bytes'] / 1e6:.2f} MB; "
                   f"floor (3 RTTs + bytes at the link's rate) {floor:.1f} ms: {ms_open / floor:.1f}x  "
                   f"[load {row['load']}]", flush=True)
-    out = HERE / "results" / f"remote-first-batch-{dt.date.today().isoformat()}.json"
+    out = new_result("remote-first-batch")
     meta = {"rows": args.rows, "repeats": FIRST_BATCH_REPEATS, "git": _git()}
     out.write_text(json.dumps({**meta, "results": out_rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")
@@ -400,7 +401,7 @@ def epoch(args) -> int:
         (HERE / "results" / f".state-{reader}.json").unlink(missing_ok=True)
         shutil.rmtree(HERE / "results" / f".state-{reader}.json.cache", ignore_errors=True)
     kind = "resume" if args.resume else "epoch"
-    out = HERE / "results" / f"remote-{kind}-{dt.date.today().isoformat()}.json"
+    out = new_result(f"remote-{kind}")
     meta = {"rows": 100_000, "resume_step": RESUME_STEP if args.resume else None,
             "dsinspect_version_bytes": version_bytes, "rate_mbit": args.rate_mbit, "git": _git(),
             "load_at_end": os.getloadavg()}
@@ -535,7 +536,7 @@ def bounded(args) -> int:
                       flush=True)
             if "litdata" in args.readers:
                 rows.append(_litdata_bounded(server, env, f"http://127.0.0.1:{link.port}"))
-    out = HERE / "results" / f"remote-bounded-{dt.date.today().isoformat()}.json"
+    out = new_result("remote-bounded")
     meta = {"rows": 40_000, "shards": shards, "bound_bytes": bound, "epochs": EPOCHS_BOUNDED, "rtt_ms": rtt * 1e3,
             "rate_mbit": args.rate_mbit, "git": _git()}
     out.write_text(json.dumps({**meta, "results": rows}, indent=1) + "\n")
@@ -607,7 +608,7 @@ def main() -> int:
                 f"  ({row['one_stream_mb_s'] / row['rate_mb_s']:.0%} / {many / row['rate_mb_s']:.0%} of the link)"
             print(f"{name:<32} one stream {row['one_stream_mb_s']:>7.1f} MB/s   {PARALLEL} streams "
                   f"{many:>7.1f} MB/s{share}  [load {row['load']}]", flush=True)
-    out = HERE / "results" / f"remote-link-{dt.date.today().isoformat()}.json"
+    out = new_result("remote-link")
     out.write_text(json.dumps({"object_bytes": size, "repeats": REPEATS, "parallel": PARALLEL,
                                "load_start": load_start, "rows": rows}, indent=1) + "\n")
     print(f"wrote {out.relative_to(HERE.parent)}")

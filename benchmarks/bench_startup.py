@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from result_file import new_result
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -88,7 +90,7 @@ def main() -> None:
     _print(record)
     if args.json:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        path = RESULTS / f"startup-{dt.date.today().isoformat()}{'-' + args.label if args.label else ''}.json"
+        path = new_result("startup", "-" + args.label if args.label else "")
         path.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {path.relative_to(ROOT)}")
 

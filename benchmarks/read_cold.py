@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 import bench_read as br
+from result_file import new_result
 
 SCRIPT = Path(__file__).resolve()
 PEERS = br.PEERS
@@ -445,7 +446,7 @@ def main(args) -> int:
     print()
     print(table)
     br.RESULTS.mkdir(exist_ok=True)
-    out = br.RESULTS / f"read-cold-{date}{'' if mode == 'full' else '-' + mode}.json"
+    out = new_result("read-cold", "" if mode == "full" else "-" + mode)
     out.write_text(json.dumps({"meta": meta, "limits": base, "results": results, "table": table}, indent=1) + "\n")
     print(f"wrote {out.relative_to(br.REPO)}; total {time.perf_counter() - started:.0f} s")
     return 0

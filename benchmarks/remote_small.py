@@ -13,7 +13,6 @@ Written to results/remote-small-<date>.json.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import statistics
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from result_file import new_result
 
 HERE = Path(__file__).resolve().parent
 
@@ -150,7 +151,7 @@ def run(args) -> int:
                                              tree))
     _print(rows)
     from bench_remote import _git  # the run's commit, as the other remote benchmarks record it
-    out = HERE / "results" / f"remote-small-{dt.date.today().isoformat()}.json"
+    out = new_result("remote-small")
     meta = {"rtt_ms": rtt * 1e3, "rate_mbit": args.rate_mbit, "repeats": args.repeats, "git": _git(),
             "load_start": load_start, "load_end": os.getloadavg()[0]}
     out.write_text(json.dumps({**meta, "results": rows}, indent=1) + "\n")
