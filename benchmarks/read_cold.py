@@ -592,6 +592,15 @@ def goals(results: dict, limits: dict) -> list[tuple[str, str, str]]:
         a, b = get("dsinspect", w, 0, "cold_ttfb_ms"), peer(w, 0, "cold_ttfb_ms")
         rows.append((f"#35 {w}: cold time to first batch, 0 workers ≤ 2× best peer's", pair(a, b, ms)
                      + (f" ({a / b:.1f}×)" if a and b else ""), verdict(a <= 2 * b if a and b else None)))
+        # the target set instead (README): ≤ 2× its floor, every byte of the batch's row groups checked
+        # and decoded on one core, plus for images Pillow's decode of the batch's 32 JPEGs
+        f = (floor.get(w) or {}).get("first_batch_ms_1_core")
+        pillow = limits.get("pillow_1proc_images_per_s") if w == "images" else None
+        if f is not None and pillow:
+            f += 1000 * BATCH / pillow
+        rows.append((f"#35 {w}: cold time to first batch, 0 workers ≤ 2× its checked floor"
+                     + (" + the JPEG decode" if w == "images" else ""), pair(a, f, ms)
+                     + (f" ({a / f:.1f}×)" if a and f else ""), verdict(a <= 2 * f if a and f else None)))
     for w in ("tokens", "images"):
         a, b = get("dsinspect", w, 0, "first_epoch_samples_per_s"), peer(w, 0, "first_epoch_samples_per_s", max)
         c, f = get("dsinspect", w, 0, "samples_per_s_warm"), (floor.get(w) or {}).get("samples_per_s_2_cores")
