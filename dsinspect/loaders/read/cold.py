@@ -98,21 +98,16 @@ class RowsShard:
 
 class _Mapped:
     """A shard's whole file mapped in `buffer`, its parts at their offsets: Arrow reads a row group
-    where the footer says it is, through one reader per thread (made for each group, it cost ~0.07 ms
-    of Python: ~1 ms of a cold first batch's 27 groups of images)."""
+    where the footer says it is."""
 
     buffer: pa.Buffer
-    _files: threading.local
 
     def footer_bytes(self, index: ShardIndex) -> pa.Buffer:
         start, end = index.span(index.footer)
         return self.buffer.slice(start, end - start)
 
     def parquet(self, index: ShardIndex, part: int, footer: pq.FileMetaData) -> pq.ParquetFile:
-        made = getattr(self._files, "made", None)
-        if made is None or made[0] is not footer:  # a footer parsed again (dropped from ColdRows._footers)
-            made = self._files.made = (footer, pq.ParquetFile(pa.BufferReader(self.buffer), metadata=footer))
-        return made[1]
+        return pq.ParquetFile(pa.BufferReader(self.buffer), metadata=footer)
 
 
 class _Partial(_Mapped):
@@ -128,7 +123,6 @@ class _Partial(_Mapped):
         except BaseException:
             os.close(self.fd)
             raise
-        self._files = threading.local()
         self.has_footer = False  # the footer part is in our file, checked (parsed footers: ColdRows._footers)
         self.have: set[int] = set()  # parts this process checked and wrote into this very file
         self.footer_lock = threading.Lock()  # one thread parses the footer, the others wait for it
@@ -158,7 +152,6 @@ class _InPlace(_Mapped):
         self.sha256, self.cache, self.index = index.shard, cache, index
         self.path, self.url = version.shard_path(shard), version.shard_url(shard)
         self.buffer = pa.memory_map(self.path).read_buffer()
-        self._files = threading.local()
         self.has_footer = False
         self.footer_lock = threading.Lock()
         self.users, self.forgotten = 0, False
@@ -243,6 +236,7 @@ class ColdRows:
         self._held = 0
         self._footers: LRU[str, pq.FileMetaData] = LRU(_FOOTERS)
         self._decoded = threading.local()  # per pool thread: bytes decoded since it last released memory
+        self._files = threading.local()  # per pool thread: its last reader of a shard read in place (`_parquet`)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dsinspect-cold")
 
@@ -545,7 +539,7 @@ class ColdRows:
         file = None
         while file is None:  # None: a streamed part another read took meanwhile (fetched again)
             self._fetch(version, shard, index, part, partial)
-            file = partial.parquet(index, part, footer)  # given the footer, it reads nothing yet
+            file = self._parquet(partial, index, part, footer)
         try:  # Arrow reads only this row group's column chunks (the footer is given): all checked bytes
             table = file.read_row_group(part, columns=columns, use_threads=False)
         except UNREADABLE as e:
@@ -556,6 +550,18 @@ class ColdRows:
                                  "not what its index says")
         batches = table.combine_chunks().to_batches()
         return RowsShard(batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema))
+
+    def _parquet(self, partial, index: ShardIndex, part: int, footer: pq.FileMetaData) -> pq.ParquetFile | None:
+        """The reader Arrow decodes `part` through (given the footer, it reads nothing yet). A shard
+        read in place: the last one this pool thread made, when for the same map and footer (made
+        per row group, it cost ~0.07 ms of Python: ~1 ms of a cold first batch's 27 groups of
+        images). One per thread, not one per shard: it holds its parsed footer (`_FOOTERS`)."""
+        if not isinstance(partial, _InPlace):
+            return partial.parquet(index, part, footer)
+        made = getattr(self._files, "made", None)
+        if made is None or made[0] is not partial or made[1] is not footer:
+            made = self._files.made = (partial, footer, partial.parquet(index, part, footer))
+        return made[2]
 
     def _fetch(self, version: DatasetVersion, shard: int, index: ShardIndex, part: int, partial: _Partial) -> None:
         """Put the checked part into this process's `.partial` file: from what the fill (or another
