@@ -243,12 +243,21 @@ class BatchReader:
             # a sliding shuffle's fills are bounded by what runs ahead alone: the one a read waits for
             # does not hold back the next (two fetch threads take them in order)
             budget = len(self._queued) if self.fills_in_order else max(1, self._max_open // 2) - len(self._pending)
+            # under a bound, fills reach no further than the order's next `_max_open` shards (open, cached
+            # or not: a window and the next): one further is unpinned as soon as it opens (`_furthest`),
+            # evicted as the one needed last and fetched again (the sliding shuffle: `_ahead_limit`)
+            room = len(self._queued)
+            if self.cache.max_bytes is not None and not self.fills_in_order:
+                room = self._max_open - len(self._ahead)
             for key, step in list(self._queued.items()):
-                if budget <= 0 or len(self._ahead) >= self._ahead_limit:
+                if budget <= 0 or room <= 0 or len(self._ahead) >= self._ahead_limit:
                     break
                 del self._queued[key]
-                if step < now or key in self._open or key in self._pending or self._streams(key):
-                    continue  # read already (cold or filled), or under way
+                if step < now or self._streams(key):
+                    continue  # read already (cold or filled), or never filled
+                room -= 1
+                if key in self._open or key in self._pending:
+                    continue  # under way
                 if self.cache.holds(self._sha256[key]):
                     continue  # a cached shard opens in well under a millisecond: a thread would cost more
                 self._pending[key] = self._executor().submit(self._load, key)
