@@ -17,6 +17,7 @@ import pytest
 from dsinspect.errors import IntegrityError, UserError
 from dsinspect.loaders import HASH_COLUMN, Catalog, Field, Loader, RunSpec, WriteOptions, batch_indices
 from dsinspect.loaders.format.canonical import row_hashes
+from dsinspect.loaders.read import cache as cache_module
 from dsinspect.loaders.read.cache import ShardCache
 
 FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.binary(), "bytes"),
@@ -249,8 +250,17 @@ def test_four_processes_share_one_bounded_cache(tmp_path):
         assert 1 <= filled.count(s.sha256) <= 1 + evicted.count(s.sha256), s.sha256
     assert sum(r["stats"]["shards_fetched"] for r in results) == len(filled)
     assert sum(r["stats"]["evictions"] for r in results) == len(evicted) >= 1
-    # ranks in step need the same shards at the same time: one download each per epoch, plus the
-    # next epoch's first shards that read-ahead fetches (up to two windows) before the loaders close
+    # Fills of the epoch read and of the read-ahead, counted apart. The epoch: ranks in step need the
+    # same shards at the same time, so each shard is filled once for it (again only after an eviction:
+    # the per-shard check above). The read-ahead runs along the order into the next epoch, but no
+    # further than the shards a reader keeps open, the window it reads and the next (reader.py
+    # `_top_up`): only the next epoch's first window is filled ahead, by whichever ranks look first.
+    # Before, a rank skipped the shards its peers had cached and reached further the more they had
+    # filled: 37 fills in 2 of 27 instrumented runs at load ~12, 5 shards filled ahead from the next
+    # epoch's first four windows (one unpinned by its own reader as it opened, evicted, filled again).
+    ahead = {sha for sha in filled if filled.count(sha) > 1}  # read this epoch, filled again for the next
+    assert len(ahead) <= window, (len(ahead), len(filled), len(evicted))
+    # each filled ahead once, or once more if a closing peer evicted it before a peer's read-ahead opened it
     assert len(filled) <= len(sizes) + 2 * window, (len(filled), len(evicted))
 
     # never over the bound by more than what is pinned, plus one shard per process: a fill publishes
@@ -266,6 +276,36 @@ def test_four_processes_share_one_bounded_cache(tmp_path):
     assert peak <= bound + max(p for _, p in monitor.samples) + world * arrow
     assert peak < sum(sizes) / 2
     assert ShardCache(root).cached_bytes() <= bound, "the readers closed: nothing pinned, the bound holds"
+
+
+def test_under_a_bound_fills_run_ahead_no_further_than_the_shards_kept_open(tmp_path):
+    """A reader keeps the window it reads and the next one open; a shard filled further ahead is
+    unpinned as soon as it opens (the furthest needed), evicted under a bound and fetched again.
+    Read-ahead skipped the shards another process had cached, so it reached further the more its
+    peers had filled (the four-process test: 37 fills of 32 shards; a rank's read-ahead into the
+    next epoch's second to fourth windows). Forced here: the next two windows are cached by
+    another process, so the warm at step 5 (plans 5..12) finds the window after them uncached."""
+    catalog, version = write(tmp_path, shards=8, shard_rows=40)
+    window = 2
+    spec = RunSpec.create(catalog, "cache", seed=11, batch_size=20, shuffle="window", window_shards=window)
+    shard_of = np.searchsorted(version.shard_starts, np.arange(sum(version.manifest.shard_rows)), side="right") - 1
+    steps = [{int(s) for s in shard_of[batch_indices(spec, step, 0)]} for step in range(16)]
+    windows = [set().union(*steps[4 * w:4 * w + 4]) for w in range(4)]  # a window: 80 rows, 4 steps
+    assert all(len(w) == window for w in windows) and steps[4] == windows[1], "a window is read at its first step"
+    shas = [s.sha256 for s in version.manifest.shards]
+    root = tmp_path / "shared"
+    peer = ShardCache(root)
+    for shard in sorted(windows[1] | windows[2]):
+        peer.open(version, shard).release()
+    cache = RecordingCache(root, max_bytes=8 * max(s.bytes for s in version.manifest.shards))
+    with Loader(spec, catalog=catalog, cache=cache) as loader:
+        batches = iter(loader)
+        for step in range(6):  # the warm at step 5 plans steps 5..12: windows 1 and 2 cached, 3 not
+            assert next(batches).step == step
+        for fill in list(loader._reader._pending.values()):
+            fill.result(WAIT)
+    assert sorted(cache.filled) == sorted(shas[s] for s in windows[0]), \
+        [sorted(shas.index(sha) for sha in cache.filled), windows]
 
 
 @pytest.mark.parametrize("stage", ["download", "publish"])
@@ -313,6 +353,19 @@ def test_eviction_never_removes_a_pinned_shard(tmp_path):
     assert holder.exitcode == 0 and json.loads(out.read_text()) == {"rows": True, "hashes": True}
     pressure.open(version, 1).release()  # released: now it goes
     assert not entry(root, pinned).exists()
+
+
+def test_an_entry_two_processes_evict_counts_as_one_eviction(tmp_path):
+    """Two processes that listed the same unpinned entry may both take its pin, one after the other:
+    the second finds its files gone and evicted nothing (it was counted twice: the four-process
+    test saw up to 4 of ~31 evictions so)."""
+    _, version = write(tmp_path, shards=1, shard_rows=50)
+    sha = version.manifest.shards[0].sha256
+    first, second = ShardCache(tmp_path / "cache", max_bytes=1 << 30), ShardCache(tmp_path / "cache", max_bytes=1 << 30)
+    first.open(version, 0).release()
+    assert first._evict(sha) and not entry(tmp_path / "cache", sha).exists()
+    assert not second._evict(sha), "the entry was gone: nothing evicted"
+    assert first.stats.snapshot()["evictions"] == 1 and second.stats.snapshot()["evictions"] == 0
 
 
 def test_a_release_evicts_what_the_cache_holds_over_its_bound(tmp_path):
@@ -551,3 +604,59 @@ def test_block_checks_are_shared_with_processes_forked_after_share_checks(tmp_pa
     assert "0" * 64 not in cache._checked
     cache._discard(sha)  # a mismatch found in any process
     assert not checked.any()
+
+
+FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
+
+
+def _fill_and_release(cache, version, out):
+    """A forked child's first fill and release (a DataLoader worker reading through the cache it inherited)."""
+    shard = cache.open(version, 0)
+    rows = shard.num_rows
+    shard.release()
+    Path(out).write_text(str(rows))
+
+
+@pytest.mark.skipif(FORK is None, reason="fork")
+@pytest.mark.parametrize("lock", ["_unpinning", "_fetching", "_parts_lock", "_run_slots"])
+def test_a_child_forked_while_a_thread_holds_a_cache_lock_fills_and_releases(tmp_path, lock):
+    """A lock a thread of the parent holds at the fork (a release evicting, a fill fetching) is
+    held for good in the child, whose first fill or release then waits forever: made anew there
+    (cache.py `_after_fork`). Forced: a thread holds the lock (the semaphore: all its slots)
+    across the fork; the child fills a shard from a store that is not local (through `.partial`,
+    claims and runs in flight) under a bound, and releases it (evicting over the bound)."""
+    catalog = Catalog(f"memory://fork-{os.getpid()}-{lock}")
+    version = catalog.write_version("forked", random_rows(80), FIELDS, key="id",
+                                    options=WriteOptions(shard_rows=40, row_group_rows=8))
+    assert all(s.index_sha256 for s in version.manifest.shards)
+    cache = ShardCache(tmp_path / "cache", max_bytes=1)  # a bound: the release evicts the shard it unpins
+    held, done = threading.Event(), threading.Event()
+    primitive = getattr(cache, lock)
+    holds = cache_module._RUNS_IN_FLIGHT if lock == "_run_slots" else 1
+
+    def hold():
+        for _ in range(holds):
+            primitive.acquire()
+        held.set()
+        done.wait(WAIT)
+        for _ in range(holds):
+            primitive.release()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    out = tmp_path / "rows"
+    try:
+        assert held.wait(WAIT)
+        child = FORK.Process(target=_fill_and_release, args=(cache, version, str(out)))
+        child.start()
+        child.join(WAIT)
+        hung = child.is_alive()
+        if hung:
+            child.kill()
+            child.join()
+    finally:
+        done.set()
+        holder.join(WAIT)
+    assert not hung, f"the forked child waited on {lock}, held by a thread it does not have"
+    assert child.exitcode == 0 and out.read_text() == "40"
+    assert ShardCache(tmp_path / "cache").cached_bytes() == 0, "its release evicted it (the bound is 1 byte)"

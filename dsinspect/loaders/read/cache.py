@@ -43,6 +43,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -76,6 +77,7 @@ VERIFY_SPAN = 16  # ... from a shard's second read on, in aligned runs of this m
 _FETCH_RUN = 2 << 20  # a fill fetches consecutive missing parts in ranged reads of up to this many bytes
 WAIT_ELSEWHERE = 60.0  # seconds to wait for a part another process is fetching before fetching it too
 _RUNS_IN_FLIGHT = 16  # ... this many at once (32 MiB: with 8, a 200 Mbit/s link at 80 ms was ~90 % busy)
+_LIVE: "weakref.WeakSet[ShardCache]" = weakref.WeakSet()  # made anew in a forked child (`_after_fork`)
 
 
 class CachedShard:
@@ -239,6 +241,21 @@ class ShardCache:
         self._in_place: dict[str, set[int]] = {}  # per local store shard: parts this process checked in its file
         self._unpinning = threading.Lock()  # one release of this process at a time, with its eviction (`_unpin`)
         self._sizes: dict[str, int] = {}  # per entry seen, its Arrow bytes (`_held_bytes`)
+        _LIVE.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker inherits its parent's cache): the locks and the
+        fetches in flight of the parent's threads, which the child does not have, made anew. A lock
+        a parent's thread held at the fork (a fill fetching, a release evicting) would stay held
+        here for good, and the child's first fill or release would wait forever. The parts those
+        threads claimed stay claimed by the parent's record locks: the child waits for them as for
+        any other process's."""
+        self._parts_lock = threading.Lock()
+        self._fetching = threading.Lock()
+        self._run_slots = threading.Semaphore(_RUNS_IN_FLIGHT)
+        self._unpinning = threading.Lock()
+        self._inflight = {}
+        self._partial_users, self._retired = {}, set()  # the parent's cold reads, which end there
 
     # -- public --------------------------------------------------------------------------------
 
@@ -836,12 +853,14 @@ class ShardCache:
                         self.root, total - self.max_bytes, self.max_bytes)
 
     def _evict(self, sha256: str) -> bool:
-        """Delete one entry if no process has it pinned."""
+        """Delete one entry if no process has it pinned; True if this call removed it (two processes
+        that listed it may both get its pin: the one that finds its sidecar gone evicted nothing)."""
         fd = open_locked(self._path(sha256, ".pin"), wait=False)
         if fd is None:  # pinned
             return False
         try:
-            self._remove(sha256)
+            if not self._remove(sha256):
+                return False
             self.stats.add("evictions")
             return True
         finally:
@@ -856,18 +875,31 @@ class ShardCache:
             checked[:] = False  # shared with other processes (share_checks): they check again too
         self.stats.add("verify_failures")
 
-    def _remove(self, sha256: str) -> None:
+    def _remove(self, sha256: str) -> bool:
+        """Remove an entry's files, its sidecar first; whether there was a sidecar to remove."""
+        removed = False
         for ext in (".json", ".arrow", ".blocks", ".partial", ".have", ".parts"):
             try:
                 os.unlink(self._path(sha256, ext))
+                removed = removed or ext == ".json"
             except FileNotFoundError:
                 pass
+        return removed
 
     def _path(self, sha256: str, ext: str) -> Path:
         return self.root / f"{check_sha256(sha256, 'cached shard sha256')}{ext}"  # never a path elsewhere
 
     def _arrow(self, sha256: str) -> Path:
         return self._path(sha256, ".arrow")
+
+
+def _after_fork_in_child() -> None:
+    for cache in list(_LIVE):
+        cache._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
