@@ -447,3 +447,46 @@ def test_a_cold_first_batchs_parts_go_out_in_one_wave_not_ten_at_a_time(s3, data
     catalog = cold_first_batch(server, url, data, tmp_path / "cache")  # clears the hold after
     assert server.most_in_flight > 10
     assert catalog.fs.config_kwargs["retries"] == PROBLEM_RETRIES["retries"]  # the configured ones kept
+
+
+def _fill_all(url, version_id, root):
+    """Another rank's fills: every shard of the version into the node's cache, published."""
+    version = Catalog(url).version("rand", version_id)
+    cache = ShardCache(root)
+    for k in range(SHARDS):
+        cache.open(version, k).release()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks the other rank")
+def test_a_partial_file_opened_just_after_its_shard_filled_is_not_left_behind(s3, data, tmp_path, monkeypatch):
+    """A cold read looked at the cache, then another rank's fill published the shard and removed its
+    `.partial`; the read's open made that file anew (sparse, the shard's size), saw the shard
+    published and read from the cache, and the file stayed until the entry was evicted. Forced as
+    27bedd4's test does: a forked process fills every shard just before the read opens its files."""
+    import multiprocessing
+
+    from dsinspect.loaders.read import cold
+
+    _, url, _ = s3
+    version = data["version"]
+    root = tmp_path / "node"
+    filled = []
+    real_init = cold._Partial.__init__
+
+    def fills_first(partial, cache, index):
+        if not filled:
+            filler = multiprocessing.get_context("fork").Process(target=_fill_all, args=(url, version.id, str(root)))
+            filler.start()
+            filler.join(120)
+            assert filler.exitcode == 0
+            filled.append(True)
+        real_init(partial, cache, index)
+
+    monkeypatch.setattr(cold._Partial, "__init__", fills_first)
+    catalog, spec = spec_for(url)
+    with Loader(spec, catalog=catalog, cache=ShardCache(root), fill=False) as loader:
+        batch = next(iter(loader))
+    assert filled, "the read never went cold"
+    assert batch.table.column("id").to_pylist() == batch.indices.tolist()  # from the cache (id == row)
+    assert sorted(p.name for p in root.iterdir() if p.suffix in (".partial", ".have", ".parts")) == []
+    assert len(list(root.glob("*.json"))) == SHARDS

@@ -705,6 +705,13 @@ class ShardCache:
         if retire:
             self._forget_parts(sha256)
 
+    def drop_partial(self, sha256: str) -> None:
+        """The shard is in the cache: a `.partial` file a cold read opened after its fill removed
+        its own (made anew, sparse at the shard's size) goes, with what this process knew of it,
+        once no cold read here uses it, and only while no fill holds the shard's lock (a fill since
+        eviction owns the file; it removes it when it ends). Left, it stayed until the eviction."""
+        self._forget_parts(sha256)
+
     def _forget_parts(self, sha256: str, filling: bool = False) -> None:
         """Drop this process's knowledge of the shard's parts and remove its `.partial` and `.have`
         files, unless cold reads here still use them (then the last one does). The files go only

@@ -486,6 +486,7 @@ class ColdRows:
                         partial = _Partial(self.cache, index)
                         if self.cache.holds(sha):  # filled between our look and our open: read from the cache
                             partial.close()
+                            self.cache.drop_partial(sha)  # the file our open made anew: gone when our use ends
                             self.cache.use_partial(sha, -1)
                             continue
                         self._partials[sha] = partial
