@@ -37,9 +37,17 @@ def check_ranks_agree(point: ResumePoint) -> None:
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":  # nccl gathers CUDA tensors only
         device = torch.device("cuda", torch.cuda.current_device())
+    # The collective's work, ending on a gloo thread, may still hold these tensors when all_gather
+    # returns. Were Python to drop them first, that thread would free their Python objects later,
+    # entering Python (a new thread state, under CPython's thread-list lock and without the GIL); a
+    # DataLoader worker forked at that instant inherits the lock held and hangs in os.fork (CPython
+    # < 3.11.10, gh-112275; seen once in CI). So tensors are let go only once only Python holds them.
+    kept = check_ranks_agree.__dict__.setdefault("kept", [])
+    kept[:] = [group for group in kept if any(t._use_count() > 1 for t in group)]
     mine = torch.tensor(_as_ints(point), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine)
+    kept.append([mine, *gathered])
     problem = disagreement({rank: _from_ints(t.tolist()) for rank, t in enumerate(gathered)})
     if problem:
         raise UserError(problem)
