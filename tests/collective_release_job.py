@@ -5,8 +5,9 @@
 Rank 0 runs dsinspect's check_ranks_agree with torch.distributed.all_gather watched: every tensor
 handed to the collective gets a finalizer noting the thread that frees it, and the first check's
 gloo thread is held in a completion callback (as a loaded machine may hold it) until the check has
-returned. Later checks run until the first check's tensors are freed; it prints, as JSON, how many
-were freed on this (the calling) thread and how many elsewhere. Rank 1 joins each collective only
+returned (or HOLD s, for a check that waits on the Work itself). Later checks run until the first
+check's tensors are freed; it prints, as JSON, how many were freed on this (the calling) thread and
+how many elsewhere. Rank 1 joins each collective only
 once rank 0 has set it up (store key go<i>: "gather" or "stop")."""
 
 import json
@@ -20,6 +21,7 @@ from dsinspect.loaders.order.state import ResumePoint
 from dsinspect.loaders.pytorch.consistency import check_ranks_agree
 
 CHECKS = 200
+HOLD = 10  # s; the old check returned within ms of the future (only its failing needs the hold)
 
 
 def point(i: int) -> ResumePoint:
@@ -40,8 +42,9 @@ def rank0(store) -> dict:
                 first.append(None)
         work = real(tensor_list, tensor, group=group, async_op=True)
         future = work.get_future()
-        if i == 0:  # the gloo thread that ran it waits here, after waking the waiters, before it lets go
-            future.then(lambda _: release.wait(120))
+        if i == 0:  # the gloo thread that ran it waits here, after waking the future's waiters, before it
+            # lets go; at most HOLD s: a Work's own wait() (a check may call it) ends after this callback
+            future.then(lambda _: release.wait(HOLD))
         store.set(f"go{i}", "gather")  # rank 1 joins now: the callback is in place before completion
         future.wait()
         return work if async_op else None

@@ -18,6 +18,7 @@ from dsinspect.loaders.order.state import ResumePoint, disagreement
 __all__ = ["check_ranks_agree", "distributed_world"]
 
 _HEX = 15  # hex digits of a hash carried per rank: 60 bits, an int64
+_KEPT_CHECKS = 8  # checks whose collective this process still holds (see check_ranks_agree)
 
 
 def distributed_world() -> int:
@@ -37,17 +38,19 @@ def check_ranks_agree(point: ResumePoint) -> None:
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":  # nccl gathers CUDA tensors only
         device = torch.device("cuda", torch.cuda.current_device())
-    # The collective's work, ending on a gloo thread, may still hold these tensors when all_gather
-    # returns. Were Python to drop them first, that thread would free their Python objects later,
-    # entering Python (a new thread state, under CPython's thread-list lock and without the GIL); a
-    # DataLoader worker forked at that instant inherits the lock held and hangs in os.fork (CPython
-    # < 3.11.10, gh-112275; seen once in CI). So tensors are let go only once only Python holds them.
+    # The collective's work ends on a gloo thread, which may drop it after all_gather returned. If
+    # that drop releases the tensors, that thread enters Python to free their Python objects (a new
+    # thread state, made under CPython's thread-list lock without the GIL), and a DataLoader worker
+    # forked in that instant inherits the lock held and hangs in os.fork (CPython < 3.11.10,
+    # gh-112275; seen once in CI). So this process keeps the work and its tensors for the next
+    # _KEPT_CHECKS checks: the gloo thread's drop releases nothing, and ours, by then, is the last.
     kept = check_ranks_agree.__dict__.setdefault("kept", [])
-    kept[:] = [group for group in kept if any(t._use_count() > 1 for t in group)]
     mine = torch.tensor(_as_ints(point), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(gathered, mine)
-    kept.append([mine, *gathered])
+    work = dist.all_gather(gathered, mine, async_op=True)
+    kept.append((work, mine, gathered))
+    del kept[:-_KEPT_CHECKS]
+    work.wait()
     problem = disagreement({rank: _from_ints(t.tolist()) for rank, t in enumerate(gathered)})
     if problem:
         raise UserError(problem)
