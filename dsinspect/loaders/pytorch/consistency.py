@@ -8,6 +8,8 @@ StatefulDataLoader's workers leave to check)."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
@@ -19,6 +21,7 @@ __all__ = ["check_ranks_agree", "distributed_world"]
 
 _HEX = 15  # hex digits of a hash carried per rank: 60 bits, an int64
 _KEPT_CHECKS = 8  # checks whose collective this process still holds (see check_ranks_agree)
+_kept: deque = deque(maxlen=_KEPT_CHECKS)  # their (work, tensors), the oldest let go first
 
 
 def distributed_world() -> int:
@@ -44,12 +47,10 @@ def check_ranks_agree(point: ResumePoint) -> None:
     # forked in that instant inherits the lock held and hangs in os.fork (CPython < 3.11.10,
     # gh-112275; seen once in CI). So this process keeps the work and its tensors for the next
     # _KEPT_CHECKS checks: the gloo thread's drop releases nothing, and ours, by then, is the last.
-    kept = check_ranks_agree.__dict__.setdefault("kept", [])
     mine = torch.tensor(_as_ints(point), dtype=torch.int64, device=device)
     gathered = [torch.empty_like(mine) for _ in range(world)]
     work = dist.all_gather(gathered, mine, async_op=True)
-    kept.append((work, mine, gathered))
-    del kept[:-_KEPT_CHECKS]
+    _kept.append((work, mine, gathered))
     work.wait()
     problem = disagreement({rank: _from_ints(t.tolist()) for rank, t in enumerate(gathered)})
     if problem:
