@@ -25,7 +25,8 @@ FIELDS = [Field("id", pa.int64(), "scalar", nullable=False), Field("blob", pa.bi
 NAMES = [f.name for f in FIELDS]
 READ = [*NAMES, HASH_COLUMN]
 SPAWN = multiprocessing.get_context("spawn")
-WAIT = 60  # seconds any process or signal may take before a test gives up
+WAIT = 300  # seconds any process or signal may take before a test gives up: a hang detector (the four
+# processes took 56 s beside two CPU hogs at load 15, and once over 60: "child process hung")
 
 
 def random_rows(n, blob=200, seed=0):
