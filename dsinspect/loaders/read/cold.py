@@ -50,9 +50,10 @@ import pyarrow.parquet as pq
 from dsinspect.arrays import distinct
 from dsinspect.errors import IntegrityError
 from dsinspect.loaders.format.arrow_errors import UNREADABLE, arrow_error
+from dsinspect.loaders.format.arrow_indices import int64_array
 from dsinspect.loaders.format.shard_index import ShardIndex
 from dsinspect.loaders.read.cache import ShardCache, holds_part, write_at
-from dsinspect.loaders.read.columns import View, column_view
+from dsinspect.loaders.read.columns import View, column_view, gather, to_arrow
 from dsinspect.loaders.read.fetch import brought_along, fetch_parts, fetch_parts_together
 from dsinspect.loaders.store.storage import is_local
 from dsinspect.loaders.store.version import DatasetVersion
@@ -92,8 +93,21 @@ class RowsShard:
     def taken(self, rows: np.ndarray) -> "RowsShard":
         """These rows (in this order) copied into a RowsShard of their own, with the same schema:
         Arrow's take copies only their bytes (a row or two of a row group, under a global shuffle), in
-        ~0.03 ms where numpy gathers through the column views cost ~0.3 ms of Python a group."""
-        return RowsShard(self.batch.take(pa.array(rows, pa.int64())))
+        ~0.03 ms where numpy gathers through the column views cost ~0.3 ms of Python a group. Rows
+        each taken once hold no more than the group, which fits Arrow's 32-bit offsets; a row taken
+        twice or more may not, and take would build the whole array before refusing it (2 GB for 256
+        copies of a 10 MB row): the gathers check the size first and name the column."""
+        if len(distinct(rows)) < len(rows):
+            return self._gathered(rows)
+        return RowsShard(self.batch.take(int64_array(rows)))  # not pa.array: its sniffing imports pandas
+
+    def _gathered(self, rows: np.ndarray) -> "RowsShard":
+        schema = self.batch.schema
+        arrays = []
+        for field in schema:
+            got = gather([(self.view(field.name), rows, None)], len(rows), field.name)
+            arrays.append(to_arrow(got, field.type, field.name))
+        return RowsShard(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
 
 class _Mapped:
