@@ -216,8 +216,9 @@ class BatchReader:
             cold = [k for k in missing if self._index(k) is not None]
             with self._lock:
                 self._deferred.update(dict.fromkeys(cold))
-            first = plans[0].step  # the first batch reads these cold: their footers parse meanwhile
-            self._cold_rows().prime([(self.versions[k[0]], k[1], self._index(k)) for k in cold if wanted[k] == first])
+            first = [k for k in cold if wanted[k] == plans[0].step]  # the first batch reads these cold
+            if first:  # their footers parse meanwhile (a warm cache: no cold reader made)
+                self._cold_rows().prime([(self.versions[k[0]], k[1], self._index(k)) for k in first])
             wanted = {k: step for k, step in wanted.items() if k not in cold}
         with self._lock:
             self._queued = {k: step for k, step in wanted.items() if k not in self._ahead}
